@@ -1,0 +1,32 @@
+# The README's quick start: `make demo` and `make test`. Both set up .venv in the repo root.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned to the CPU wheel this machine keeps; a bare `torch` would pull a CUDA build.
+TORCH := torch==2.13.0
+# Every backend that can run on this machine.
+BACKENDS := plugins/numpy_backend
+PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
+
+.PHONY: demo test setup setup-test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+setup: $(BIN)/python
+	$(PIP) install -e . $(foreach backend,$(BACKENDS),-e $(backend))
+
+setup-test: setup
+	$(PIP) install $(TORCH) "pytest>=8"
+
+demo: setup
+	$(BIN)/algoswap demo
+
+test: setup-test
+	$(BIN)/python -m pytest
+
+bench: setup-test
+	$(BIN)/python benchmarks/registry_overhead.py
+
+clean:
+	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info plugins/*/build

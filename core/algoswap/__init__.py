@@ -1,0 +1,82 @@
+"""algoswap: a registry of deep-learning operator implementations with pip-installable backends.
+
+``import algoswap`` is cheap: it imports no backend, no torch, and does not discover plugins.
+Plugins (entry-point group ``algoswap.backends``) are discovered on first use of the registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ._version import API_VERSION, __version__
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from . import ops
+    from ._api import capabilities, plugins, register_plugin, registry, select
+    from ._capabilities import CapabilityMatrix
+    from ._errors import (
+        AlgoswapError,
+        NoImplementationError,
+        OpArgumentError,
+        OpDtypeError,
+        PluginError,
+        RegistrationError,
+    )
+    from ._global import reload_plugins
+    from ._records import HOST, BackendRecord, ImplRecord, MemorySpace, PluginRecord
+    from ._registry import Registrar, Registry
+    from ._select import Selection
+    from ._spec import Attr, Input, OpCall, OpSpec
+    from ._trace import trace
+    from .hookspecs import hookimpl
+
+_LAZY = {
+    "ops": (".ops", None),
+    "capabilities": ("._api", "capabilities"),
+    "plugins": ("._api", "plugins"),
+    "registry": ("._api", "registry"),
+    "register_plugin": ("._api", "register_plugin"),
+    "select": ("._api", "select"),
+    "reload_plugins": ("._global", "reload_plugins"),
+    "trace": ("._trace", "trace"),
+    "CapabilityMatrix": ("._capabilities", "CapabilityMatrix"),
+    "Selection": ("._select", "Selection"),
+    "Registrar": ("._registry", "Registrar"),
+    "Registry": ("._registry", "Registry"),
+    "OpSpec": ("._spec", "OpSpec"),
+    "Input": ("._spec", "Input"),
+    "Attr": ("._spec", "Attr"),
+    "OpCall": ("._spec", "OpCall"),
+    "MemorySpace": ("._records", "MemorySpace"),
+    "HOST": ("._records", "HOST"),
+    "BackendRecord": ("._records", "BackendRecord"),
+    "ImplRecord": ("._records", "ImplRecord"),
+    "PluginRecord": ("._records", "PluginRecord"),
+    "hookimpl": (".hookspecs", "hookimpl"),
+    "AlgoswapError": ("._errors", "AlgoswapError"),
+    "OpArgumentError": ("._errors", "OpArgumentError"),
+    "OpDtypeError": ("._errors", "OpDtypeError"),
+    "NoImplementationError": ("._errors", "NoImplementationError"),
+    "PluginError": ("._errors", "PluginError"),
+    "RegistrationError": ("._errors", "RegistrationError"),
+}
+
+__all__ = ["API_VERSION", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'algoswap' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name, __name__)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

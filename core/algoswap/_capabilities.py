@@ -1,0 +1,184 @@
+"""The capability matrix: per op, backends by algorithms, built from registered metadata only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ._registry import Registry
+from ._version import API_VERSION, __version__
+
+SCHEMA = "algoswap-capabilities"
+SCHEMA_VERSION = 1
+YES, NO = "✓", "✗"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Whether (op, algorithm, backend) is offered; for a declared refusal, the reason."""
+
+    supported: bool
+    dtypes: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    name: str
+    device: str
+    memory: str
+    distribution: str
+    version: str
+    status: str
+    reason: str | None
+
+
+@dataclass
+class OpTable:
+    family: str
+    algorithms: list[str]
+    rows: dict[str, dict[str, Cell]] = field(default_factory=dict)
+
+
+class CapabilityMatrix:
+    """What runs where. Render with ``to_text``/``to_markdown``/``to_rst``/``to_json``; query with
+    ``supports``, ``backends_for`` and ``algorithms_for``."""
+
+    def __init__(self, tables: dict[str, OpTable], backends: dict[str, BackendStatus], plugins: list[dict[str, Any]]) -> None:
+        self.tables = tables
+        self.backends = backends
+        self.plugins = plugins
+
+    def supports(self, op: str, algorithm: str, backend: str) -> bool:
+        """Whether ``backend`` registered ``algorithm`` for ``op`` (availability aside)."""
+        table = self.tables.get(op)
+        return bool(table and table.rows.get(backend, {}).get(algorithm, Cell(False)).supported)
+
+    def backends_for(self, op: str, algorithm: str, available: bool = False) -> list[str]:
+        """Backends offering ``algorithm`` for ``op`` (only available ones if asked)."""
+        names = [b for b in self.tables[op].rows if self.supports(op, algorithm, b)] if op in self.tables else []
+        return [b for b in names if not available or self.backends[b].status == "available"]
+
+    def algorithms_for(self, op: str, backend: str | None = None) -> list[str]:
+        """Algorithms of ``op``, on one backend or on any."""
+        table = self.tables.get(op)
+        if table is None:
+            return []
+        return [a for a in table.algorithms if any(self.supports(op, a, b) for b in table.rows if backend in (None, b))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (schema ``algoswap-capabilities``, version 1; see the README)."""
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "algoswap_version": __version__,
+            "api_version": API_VERSION,
+            "backends": {name: _without_name(asdict(status)) for name, status in self.backends.items()},
+            "plugins": self.plugins,
+            "ops": {
+                op: {
+                    "family": table.family,
+                    "algorithms": table.algorithms,
+                    "backends": {b: {a: _cell_dict(c) for a, c in cells.items()} for b, cells in table.rows.items()},
+                }
+                for op, table in self.tables.items()
+            },
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def _row_label(self, backend: str) -> str:
+        status = self.backends[backend]
+        return backend if status.status == "available" else f"{backend} (unavailable: {status.reason})"
+
+    def _grid(self, op: str) -> tuple[list[str], list[list[str]], list[str]]:
+        table = self.tables[op]
+        header = ["backend"] + table.algorithms
+        rows, notes = [], []
+        for backend, cells in table.rows.items():
+            marks = []
+            for algorithm in table.algorithms:
+                cell = cells[algorithm]
+                marks.append(YES if cell.supported else NO + ("*" if cell.reason else ""))
+                if cell.reason:
+                    notes.append(f"* {backend}:{algorithm}: {cell.reason}")
+            rows.append([self._row_label(backend)] + marks)
+        return header, rows, notes
+
+    def to_text(self) -> str:
+        blocks = []
+        for op in self.tables:
+            header, rows, notes = self._grid(op)
+            widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+            lines = [op] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows]
+            blocks.append("\n".join(lines + notes))
+        return "\n\n".join(blocks) if blocks else "(no ops match)"
+
+    def to_markdown(self) -> str:
+        blocks = []
+        for op in self.tables:
+            header, rows, notes = self._grid(op)
+            lines = [f"### {op}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(r) + " |" for r in rows]
+            blocks.append("\n".join(lines + ([""] + notes if notes else [])))
+        return "\n\n".join(blocks)
+
+    def to_rst(self) -> str:
+        blocks = []
+        for op in self.tables:
+            header, rows, notes = self._grid(op)
+            lines = [op, "~" * len(op), "", ".. list-table::", "   :header-rows: 1", "   :stub-columns: 1", ""]
+            for row in [header] + rows:
+                lines.append(f"   * - {row[0]}")
+                lines += [f"     - {c}" for c in row[1:]]
+            blocks.append("\n".join(lines + ([""] + notes if notes else [])))
+        return "\n\n".join(blocks)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def _without_name(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "name"}
+
+
+def _cell_dict(cell: Cell) -> dict[str, Any]:
+    return {"supported": cell.supported, "dtypes": list(cell.dtypes), "reason": cell.reason}
+
+
+def build(registry: Registry, op: str | None = None, backend: str | None = None, available: bool = False) -> CapabilityMatrix:
+    """Build the matrix from the registry (filters: one op, one backend, available backends only)."""
+    statuses = {name: _status(record) for name, record in registry.backends.items()}
+    shown = [b for b in statuses if backend in (None, b) and (not available or statuses[b].status == "available")]
+    ops = [o for o in registry.ops if op in (None, o)]
+    tables = {o: _table(registry, o, shown) for o in ops}
+    plugins = [
+        {"name": p.name, "distribution": p.distribution, "version": p.version, "status": p.status,
+         "error": p.error or None, "backends": list(p.backends)}
+        for p in registry.plugins
+    ]
+    return CapabilityMatrix(tables, {b: statuses[b] for b in shown}, plugins)
+
+
+def _status(record: Any) -> BackendStatus:
+    available = record.availability()
+    return BackendStatus(
+        record.name, record.device, record.memory.name, record.distribution, record.version,
+        "available" if available is True else "unavailable", None if available is True else str(available),
+    )
+
+
+def _table(registry: Registry, op: str, backends: list[str]) -> OpTable:
+    impls = [i for i in registry.implementations(op) if i.backend in backends]
+    refused = [u for u in registry.unsupported.values() if u.op == op and u.backend in backends]
+    algorithms = sorted({i.algorithm for i in impls} | {u.algorithm for u in refused})
+    table = OpTable(registry.ops[op].family, algorithms)
+    for name in backends:
+        table.rows[name] = {a: Cell(False) for a in algorithms}
+    for u in refused:
+        table.rows[u.backend][u.algorithm] = Cell(False, reason=u.reason)
+    for i in impls:
+        table.rows[i.backend][i.algorithm] = Cell(True, tuple(sorted(i.dtypes)))
+    return table

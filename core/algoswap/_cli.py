@@ -1,0 +1,114 @@
+"""The ``algoswap`` command: ``backends``, ``caps``, ``ops`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from ._version import API_VERSION, __version__
+
+
+def _backend_rows() -> list[dict[str, Any]]:
+    from ._global import get_registry
+
+    registry = get_registry()
+    rows = []
+    for plugin in registry.plugins:
+        if plugin.status != "loaded" or not plugin.backends:
+            rows.append({"backend": None, "plugin": plugin.name, "distribution": plugin.distribution,
+                         "version": plugin.version, "device": None, "memory": None,
+                         "status": plugin.status, "reason": plugin.error})
+            continue
+        for name in plugin.backends:
+            record = registry.backends[name]
+            available = record.availability()
+            rows.append({"backend": name, "plugin": plugin.name, "distribution": plugin.distribution,
+                         "version": plugin.version, "device": record.device, "memory": record.memory.name,
+                         "status": "available" if available is True else "unavailable",
+                         "reason": None if available is True else str(available)})
+    return rows
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from ._global import get_registry
+
+    rows = _backend_rows()
+    if args.json:
+        print(json.dumps({"algoswap_version": __version__, "api_version": API_VERSION, "backends": rows}, indent=2))
+        return 0
+    if not rows:
+        print("no plugins found (entry-point group 'algoswap.backends'); install one, e.g. pip install ./plugins/numpy_backend")
+        return 0
+    header = ("backend", "distribution", "version", "device", "memory", "status")
+    table = [header] + [
+        (r["backend"] or f"[{r['plugin']}]", r["distribution"], r["version"], r["device"] or "-", r["memory"] or "-",
+         r["status"] + (f": {r['reason']}" if r["reason"] else ""))
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(5)]
+    for row in table:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row[:5], widths)) + "  " + row[5])
+    if args.verbose:
+        for plugin in get_registry().plugins:
+            if plugin.trace:
+                print(f"\n--- {plugin.name} ({plugin.owner}) ---\n{plugin.trace}", end="")
+    return 0
+
+
+def cmd_caps(args: argparse.Namespace) -> int:
+    from ._api import capabilities
+
+    matrix = capabilities(args.op, args.backend, available=args.available)
+    render = {"text": matrix.to_text, "markdown": matrix.to_markdown, "rst": matrix.to_rst, "json": matrix.to_json}
+    print(render[args.format]())
+    return 0
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    from ._global import get_registry
+
+    registry = get_registry()
+    names = [args.name] if args.name else list(registry.ops)
+    print("\n\n".join(registry.spec(name).describe() for name in names))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    return run_demo()
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="algoswap", description="Registry of deep-learning operator implementations.")
+    main.add_argument("--version", action="version", version=f"algoswap {__version__} (plugin API {API_VERSION})")
+    sub = main.add_subparsers(dest="command", required=True)
+    backends = sub.add_parser("backends", help="installed backends and plugin status")
+    backends.add_argument("--json", action="store_true", help="machine-readable output")
+    backends.add_argument("--verbose", "-v", action="store_true", help="show tracebacks of broken plugins")
+    backends.set_defaults(run=cmd_backends)
+    caps = sub.add_parser("caps", help="the capability matrix")
+    caps.add_argument("--op", help="only this op")
+    caps.add_argument("--backend", help="only this backend")
+    caps.add_argument("--format", choices=("text", "markdown", "rst", "json"), default="text")
+    caps.add_argument("--available", action="store_true", help="only backends available on this machine")
+    caps.set_defaults(run=cmd_caps)
+    ops = sub.add_parser("ops", help="op specs: inputs and attributes")
+    ops.add_argument("name", nargs="?")
+    ops.set_defaults(run=cmd_ops)
+    demo = sub.add_parser("demo", help="the backends, the matrix, and every conv2d algorithm run side by side")
+    demo.set_defaults(run=cmd_demo)
+    return main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ._errors import AlgoswapError
+
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except AlgoswapError as exc:
+        print(f"algoswap: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,56 @@
+"""Exceptions raised by algoswap: each names the op, the argument, what was given and expected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AlgoswapError(Exception):
+    """Base class of every error algoswap raises on purpose."""
+
+
+class OpArgumentError(AlgoswapError, ValueError):
+    """An op was called with an attribute or input that its spec refuses."""
+
+    def __init__(self, op: str, argument: str, given: Any, expected: str) -> None:
+        self.op = op
+        self.argument = argument
+        self.given = given
+        self.expected = expected
+        super().__init__(f"{op}: argument '{argument}' got {_show(given)}; expected {expected}")
+
+
+class OpDtypeError(OpArgumentError, TypeError):
+    """An input has a dtype the op (or the chosen implementation) does not accept."""
+
+
+class NoImplementationError(AlgoswapError, LookupError):
+    """No registered implementation can serve a call; the message lists every candidate."""
+
+    def __init__(self, message: str, rejected: tuple[tuple[str, str], ...] = ()) -> None:
+        self.rejected = rejected
+        super().__init__(message)
+
+
+class PluginError(AlgoswapError):
+    """A plugin failed to load (raised only in strict mode; otherwise it is reported)."""
+
+
+class RegistrationError(AlgoswapError, ValueError):
+    """A plugin made an invalid registration call (bad name, unknown op, missing backend)."""
+
+
+class InvalidSpec(Exception):
+    """Raised inside attribute converters and shape rules; the core adds the op name."""
+
+    def __init__(self, argument: str, given: Any, expected: str) -> None:
+        self.argument = argument
+        self.given = given
+        self.expected = expected
+        super().__init__(f"argument '{argument}' got {_show(given)}; expected {expected}")
+
+
+def _show(value: Any) -> str:
+    """Values as repr; descriptions (strings with spaces, like "shape (1, 2)") as they are."""
+    text = value if isinstance(value, str) and " " in value else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

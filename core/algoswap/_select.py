@@ -1,0 +1,129 @@
+"""Selection: which implementation serves a call, and why every other candidate did not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ._errors import NoImplementationError, OpArgumentError
+from ._records import BackendRecord, ImplRecord
+from ._registry import Registry, suggest
+from ._spec import OpCall, Shape
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of selection: the chosen implementation, the call it serves, and the rejects."""
+
+    impl: ImplRecord
+    backend: BackendRecord
+    call: OpCall
+    request: str
+    rejected: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def kernel(self) -> str:
+        return self.impl.kernel_name(self.call)
+
+    def describe(self) -> str:
+        """A few lines for people: what runs, and why the other candidates were passed over."""
+        lines = [f"{self.call.op} {self.call.shapes} {self.call.dtype}: {self.impl.qualified} (kernel {self.kernel})"]
+        lines += [f"  rejected {name}: {reason}" for name, reason in self.rejected]
+        return "\n".join(lines)
+
+
+def parse_request(op: str, request: Any) -> tuple[str | None, str | None]:
+    """'default' -> (None, None); 'smm' -> (None, 'smm'); 'numpy:smm' -> ('numpy', 'smm')."""
+    expected = "'default', an algorithm name, or 'backend:algorithm'"
+    if not isinstance(request, str) or not request or request.count(":") > 1:
+        raise OpArgumentError(op, "algorithm", request, expected)
+    backend, _, algorithm = request.rpartition(":")
+    if (":" in request and not backend) or not algorithm:
+        raise OpArgumentError(op, "algorithm", request, expected)
+    return (backend or None, None if algorithm == "default" else algorithm)
+
+
+def _rank(registry: Registry, impl: ImplRecord) -> tuple[int, int, str, str]:
+    backend = registry.backends[impl.backend]
+    return (-backend.priority, -impl.priority, impl.backend, impl.algorithm)
+
+
+def _reject_reason(registry: Registry, impl: ImplRecord, call: OpCall, memory: str | None) -> str | None:
+    backend = registry.backends[impl.backend]
+    available = backend.availability()
+    if available is not True:
+        return f"backend unavailable: {available}"
+    if memory is not None and backend.memory.name != memory:
+        return f"works on {backend.memory.name} memory; the inputs are in {memory} memory (pass transfer=True to move them)"
+    answer = impl.check(call)
+    return None if answer is True else str(answer)
+
+
+def choose(registry: Registry, call: OpCall, request: str = "default", memory: str | None = "host") -> Selection:
+    """Pick the best-ranked implementation that matches ``request`` and supports ``call``."""
+    backend, algorithm = parse_request(call.op, request)
+    candidates = registry.implementations(call.op)
+    matching = [
+        impl for impl in candidates
+        if (backend is None or impl.backend == backend) and (algorithm is None or impl.algorithm == algorithm)
+    ]
+    if not matching:
+        raise _unknown_request(registry, call.op, request, backend, algorithm, candidates)
+    rejected: list[tuple[str, str]] = []
+    for impl in sorted(matching, key=lambda impl: _rank(registry, impl)):
+        reason = _reject_reason(registry, impl, call, memory)
+        if reason is None:
+            return Selection(impl, registry.backends[impl.backend], call, request, tuple(rejected))
+        rejected.append((impl.qualified, reason))
+    lines = "\n".join(f"  {name}: {reason}" for name, reason in rejected)
+    raise NoImplementationError(
+        f"{call.op}: no implementation matching {request!r} supports input shapes {call.shapes} "
+        f"with dtype {call.dtype}. Candidates:\n{lines}",
+        tuple(rejected),
+    )
+
+
+def _unknown_request(
+    registry: Registry, op: str, request: str, backend: str | None, algorithm: str | None, candidates: list[ImplRecord]
+) -> NoImplementationError:
+    if not candidates:
+        loaded = ", ".join(registry.backends) or "none"
+        return NoImplementationError(f"{op}: no implementation is registered (backends loaded: {loaded}); see `algoswap backends`")
+    declared = [
+        u for u in registry.unsupported.values()
+        if u.op == op and (backend is None or u.backend == backend) and (algorithm is None or u.algorithm == algorithm)
+    ]
+    if declared:
+        lines = "\n".join(f"  {u.backend}:{u.algorithm}: {u.reason}" for u in declared)
+        return NoImplementationError(f"{op}: {request!r} is declared unsupported:\n{lines}", tuple((f"{u.backend}:{u.algorithm}", u.reason) for u in declared))
+    names = sorted({impl.qualified for impl in candidates} | {impl.algorithm for impl in candidates} | {f"{impl.backend}:default" for impl in candidates})
+    hint = suggest(request, names) or suggest(algorithm or "", [impl.algorithm for impl in candidates])
+    offered = ", ".join(sorted({impl.qualified for impl in candidates}))
+    return NoImplementationError(f"{op}: no implementation named {request!r}{hint} Offered: {offered}")
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def select(
+    registry: Registry,
+    op: str,
+    shapes: Sequence[Shape | None],
+    dtypes: Sequence[str | None],
+    attrs: Mapping[str, Any] | None = None,
+    algorithm: str = "default",
+    memory: str | None = "host",
+) -> Selection:
+    """Validate a call and choose its implementation; cached per (op, request, shapes, dtypes, attrs, memory)."""
+    attrs = dict(attrs or {})
+    key = (op, algorithm, memory, tuple(None if s is None else tuple(s) for s in shapes), tuple(dtypes), _freeze(attrs))
+    cached = registry.selection_cache.get(key)
+    if cached is None:
+        call = registry.spec(op).bind(shapes, dtypes, attrs)
+        cached = registry.selection_cache[key] = choose(registry, call, algorithm, memory)
+    return cached

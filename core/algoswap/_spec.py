@@ -1,0 +1,178 @@
+"""Op specs: declarations of an op's inputs, attributes, shape rule and dtype rule.
+
+A spec says what an op means and which calls are valid; it never computes the op.
+`OpSpec.bind` validates a call before any backend runs and returns an `OpCall`:
+the canonical attributes, input shapes, dtype and output shape that implementations
+and their `supports` predicates receive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
+
+from ._errors import InvalidSpec, OpArgumentError, OpDtypeError
+
+Shape = tuple[int, ...]
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Input:
+    """One array input: its name, allowed ranks (None: any) and whether it may be None."""
+
+    name: str
+    ranks: tuple[int, ...] | None = None
+    optional: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute: its default and a converter that validates and canonicalises it.
+
+    The converter raises `ValueError(expected)` for a bad value; the core turns that
+    into an `OpArgumentError` naming the op and the attribute.
+    """
+
+    name: str
+    default: Any = REQUIRED
+    convert: Callable[[Any], Any] = lambda value: value
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """A validated call: what implementations and `supports` predicates are given."""
+
+    op: str
+    shapes: tuple[Shape | None, ...]
+    dtype: str
+    attrs: Mapping[str, Any]
+    out_shape: Shape
+    input_names: tuple[str, ...] = ()
+
+    def shape(self, name: str) -> Shape | None:
+        """The shape of the input called `name` (None for an absent optional input)."""
+        return self.shapes[self.input_names.index(name)]
+
+
+ShapeRule = Callable[[dict[str, Any], dict[str, Any]], Shape]
+Resolver = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
+def _no_resolve(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    return attrs
+
+
+def same_float_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) -> str:
+    """The default dtype rule: every present input shares one floating dtype, kept by the output."""
+    present = [(n, d) for n, d in zip(names, dtypes) if d is not None]
+    first_name, first = present[0]
+    if first not in FLOAT_DTYPES:
+        raise OpDtypeError(op, first_name, first, f"a floating dtype ({', '.join(FLOAT_DTYPES)})")
+    for name, dtype in present[1:]:
+        if dtype != first:
+            raise OpDtypeError(op, name, dtype, f"{first}, the dtype of '{first_name}'")
+    return first
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """The declaration of an op. See `algoswap.ops_specs()` for every registered one."""
+
+    name: str
+    inputs: tuple[Input, ...]
+    attrs: tuple[Attr, ...]
+    shape_rule: ShapeRule
+    resolve: Resolver = _no_resolve
+    dtype_rule: Callable[[str, Sequence[str], Sequence[str | None]], str] = same_float_dtype
+    family: str = "misc"
+    doc: str = ""
+    grad_of: str | None = None
+    _attr_index: Mapping[str, Attr] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_attr_index", {a.name: a for a in self.attrs})
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    def canonical_attrs(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate attribute names and values; return every attribute in canonical form."""
+        for name in given:
+            if name not in self._attr_index:
+                known = ", ".join(self._attr_index) or "none"
+                raise OpArgumentError(self.name, name, given[name], f"no such attribute (known: {known})")
+        out: dict[str, Any] = {}
+        for attr in self.attrs:
+            value = given.get(attr.name, attr.default)
+            if value is REQUIRED:
+                raise OpArgumentError(self.name, attr.name, "nothing", "a value (it has no default)")
+            try:
+                out[attr.name] = attr.convert(value)
+            except (ValueError, TypeError) as exc:
+                raise OpArgumentError(self.name, attr.name, value, str(exc)) from None
+        return out
+
+    def check_inputs(self, shapes: Sequence[Shape | None]) -> dict[str, Shape | None]:
+        """Validate the number, presence, ranks and sizes of the inputs."""
+        if len(shapes) > len(self.inputs) or len(shapes) < sum(not i.optional for i in self.inputs):
+            expected = f"{len(self.inputs)} inputs ({', '.join(self.input_names)})"
+            raise OpArgumentError(self.name, "inputs", f"{len(shapes)} inputs", expected)
+        named: dict[str, Shape | None] = {}
+        for spec, shape in zip(self.inputs, list(shapes) + [None] * (len(self.inputs) - len(shapes))):
+            named[spec.name] = self._check_one_input(spec, shape)
+        return named
+
+    def _check_one_input(self, spec: Input, shape: Shape | None) -> Shape | None:
+        if shape is None:
+            if not spec.optional:
+                raise OpArgumentError(self.name, spec.name, None, "an array (this input is required)")
+            return None
+        shape = tuple(int(s) for s in shape)
+        if spec.ranks is not None and len(shape) not in spec.ranks:
+            ranks = " or ".join(f"{r}-D" for r in spec.ranks)
+            raise OpArgumentError(self.name, spec.name, f"a {len(shape)}-D array of shape {shape}", f"a {ranks} array")
+        if any(s <= 0 for s in shape):
+            raise OpArgumentError(self.name, spec.name, f"shape {shape}", "every size positive (no zero or negative sizes)")
+        return shape
+
+    def bind(self, shapes: Sequence[Shape | None], dtypes: Sequence[str | None], attrs: Mapping[str, Any]) -> OpCall:
+        """Validate a call (shapes, dtypes, attributes) and return its canonical `OpCall`."""
+        named = self.check_inputs(shapes)
+        canonical = self.canonical_attrs(attrs)
+        padded = list(dtypes) + [None] * (len(self.inputs) - len(dtypes))
+        dtype = self.dtype_rule(self.name, self.input_names, padded)
+        try:
+            resolved = self.resolve(named, canonical)
+            out_shape = tuple(int(s) for s in self.shape_rule(named, resolved))
+        except InvalidSpec as exc:
+            raise OpArgumentError(self.name, exc.argument, exc.given, exc.expected) from None
+        if any(s <= 0 for s in out_shape):
+            raise OpArgumentError(self.name, "inputs", f"output shape {out_shape}", "inputs large enough for a non-empty output")
+        return OpCall(self.name, tuple(named.values()), dtype, MappingProxyType(resolved), out_shape, self.input_names)
+
+    def describe(self) -> str:
+        """A few lines for people: inputs, attributes with defaults, and the doc."""
+        lines = [f"{self.name}({', '.join(self._input_text(i) for i in self.inputs)})"]
+        for attr in self.attrs:
+            lines.append(f"    {attr.name} = {attr.default!r}    {attr.doc}".rstrip())
+        if self.doc:
+            lines.append(f"  {self.doc}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _input_text(spec: Input) -> str:
+        ranks = "" if spec.ranks is None else "/".join(f"{r}-D" for r in spec.ranks)
+        return f"{spec.name}{'?' if spec.optional else ''}{' ' + ranks if ranks else ''}"

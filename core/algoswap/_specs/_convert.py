@@ -1,0 +1,102 @@
+"""Attribute converters: validate a value, return its canonical form, or raise ValueError(expected)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def integer(minimum: int | None = None) -> Callable[[Any], int]:
+    """An int, at least `minimum`."""
+    what = "an int" if minimum is None else f"an int >= {minimum}"
+
+    def convert(value: Any) -> int:
+        if not _is_int(value) or (minimum is not None and value < minimum):
+            raise ValueError(what)
+        return int(value)
+
+    return convert
+
+
+def pair(minimum: int) -> Callable[[Any], tuple[int, int]]:
+    """An int or a pair of ints, each at least `minimum`; canonical form: a pair."""
+    what = f"an int >= {minimum} or a pair of them"
+
+    def convert(value: Any) -> tuple[int, int]:
+        if _is_int(value):
+            value = (value, value)
+        if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(_is_int(v) for v in value):
+            raise ValueError(what)
+        if min(value) < minimum:
+            raise ValueError(what)
+        return (int(value[0]), int(value[1]))
+
+    return convert
+
+
+def optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """None, or whatever `convert` accepts."""
+
+    def convert_optional(value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return convert(value)
+        except ValueError as exc:
+            raise ValueError(f"None or {exc}") from None
+
+    return convert_optional
+
+
+def boolean(value: Any) -> bool:
+    """True or False (ints and strings are refused so that typos are caught)."""
+    if not isinstance(value, bool):
+        raise ValueError("True or False")
+    return value
+
+
+def choice(*options: str) -> Callable[[Any], str]:
+    """One of the given strings."""
+    what = "one of " + ", ".join(repr(o) for o in options)
+
+    def convert(value: Any) -> str:
+        if value not in options:
+            raise ValueError(what)
+        return str(value)
+
+    return convert
+
+
+def conv_padding(value: Any) -> str | tuple[int, int] | tuple[tuple[int, int], tuple[int, int]]:
+    """'same', 'valid', an int, a pair (h, w), or explicit ((top, bottom), (left, right))."""
+    what = "'same', 'valid', an int >= 0, a pair (h, w) or ((top, bottom), (left, right))"
+    if isinstance(value, str):
+        if value not in ("same", "valid"):
+            raise ValueError(what)
+        return value
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, (tuple, list)) for v in value):
+        try:
+            return (pair(0)(tuple(value[0])), pair(0)(tuple(value[1])))
+        except ValueError:
+            raise ValueError(what) from None
+    try:
+        return pair(0)(value)
+    except ValueError:
+        raise ValueError(what) from None
+
+
+def output_size(value: Any) -> tuple[int | None, int | None]:
+    """An int, or a pair whose entries are ints >= 1 or None (None keeps the input size)."""
+    what = "an int >= 1 or a pair of ints >= 1 / None"
+    if _is_int(value):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(what)
+    for entry in value:
+        if entry is not None and (not _is_int(entry) or entry < 1):
+            raise ValueError(what)
+    return (None if value[0] is None else int(value[0]), None if value[1] is None else int(value[1]))

@@ -1,0 +1,30 @@
+"""Shape arithmetic shared by several op families."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._convert import _is_int
+
+
+def shape_attr(rank: int) -> Callable[[Any], tuple[int, ...]]:
+    """An attribute holding a shape of `rank` positive sizes (e.g. input_size of a gradient op)."""
+    what = f"a shape of {rank} positive ints"
+
+    def convert(value: Any) -> tuple[int, ...]:
+        if not isinstance(value, (tuple, list)) or len(value) != rank:
+            raise ValueError(what)
+        if not all(_is_int(v) and v > 0 for v in value):
+            raise ValueError(what)
+        return tuple(int(v) for v in value)
+
+    return convert
+
+
+def pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size: the last window must start inside the input or its left padding."""
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out

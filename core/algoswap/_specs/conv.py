@@ -1,0 +1,135 @@
+"""conv2d and its gradients with respect to input, weight and bias."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import InvalidSpec
+from .._spec import Attr, Input, OpSpec, Shape
+from ._convert import choice, conv_padding, integer, pair
+from ._geometry import shape_attr
+
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+CONV_ATTRS = (
+    Attr("stride", 1, pair(1), "int or (sh, sw)"),
+    Attr("padding", 0, conv_padding, "int, (ph, pw), ((top, bottom), (left, right)), 'same' or 'valid'"),
+    Attr("dilation", 1, pair(1), "int or (dh, dw)"),
+    Attr("groups", 1, integer(1), "input and output channels are split into this many groups"),
+    Attr("padding_mode", "zeros", choice(*PADDING_MODES), "how the border is padded"),
+)
+
+
+def _explicit_padding(padding: Any, kernel: Shape, attrs: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
+    if padding == "valid":
+        return ((0, 0), (0, 0))
+    if padding == "same":
+        if attrs["stride"] != (1, 1):
+            raise InvalidSpec("padding", "same", f"stride 1 with padding='same' (stride is {attrs['stride']})")
+        totals = [d * (k - 1) for d, k in zip(attrs["dilation"], kernel)]
+        return ((totals[0] // 2, totals[0] - totals[0] // 2), (totals[1] // 2, totals[1] - totals[1] // 2))
+    if isinstance(padding[0], tuple):
+        return padding
+    return ((padding[0], padding[0]), (padding[1], padding[1]))
+
+
+def _check_padding_mode(size: tuple[int, int], pads: tuple[tuple[int, int], tuple[int, int]], mode: str) -> None:
+    for extent, (before, after) in zip(size, pads):
+        widest = max(before, after)
+        if mode == "reflect" and widest >= extent:
+            raise InvalidSpec("padding", pads, f"reflect padding smaller than the input size {size}")
+        if mode == "circular" and widest > extent:
+            raise InvalidSpec("padding", pads, f"circular padding at most the input size {size}")
+
+
+def conv_geometry(x: Shape, w: Shape, attrs: dict[str, Any]) -> tuple[dict[str, Any], Shape]:
+    """Check input/weight compatibility, make padding explicit; return (attrs, output shape)."""
+    groups = attrs["groups"]
+    if x[1] != w[1] * groups:
+        raise InvalidSpec("weight", f"shape {w}", f"weight.shape[1] * groups == input channels ({x[1]}); groups={groups}")
+    if w[0] % groups:
+        raise InvalidSpec("groups", groups, f"a divisor of the output channels ({w[0]})")
+    pads = _explicit_padding(attrs["padding"], w[2:], attrs)
+    if attrs["padding_mode"] != "zeros":
+        _check_padding_mode(x[2:], pads, attrs["padding_mode"])
+    out = [x[0], w[0]]
+    for extent, (before, after), k, s, d in zip(x[2:], pads, w[2:], attrs["stride"], attrs["dilation"]):
+        span = extent + before + after - d * (k - 1)
+        if span < 1:
+            raise InvalidSpec("input", f"shape {x}", f"spatial size (with padding) of at least the dilated kernel ({d * (k - 1) + 1})")
+        out.append((span - 1) // s + 1)
+    return {**attrs, "padding": pads}, tuple(out)
+
+
+def _resolve_conv2d(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    resolved, _ = conv_geometry(shapes["input"], shapes["weight"], attrs)
+    bias = shapes["bias"]
+    if bias is not None and bias != (shapes["weight"][0],):
+        raise InvalidSpec("bias", f"shape {bias}", f"shape ({shapes['weight'][0]},), one per output channel")
+    return resolved
+
+
+def _check_grad_output(grad: Shape, expected: Shape) -> None:
+    if grad != expected:
+        raise InvalidSpec("grad_output", f"shape {grad}", f"shape {expected}, the forward output shape")
+
+
+def _resolve_grad_input(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    resolved, out = conv_geometry(attrs["input_size"], shapes["weight"], attrs)
+    _check_grad_output(shapes["grad_output"], out)
+    return resolved
+
+
+def _resolve_grad_weight(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    resolved, out = conv_geometry(shapes["input"], attrs["weight_size"], attrs)
+    _check_grad_output(shapes["grad_output"], out)
+    return resolved
+
+
+def _conv2d_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    return conv_geometry(shapes["input"], shapes["weight"], attrs)[1]
+
+
+conv2d = OpSpec(
+    "conv2d",
+    (Input("input", (4,)), Input("weight", (4,)), Input("bias", (1,), optional=True)),
+    CONV_ATTRS,
+    shape_rule=_conv2d_shape,
+    resolve=_resolve_conv2d,
+    family="conv",
+    doc="2-D cross-correlation of an (N, C, H, W) input with (O, C/groups, KH, KW) weights, like torch.nn.Conv2d.",
+)
+
+conv2d_grad_input = OpSpec(
+    "conv2d_grad_input",
+    (Input("grad_output", (4,)), Input("weight", (4,))),
+    (Attr("input_size", doc="(N, C, H, W) of the forward input", convert=shape_attr(4)),) + CONV_ATTRS,
+    shape_rule=lambda shapes, attrs: attrs["input_size"],
+    resolve=_resolve_grad_input,
+    family="conv",
+    grad_of="conv2d",
+    doc="Gradient of conv2d with respect to its input.",
+)
+
+conv2d_grad_weight = OpSpec(
+    "conv2d_grad_weight",
+    (Input("grad_output", (4,)), Input("input", (4,))),
+    (Attr("weight_size", doc="(O, C/groups, KH, KW) of the weight", convert=shape_attr(4)),) + CONV_ATTRS,
+    shape_rule=lambda shapes, attrs: attrs["weight_size"],
+    resolve=_resolve_grad_weight,
+    family="conv",
+    grad_of="conv2d",
+    doc="Gradient of conv2d with respect to its weight.",
+)
+
+conv2d_grad_bias = OpSpec(
+    "conv2d_grad_bias",
+    (Input("grad_output", (4,)),),
+    (),
+    shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
+    family="conv",
+    grad_of="conv2d",
+    doc="Gradient of conv2d with respect to its bias: grad_output summed over N, H and W.",
+)
+
+SPECS = (conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_grad_bias)

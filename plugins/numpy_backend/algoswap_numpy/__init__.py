@@ -1,0 +1,64 @@
+"""The NumPy reference backend of algoswap: every op, forward and backward, in vectorised NumPy.
+
+It defines what each op means: every other backend is tested against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import activation, conv, linear, pool, shape
+
+__version__ = "0.1.0"
+__all__ = ["algoswap_api_version", "algoswap_register"]
+
+BACKEND = "numpy"
+_ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+
+
+def _winograd_supports(call: Any) -> bool | str:
+    kernel = call.shape("weight")[2:]
+    return conv.winograd_applies(kernel, call.attrs["stride"], call.attrs["dilation"])
+
+
+def algoswap_api_version() -> str:
+    return ">=1,<2"
+
+
+def algoswap_register(registry: Any) -> None:
+    registry.add_backend(BACKEND, device="cpu", priority=0, description="NumPy reference implementations (host memory)")
+    _register_conv(registry)
+    _register_simple(registry)
+
+
+def _register_conv(registry: Any) -> None:
+    add = registry.add_implementation
+    add("conv2d", "smm", BACKEND, conv.conv2d_smm, priority=30, kernel="numpy im2col + matmul (BLAS gemm)")
+    add("conv2d", "winograd", BACKEND, conv.conv2d_winograd, priority=20, supports=_winograd_supports,
+        kernel="numpy Winograd F(2x2,3x3) tiles")
+    add("conv2d", "direct", BACKEND, conv.conv2d_direct, priority=10, kernel="numpy tap-by-tap tensordot")
+    add("conv2d", "fft", BACKEND, conv.conv2d_fft, priority=0, kernel="numpy rfft2 pointwise products")
+    add("conv2d_grad_input", "direct", BACKEND, conv.conv2d_grad_input, kernel="numpy tap-by-tap scatter")
+    add("conv2d_grad_weight", "direct", BACKEND, conv.conv2d_grad_weight, kernel="numpy tap-by-tap tensordot")
+    add("conv2d_grad_bias", "direct", BACKEND, conv.conv2d_grad_bias, kernel="numpy sum")
+
+
+def _register_simple(registry: Any) -> None:
+    table = {
+        "linear": linear.linear,
+        "linear_grad_input": linear.linear_grad_input,
+        "linear_grad_weight": linear.linear_grad_weight,
+        "linear_grad_bias": linear.linear_grad_bias,
+        "maxpool2d": pool.maxpool2d,
+        "maxpool2d_grad": pool.maxpool2d_grad,
+        "avgpool2d": pool.avgpool2d,
+        "avgpool2d_grad": pool.avgpool2d_grad,
+        "adaptiveavgpool2d": pool.adaptiveavgpool2d,
+        "adaptiveavgpool2d_grad": pool.adaptiveavgpool2d_grad,
+        "relu": activation.relu,
+        "relu_grad": activation.relu_grad,
+    }
+    algorithms = {"linear": "gemm", "linear_grad_input": "gemm", "linear_grad_weight": "gemm"}
+    for op, fn in table.items():
+        registry.add_implementation(op, algorithms.get(op, "direct"), BACKEND, fn, kernel=f"numpy {fn.__name__}")
+    registry.add_implementation("flatten", "direct", BACKEND, shape.flatten, dtypes=_ALL_DTYPES, kernel="numpy reshape")

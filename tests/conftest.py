@@ -1,0 +1,27 @@
+"""Shared fixtures. Random inputs are fresh each session; the seed is printed so a failure can be replayed
+with ALGOSWAP_TEST_SEED=<seed>."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+SEED = int(os.environ.get("ALGOSWAP_TEST_SEED", random.SystemRandom().randrange(2**31)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"algoswap test seed: {SEED} (replay with ALGOSWAP_TEST_SEED={SEED})"
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A generator seeded from the session seed and the test's id: fresh per run, replayable."""
+    return np.random.default_rng([SEED, zlib.crc32(request.node.nodeid.encode())])

@@ -1,0 +1,122 @@
+"""Cases spanning each op's attribute space, shared by the conformance suite and the benchmarks.
+
+A case is (input shapes, attributes); the arrays are drawn fresh for every test run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import algoswap
+
+Case = tuple[tuple[Any, ...], dict[str, Any]]
+
+CONV2D: list[Case] = [
+    (((2, 3, 9, 11), (4, 3, 3, 3), (4,)), {"padding": 1}),
+    (((1, 2, 7, 5), (3, 2, 3, 3), (3,)), {"padding": 1}),
+    (((2, 4, 10, 9), (6, 4, 3, 3), None), {"stride": 2, "padding": (1, 2), "dilation": (2, 1)}),
+    (((2, 4, 8, 8), (6, 2, 3, 3), (6,)), {"groups": 2, "padding": 1}),
+    (((1, 6, 9, 9), (6, 1, 3, 3), (6,)), {"groups": 6, "padding": 1, "stride": 2}),
+    (((1, 3, 10, 9), (5, 3, 4, 2), (5,)), {"padding": "same", "dilation": 2}),
+    (((2, 3, 7, 8), (2, 3, 3, 3), None), {"padding": "valid"}),
+    (((1, 2, 8, 7), (3, 2, 3, 3), (3,)), {"padding": ((1, 0), (2, 1))}),
+    (((1, 2, 8, 7), (3, 2, 3, 3), (3,)), {"padding": 2, "padding_mode": "reflect"}),
+    (((1, 2, 8, 7), (3, 2, 3, 3), (3,)), {"padding": (1, 2), "padding_mode": "replicate"}),
+    (((1, 2, 8, 7), (3, 2, 3, 3), (3,)), {"padding": 2, "padding_mode": "circular", "stride": (2, 1)}),
+    (((2, 5, 9, 7), (4, 5, 1, 1), (4,)), {"stride": 3}),
+    (((1, 3, 12, 13), (4, 3, 5, 5), (4,)), {"padding": 2, "stride": (1, 2)}),
+    (((1, 3, 6, 6), (2, 3, 6, 6), (2,)), {}),
+]
+
+LINEAR: list[Case] = [
+    (((5, 7), (4, 7), (4,)), {}),
+    (((2, 3, 7), (4, 7), None), {}),
+    (((7,), (3, 7), (3,)), {}),
+    (((2, 1, 3, 6), (5, 6), (5,)), {}),
+]
+
+MAXPOOL2D: list[Case] = [
+    (((2, 3, 9, 9),), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    (((1, 2, 11, 10),), {"kernel_size": (3, 2), "stride": (1, 2), "padding": (1, 0), "dilation": (2, 1), "ceil_mode": True}),
+    (((2, 2, 7, 7),), {"kernel_size": 2, "ceil_mode": True}),
+    (((1, 3, 8, 6),), {"kernel_size": (2, 3)}),
+    (((1, 1, 10, 9),), {"kernel_size": 4, "stride": 3, "padding": 2, "ceil_mode": True}),
+]
+
+AVGPOOL2D: list[Case] = [
+    (((2, 3, 9, 9),), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    (((2, 3, 9, 9),), {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False}),
+    (((1, 2, 7, 8),), {"kernel_size": (3, 2), "stride": (2, 3), "padding": (1, 1), "ceil_mode": True}),
+    (((1, 2, 7, 8),), {"kernel_size": (3, 2), "stride": (2, 3), "padding": (1, 1), "ceil_mode": True, "count_include_pad": False}),
+    (((2, 2, 6, 6),), {"kernel_size": 2, "divisor_override": 3}),
+]
+
+ADAPTIVE: list[Case] = [
+    (((2, 3, 7, 5),), {"output_size": (3, 2)}),
+    (((1, 2, 4, 4),), {"output_size": 6}),
+    (((1, 2, 9, 8),), {"output_size": (None, 3)}),
+    (((2, 4, 8, 8),), {"output_size": 1}),
+]
+
+ELEMENTWISE: list[Case] = [(((3, 4, 5),), {}), (((2, 3, 7, 6),), {}), (((11,),), {})]
+
+FLATTEN: list[Case] = [
+    (((2, 3, 4, 5),), {}),
+    (((2, 3, 4, 5),), {"start_dim": 0, "end_dim": 2}),
+    (((2, 3, 4, 5),), {"start_dim": -2, "end_dim": -1}),
+    (((6,),), {"start_dim": 0}),
+]
+
+FORWARD: dict[str, list[Case]] = {
+    "conv2d": CONV2D,
+    "linear": LINEAR,
+    "maxpool2d": MAXPOOL2D,
+    "avgpool2d": AVGPOOL2D,
+    "adaptiveavgpool2d": ADAPTIVE,
+    "relu": ELEMENTWISE,
+    "flatten": FLATTEN,
+}
+
+
+def _out_shape(op: str, shapes: tuple[Any, ...], attrs: dict[str, Any]) -> tuple[int, ...]:
+    dtypes = ["float64" if s is not None else None for s in shapes]
+    return algoswap.registry().spec(op).bind(shapes, dtypes, attrs).out_shape
+
+
+def _grad_cases(op: str, build: Any) -> list[Case]:
+    cases = []
+    for shapes, attrs in FORWARD[op]:
+        cases.append(build(shapes, attrs, _out_shape(op, shapes, attrs)))
+    return cases
+
+
+GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
+    "conv2d_grad_input": ("conv2d", lambda s, a, y: ((y, s[1]), {**a, "input_size": s[0]})),
+    "conv2d_grad_weight": ("conv2d", lambda s, a, y: ((y, s[0]), {**a, "weight_size": s[1]})),
+    "conv2d_grad_bias": ("conv2d", lambda s, a, y: ((y,), {})),
+    "linear_grad_input": ("linear", lambda s, a, y: ((y, s[1]), {})),
+    "linear_grad_weight": ("linear", lambda s, a, y: ((y, s[0]), {})),
+    "linear_grad_bias": ("linear", lambda s, a, y: ((y,), {})),
+    "maxpool2d_grad": ("maxpool2d", lambda s, a, y: ((y, s[0]), a)),
+    "avgpool2d_grad": ("avgpool2d", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
+    "adaptiveavgpool2d_grad": ("adaptiveavgpool2d", lambda s, a, y: ((y,), {"input_size": s[0]})),
+    "relu_grad": ("relu", lambda s, a, y: ((y, s[0]), {})),
+}
+
+
+def cases_for(op: str) -> list[Case]:
+    """Every case of ``op`` (gradient ops derive theirs from their forward op's cases)."""
+    if op in FORWARD:
+        return FORWARD[op]
+    if op in GRADIENT_BUILDERS:
+        forward, build = GRADIENT_BUILDERS[op]
+        return _grad_cases(forward, build)
+    return []
+
+
+REFERENCE_ALGORITHM = {"linear": "gemm", "linear_grad_input": "gemm", "linear_grad_weight": "gemm"}
+
+
+def reference_name(op: str) -> str:
+    """The reference implementation of ``op``: the NumPy backend's plainest algorithm."""
+    return f"numpy:{REFERENCE_ALGORITHM.get(op, 'direct')}"

@@ -1,0 +1,111 @@
+"""Bad input gets a clear error naming the op, the argument, what was given and what was expected."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import algoswap
+from algoswap import ops
+
+
+def _arrays(*shapes: tuple[int, ...] | None, dtype: str = "float32") -> list[np.ndarray | None]:
+    rng = np.random.default_rng(0)
+    return [None if s is None else rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+CONV = ((1, 3, 8, 8), (4, 3, 3, 3), (4,))
+
+BAD_CALLS = [
+    # (op, shapes, attrs, argument named, words expected in the message)
+    ("conv2d", ((3, 8, 8), (4, 3, 3, 3), None), {}, "input", "4-D"),
+    ("conv2d", ((1, 3, 8, 8), (4, 3, 3), None), {}, "weight", "4-D"),
+    ("conv2d", ((1, 3, 8, 8), (4, 2, 3, 3), None), {}, "weight", "input channels (3)"),
+    ("conv2d", ((1, 4, 8, 8), (6, 2, 3, 3), None), {"groups": 4}, "weight", "groups=4"),
+    ("conv2d", ((1, 4, 8, 8), (5, 2, 3, 3), None), {"groups": 2}, "groups", "divisor of the output channels"),
+    ("conv2d", CONV[:2] + ((5,),), {}, "bias", "one per output channel"),
+    ("conv2d", ((1, 3, 0, 8), (4, 3, 3, 3), None), {}, "input", "positive"),
+    ("conv2d", ((1, 3, 2, 2), (4, 3, 3, 3), None), {}, "input", "dilated kernel"),
+    ("conv2d", CONV, {"stride": 0}, "stride", ">= 1"),
+    ("conv2d", CONV, {"stride": -2}, "stride", ">= 1"),
+    ("conv2d", CONV, {"stride": (1, 2, 3)}, "stride", "pair"),
+    ("conv2d", CONV, {"padding": -1}, "padding", "'same'"),
+    ("conv2d", CONV, {"padding": "full"}, "padding", "'valid'"),
+    ("conv2d", CONV, {"padding": "same", "stride": 2}, "padding", "stride 1"),
+    ("conv2d", CONV, {"padding": 8, "padding_mode": "reflect"}, "padding", "smaller than the input"),
+    ("conv2d", CONV, {"padding_mode": "mirror"}, "padding_mode", "'reflect'"),
+    ("conv2d", CONV, {"groups": 0}, "groups", ">= 1"),
+    ("conv2d", CONV, {"dilation": 1.5}, "dilation", "int"),
+    ("conv2d", CONV, {"strides": 2}, "strides", "no such attribute"),
+    ("linear", ((2, 5), (3, 4), None), {}, "weight", "last dimension"),
+    ("linear", ((2, 4), (3, 4), (4,)), {}, "bias", "(3,)"),
+    ("maxpool2d", ((1, 2, 8, 8),), {}, "kernel_size", "no default"),
+    ("maxpool2d", ((1, 2, 8, 8),), {"kernel_size": 3, "padding": 2}, "padding", "half the kernel"),
+    ("maxpool2d", ((1, 2, 8, 8),), {"kernel_size": 2, "ceil_mode": 1}, "ceil_mode", "True or False"),
+    ("maxpool2d", ((1, 2, 2, 2),), {"kernel_size": 3}, "input", "kernel"),
+    ("avgpool2d", ((1, 2, 8, 8),), {"kernel_size": 2, "divisor_override": 0}, "divisor_override", ">= 1"),
+    ("adaptiveavgpool2d", ((1, 2, 8, 8),), {"output_size": (0, 2)}, "output_size", ">= 1"),
+    ("flatten", ((2, 3, 4),), {"start_dim": 3}, "start_dim", "[-3, 2]"),
+    ("flatten", ((2, 3, 4),), {"start_dim": 2, "end_dim": 1}, "end_dim", "not before start_dim"),
+    ("conv2d_grad_input", ((1, 4, 7, 7), (4, 3, 3, 3)), {"input_size": (1, 3, 8, 8)}, "grad_output", "(1, 4, 6, 6)"),
+    ("conv2d_grad_weight", ((1, 4, 6, 6), (1, 3, 8, 8)), {}, "weight_size", "no default"),
+    ("relu_grad", ((2, 3), (2, 4)), {}, "grad_output", "(2, 4)"),
+]
+
+
+@pytest.mark.parametrize("op, shapes, attrs, argument, words", BAD_CALLS, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(BAD_CALLS)])
+def test_bad_call_is_a_clear_error(op: str, shapes: tuple, attrs: dict, argument: str, words: str) -> None:
+    with pytest.raises(algoswap.OpArgumentError) as caught:
+        ops.call(op, *_arrays(*shapes), **attrs)
+    error = caught.value
+    assert (error.op, error.argument) == (op, argument)
+    message = str(error)
+    assert message.startswith(f"{op}: argument '{argument}' got ")
+    assert words in message, message
+    assert isinstance(error, ValueError)
+
+
+def test_mixed_dtypes_are_refused_naming_both() -> None:
+    x, w, b = _arrays(*CONV)
+    with pytest.raises(algoswap.OpDtypeError, match=r"conv2d: argument 'weight' got 'float64'; expected float32, the dtype of 'input'"):
+        ops.conv2d(x, w.astype(np.float64), b)
+
+
+def test_integer_inputs_are_refused() -> None:
+    with pytest.raises(algoswap.OpDtypeError, match="relu: argument 'input' got 'int64'; expected a floating dtype"):
+        ops.relu(np.arange(6).reshape(2, 3))
+
+
+def test_dtype_no_implementation_supports_lists_every_candidate() -> None:
+    x, w, b = _arrays(*CONV, dtype="float16")
+    with pytest.raises(algoswap.NoImplementationError) as caught:
+        ops.conv2d(x, w, b)
+    message = str(caught.value)
+    for name in ("numpy:smm", "numpy:direct", "numpy:winograd", "numpy:fft"):
+        assert f"{name}: dtype float16 not supported (supports float32, float64)" in message
+
+
+def test_missing_and_extra_inputs() -> None:
+    x, w = _arrays((1, 3, 8, 8), (4, 3, 3, 3))
+    with pytest.raises(algoswap.OpArgumentError, match="conv2d: argument 'inputs' got 1 inputs; expected 3 inputs"):
+        ops.conv2d(x)
+    with pytest.raises(algoswap.OpArgumentError, match="relu: argument 'inputs' got 2 inputs"):
+        ops.relu(x, x)
+    with pytest.raises(algoswap.OpArgumentError, match="conv2d: argument 'weight' got None; expected an array"):
+        ops.conv2d(x, None, None)
+
+
+def test_unknown_op_suggests_a_close_name() -> None:
+    with pytest.raises(AttributeError, match="registered ops: "):
+        ops.conv3d
+    with pytest.raises(algoswap.OpArgumentError, match="did you mean 'conv2d'"):
+        ops.call("conv2", *_arrays(*CONV))
+
+
+def test_errors_are_never_assertion_errors() -> None:
+    for op, shapes, attrs, _, _ in BAD_CALLS:
+        try:
+            ops.call(op, *_arrays(*shapes), **attrs)
+        except algoswap.AlgoswapError:
+            continue
+        pytest.fail(f"{op} {shapes} {attrs} was accepted")

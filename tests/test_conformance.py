@@ -1,0 +1,125 @@
+"""Conformance: every registered implementation against the NumPy reference, on fresh random inputs.
+
+Parametrized over the registry as installed, so a newly installed backend is tested without
+touching this file. Implementations of unavailable backends are skipped with the backend's reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import algoswap
+from op_cases import cases_for, reference_name
+
+TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-11}
+
+
+def _implementations() -> list[object]:
+    registry = algoswap.registry()
+    params = []
+    for impl in registry.implementations():
+        float_dtypes = sorted(set(impl.dtypes) & {"float16", "float32", "float64"})
+        available = registry.backends[impl.backend].availability()
+        for dtype in float_dtypes:
+            marks = [] if available is True else [pytest.mark.skip(reason=f"{impl.backend} unavailable: {available}")]
+            params.append(pytest.param(impl, dtype, id=f"{impl.op}-{impl.qualified}-{dtype}", marks=marks))
+    return params
+
+
+def _draw(rng: np.random.Generator, shape: tuple[int, ...] | None, dtype: str) -> np.ndarray | None:
+    if shape is None:
+        return None
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("impl, dtype", _implementations())
+def test_matches_reference(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Generator) -> None:
+    cases = cases_for(impl.op)
+    if not cases:
+        pytest.fail(f"no conformance cases for op {impl.op!r}: add them to tests/op_cases.py")
+    ran, failures = check_conformance(impl, dtype, rng)
+    assert ran, f"{impl.qualified} supports none of the {len(cases)} cases of {impl.op}"
+    assert not failures, "\n".join(failures)
+
+
+def check_conformance(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Generator) -> tuple[int, list[str]]:
+    """Run ``impl`` on every case it supports; return how many ran and what went wrong."""
+    cases = cases_for(impl.op)
+    spec = algoswap.registry().spec(impl.op)
+    ran, failures = 0, []
+    for index, (shapes, attrs) in enumerate(cases):
+        call = spec.bind(shapes, [None if s is None else dtype for s in shapes], attrs)
+        if impl.check(call) is not True:
+            continue
+        inputs = [_draw(rng, s, dtype) for s in shapes]
+        originals = [None if a is None else a.copy() for a in inputs]
+        out = _run(impl, call, inputs)
+        wide = [None if a is None else a.astype(np.float64) for a in inputs]
+        ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
+        problem = _compare(out, ref, call, dtype)
+        if any(a is not None and not np.array_equal(a, o) for a, o in zip(inputs, originals)):
+            problem = problem or "modified its inputs"
+        if problem:
+            failures.append(f"case {index} {shapes} {attrs}: {problem}")
+        ran += 1
+    return ran, failures
+
+
+def _run(impl: algoswap.ImplRecord, call: algoswap.OpCall, inputs: list[np.ndarray | None]) -> object:
+    memory = algoswap.registry().backends[impl.backend].memory
+    out = impl.callable(*(None if a is None else memory.upload(a) for a in inputs), **call.attrs)
+    return memory.download(out)
+
+
+def _compare(out: object, ref: np.ndarray, call: algoswap.OpCall, dtype: str) -> str:
+    if not isinstance(out, np.ndarray):
+        return f"returned {type(out).__name__}, expected a numpy array"
+    if out.shape != call.out_shape:
+        return f"shape {out.shape}, expected {call.out_shape}"
+    if str(out.dtype) != dtype:
+        return f"dtype {out.dtype}, expected {dtype}"
+    error = relative_error(out, ref)
+    if not error <= TOLERANCE[dtype]:
+        return f"relative error {error:.3g} > {TOLERANCE[dtype]:g}"
+    return ""
+
+
+def test_every_op_has_cases() -> None:
+    missing = [op for op in algoswap.registry().ops if not cases_for(op)]
+    assert not missing, f"ops without conformance cases: {missing}"
+
+
+def test_reference_serves_every_case() -> None:
+    registry = algoswap.registry()
+    for op in registry.ops:
+        backend, _, algorithm = reference_name(op).partition(":")
+        ref = registry.impls[(op, algorithm, backend)]
+        for shapes, attrs in cases_for(op):
+            call = registry.spec(op).bind(shapes, ["float64" if s else None for s in shapes], attrs)
+            assert ref.check(call) is True, (op, shapes, attrs)
+
+
+def test_conformance_catches_a_wrong_implementation(rng: np.random.Generator) -> None:
+    wrong = algoswap.ImplRecord("relu", "wrong", "numpy", lambda x: np.abs(x))
+    ran, failures = check_conformance(wrong, "float32", rng)
+    assert ran == 3 and len(failures) == 3 and "relative error" in failures[0]
+
+
+def test_conformance_catches_a_wrong_dtype_and_shape(rng: np.random.Generator) -> None:
+    wrong_dtype = algoswap.ImplRecord("relu", "wrong", "numpy", lambda x: np.maximum(x, 0).astype(np.float64))
+    wrong_shape = algoswap.ImplRecord("flatten", "wrong", "numpy", lambda x, start_dim, end_dim: x)
+    assert "dtype float64" in check_conformance(wrong_dtype, "float32", rng)[1][0]
+    assert "shape" in check_conformance(wrong_shape, "float32", rng)[1][0]
+
+
+def test_conformance_catches_input_mutation(rng: np.random.Generator) -> None:
+    def relu_in_place(x: np.ndarray) -> np.ndarray:
+        return np.maximum(x, 0, out=x)
+
+    ran, failures = check_conformance(algoswap.ImplRecord("relu", "wrong", "numpy", relu_in_place), "float64", rng)
+    assert failures and all("modified its inputs" in f for f in failures)
