@@ -17,7 +17,7 @@ setup: $(BIN)/python
 	$(PIP) install -e . $(foreach backend,$(BACKENDS),-e $(backend))
 
 setup-test: setup
-	$(PIP) install $(TORCH) "pytest>=8"
+	$(PIP) install $(TORCH) "pytest>=8" "mypy>=1.10"
 
 demo: setup
 	$(BIN)/algoswap demo

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import algoswap
+from helpers import relative_error
 from op_cases import cases_for, reference_name
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-11}
@@ -31,10 +32,6 @@ def _draw(rng: np.random.Generator, shape: tuple[int, ...] | None, dtype: str) -
     if shape is None:
         return None
     return rng.standard_normal(shape).astype(dtype)
-
-
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
 
 
 @pytest.mark.parametrize("impl, dtype", _implementations())

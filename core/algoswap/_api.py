@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ._capabilities import CapabilityMatrix, build
+from ._errors import NoImplementationError
 from ._global import get_registry
 from ._records import PluginRecord
-from ._registry import Registry
+from ._registry import Registry, suggest
 from ._select import Selection
 from ._select import select as _select
 from ._spec import Shape
@@ -45,6 +46,9 @@ def capabilities(op: str | None = None, backend: str | None = None, *, available
     registry = get_registry()
     if op is not None:
         registry.spec(op)
+    if backend is not None and backend not in registry.backends:
+        loaded = ", ".join(registry.backends) or "none"
+        raise NoImplementationError(f"capabilities: no backend named {backend!r}{suggest(backend, registry.backends)} (loaded: {loaded})")
     return build(registry, op, backend, available)
 
 
@@ -54,5 +58,5 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginRecord:
     Returns its record; check ``record.status`` ("loaded", "broken", "incompatible")."""
     from ._plugins import PluginLoader
 
-    label = name or getattr(plugin, "__name__", type(plugin).__name__)
+    label = str(name or getattr(plugin, "__name__", type(plugin).__name__))
     return PluginLoader(get_registry()).load(plugin, PluginRecord(label))

@@ -136,6 +136,16 @@ class CapabilityMatrix:
             blocks.append("\n".join(lines + ([""] + notes if notes else [])))
         return "\n\n".join(blocks)
 
+    def to_summary(self) -> str:
+        """One line per op: for each backend, the algorithms it offers ('-' for none)."""
+        backends = list(self.backends)
+        rows = [["op"] + [self._row_label(b) for b in backends]]
+        for op, table in self.tables.items():
+            offered = [" ".join(a for a, c in table.rows[b].items() if c.supported) or "-" for b in backends]
+            rows.append([op] + offered)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
     def __str__(self) -> str:
         return self.to_text()
 

@@ -61,7 +61,8 @@ def cmd_caps(args: argparse.Namespace) -> int:
     from ._api import capabilities
 
     matrix = capabilities(args.op, args.backend, available=args.available)
-    render = {"text": matrix.to_text, "markdown": matrix.to_markdown, "rst": matrix.to_rst, "json": matrix.to_json}
+    render = {"text": matrix.to_text, "summary": matrix.to_summary, "markdown": matrix.to_markdown,
+              "rst": matrix.to_rst, "json": matrix.to_json}
     print(render[args.format]())
     return 0
 
@@ -92,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     caps = sub.add_parser("caps", help="the capability matrix")
     caps.add_argument("--op", help="only this op")
     caps.add_argument("--backend", help="only this backend")
-    caps.add_argument("--format", choices=("text", "markdown", "rst", "json"), default="text")
+    caps.add_argument("--format", choices=("text", "summary", "markdown", "rst", "json"), default="text")
     caps.add_argument("--available", action="store_true", help="only backends available on this machine")
     caps.set_defaults(run=cmd_caps)
     ops = sub.add_parser("ops", help="op specs: inputs and attributes")

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 from ._cli import main as cli
 
 
-def _relative_error(out: "object", ref: "object") -> float:
+def _relative_error(out: Any, ref: Any) -> float:
     import numpy as np
 
     return float(np.linalg.norm(np.asarray(out) - ref) / np.linalg.norm(ref))
 
 
-def _median_ms(fn: "object", repeats: int = 5) -> float:
+def _median_ms(fn: Callable[[], Any], repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         times.append(time.perf_counter() - started)
     return sorted(times)[len(times) // 2] * 1e3
 
@@ -28,17 +29,14 @@ def run_demo() -> int:
 
     from . import ops
     from ._global import get_registry
+    from ._capabilities import build
     from ._select import select
 
     print("== backends ==")
     cli(["backends"])
-    print("\n== capability matrix (forward ops) ==")
+    print("\n== capability matrix: the algorithms each backend offers per op (algoswap caps for the tables) ==")
     registry = get_registry()
-    from ._capabilities import build
-
-    matrix = build(registry)
-    matrix.tables = {op: t for op, t in matrix.tables.items() if registry.ops[op].grad_of is None}
-    print(matrix.to_text())
+    print(build(registry).to_summary())
     impls = [i for i in registry.implementations("conv2d") if registry.backends[i.backend].availability() is True]
     if not impls:
         print("\nno conv2d implementation is available: install a backend (make demo installs algoswap-numpy)")
@@ -51,7 +49,7 @@ def run_demo() -> int:
     print(f"\n== conv2d {x.shape} * {w.shape}, padding 1, float32: every implementation ==")
     print(f"{'implementation':<20} {'kernel':<40} {'ms':>8} {'rel. error':>11}")
     for impl in impls:
-        def run(name: str = impl.qualified) -> object:
+        def run(name: str = impl.qualified) -> Any:
             return ops.conv2d(x, w, b, padding=1, algorithm=name)
 
         error = _relative_error(run(), ref)

@@ -151,7 +151,7 @@ class ImplRecord:
             return f"supports() raised {_reason_of(exc)}"
         return True if answer is True else (str(answer) or "not supported")
 
-    def kernel_name(self, call: OpCall | None = None) -> str:
+    def kernel_name(self, call: OpCall) -> str:
         """The kernel this implementation runs, as its backend names it."""
         if callable(self.kernel):
             try:

@@ -166,8 +166,10 @@ class OpSpec:
     def describe(self) -> str:
         """A few lines for people: inputs, attributes with defaults, and the doc."""
         lines = [f"{self.name}({', '.join(self._input_text(i) for i in self.inputs)})"]
+        width = max((len(a.name) for a in self.attrs), default=0)
         for attr in self.attrs:
-            lines.append(f"    {attr.name} = {attr.default!r}    {attr.doc}".rstrip())
+            default = "required" if attr.default is REQUIRED else repr(attr.default)
+            lines.append(f"    {attr.name.ljust(width)} = {default:<9} {attr.doc}".rstrip())
         if self.doc:
             lines.append(f"  {self.doc}")
         return "\n".join(lines)

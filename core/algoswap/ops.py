@@ -43,7 +43,7 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
     """Run ``op`` on numpy arrays (``None`` for an absent optional input) through the registry."""
     arrays = tuple(a if a is None or type(a) is np.ndarray else np.asarray(a) for a in arrays)
     cache = get_registry().selection_cache
-    key = ("ops", op, algorithm, transfer, tuple(None if a is None else (a.shape, a.dtype) for a in arrays), tuple(attrs.items()))
+    key: Any = ("ops", op, algorithm, transfer, tuple(None if a is None else (a.shape, a.dtype) for a in arrays), tuple(attrs.items()))
     try:
         entry = cache.get(key)
     except TypeError:  # an unhashable attribute value (a list): validate on every call

@@ -29,11 +29,11 @@ def _explicit_padding(padding: Any, kernel: Shape, attrs: dict[str, Any]) -> tup
         totals = [d * (k - 1) for d, k in zip(attrs["dilation"], kernel)]
         return ((totals[0] // 2, totals[0] - totals[0] // 2), (totals[1] // 2, totals[1] - totals[1] // 2))
     if isinstance(padding[0], tuple):
-        return padding
+        return (padding[0], padding[1])
     return ((padding[0], padding[0]), (padding[1], padding[1]))
 
 
-def _check_padding_mode(size: tuple[int, int], pads: tuple[tuple[int, int], tuple[int, int]], mode: str) -> None:
+def _check_padding_mode(size: Shape, pads: tuple[tuple[int, int], tuple[int, int]], mode: str) -> None:
     for extent, (before, after) in zip(size, pads):
         widest = max(before, after)
         if mode == "reflect" and widest >= extent:
