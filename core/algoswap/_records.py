@@ -47,13 +47,20 @@ def _host_array(array: Any) -> Any:
 
 @dataclass(frozen=True)
 class MemorySpace:
-    """Where a backend's arrays live, their type, and how they move to and from host numpy arrays."""
+    """Where a backend's arrays live, their type, and how they move to and from host numpy arrays.
+
+    ``name`` is "host" for host memory; a memory space whose arrays live on a torch device is
+    named after that device type ("cuda", "xpu", "mps"), so torch tensors find their backends.
+    ``from_dlpack`` makes a backend array from any DLPack-capable object (a torch tensor) without
+    copying; results go back to torch through their own ``__dlpack__``.
+    """
 
     name: str
     array_type: str
     to_host: Ref = _identity
     from_host: Ref = _host_array
     description: str = ""
+    from_dlpack: Ref | None = None
 
     @property
     def is_host(self) -> bool:

@@ -33,14 +33,17 @@ class Selection:
 
 
 def parse_request(op: str, request: Any) -> tuple[str | None, str | None]:
-    """'default' -> (None, None); 'smm' -> (None, 'smm'); 'numpy:smm' -> ('numpy', 'smm')."""
-    expected = "'default', an algorithm name, or 'backend:algorithm'"
+    """'default' or 'auto' -> (None, None); 'smm' -> (None, 'smm'); 'numpy:smm' -> ('numpy', 'smm').
+
+    'auto' ranks like 'default'; callers that can move data let it consider every memory space.
+    """
+    expected = "'default', 'auto', an algorithm name, or 'backend:algorithm'"
     if not isinstance(request, str) or not request or request.count(":") > 1:
         raise OpArgumentError(op, "algorithm", request, expected)
     backend, _, algorithm = request.rpartition(":")
     if (":" in request and not backend) or not algorithm:
         raise OpArgumentError(op, "algorithm", request, expected)
-    return (backend or None, None if algorithm == "default" else algorithm)
+    return (backend or None, None if algorithm in ("default", "auto") else algorithm)
 
 
 def _rank(registry: Registry, impl: ImplRecord) -> tuple[int, int, str, str]:
@@ -57,6 +60,14 @@ def _reject_reason(registry: Registry, impl: ImplRecord, call: OpCall, memory: s
         return f"works on {backend.memory.name} memory; the inputs are in {memory} memory (pass transfer=True to move them)"
     answer = impl.check(call)
     return None if answer is True else str(answer)
+
+
+def check_known(registry: Registry, op: str, request: str) -> None:
+    """Refuse a request that names no implementation of ``op`` (with close-name suggestions)."""
+    backend, algorithm = parse_request(op, request)
+    candidates = registry.implementations(op)
+    if not any((backend is None or i.backend == backend) and (algorithm is None or i.algorithm == algorithm) for i in candidates):
+        raise _unknown_request(registry, op, request, backend, algorithm, candidates)
 
 
 def choose(registry: Registry, call: OpCall, request: str = "default", memory: str | None = "host") -> Selection:

@@ -28,12 +28,17 @@ REQUIRED: Any = _Required()
 
 @dataclass(frozen=True)
 class Input:
-    """One array input: its name, allowed ranks (None: any) and whether it may be None."""
+    """One array input: its name, allowed ranks (None: any) and whether it may be None.
+
+    The last input may be ``variadic``: it then takes one or more arrays, and the shape rule
+    sees a tuple of their shapes under its name.
+    """
 
     name: str
     ranks: tuple[int, ...] | None = None
     optional: bool = False
     doc: str = ""
+    variadic: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,20 @@ class OpCall:
     def shape(self, name: str) -> Shape | None:
         """The shape of the input called `name` (None for an absent optional input)."""
         return self.shapes[self.input_names.index(name)]
+
+
+@dataclass(frozen=True)
+class GradRule:
+    """How to get the gradient of one input of an op: which gradient op to call, on which
+    arrays (``"grad_output"`` or the forward inputs' names), with which attributes.
+
+    ``op=None`` means the gradient is grad_output reshaped to the input's shape (data-movement ops).
+    """
+
+    wrt: str
+    op: str | None
+    inputs: tuple[str, ...] = ("grad_output",)
+    attrs: Callable[[OpCall], dict[str, Any]] = lambda call: {}
 
 
 ShapeRule = Callable[[dict[str, Any], dict[str, Any]], Shape]
@@ -99,6 +118,7 @@ class OpSpec:
     family: str = "misc"
     doc: str = ""
     grad_of: str | None = None
+    gradients: tuple[GradRule, ...] = ()
     _attr_index: Mapping[str, Attr] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -125,14 +145,32 @@ class OpSpec:
                 raise OpArgumentError(self.name, attr.name, value, str(exc)) from None
         return out
 
-    def check_inputs(self, shapes: Sequence[Shape | None]) -> dict[str, Shape | None]:
+    def flat_input_names(self, count: int) -> tuple[str, ...]:
+        """Input names for ``count`` arrays (a variadic input's name repeats)."""
+        names = self.input_names
+        if self.inputs and self.inputs[-1].variadic:
+            return names[:-1] + (names[-1],) * (count - len(names) + 1)
+        return names
+
+    def check_inputs(self, shapes: Sequence[Shape | None]) -> dict[str, Any]:
         """Validate the number, presence, ranks and sizes of the inputs."""
+        if self.inputs and self.inputs[-1].variadic:
+            return self._check_variadic(shapes)
         if len(shapes) > len(self.inputs) or len(shapes) < sum(not i.optional for i in self.inputs):
             expected = f"{len(self.inputs)} inputs ({', '.join(self.input_names)})"
             raise OpArgumentError(self.name, "inputs", f"{len(shapes)} inputs", expected)
-        named: dict[str, Shape | None] = {}
+        named: dict[str, Any] = {}
         for spec, shape in zip(self.inputs, list(shapes) + [None] * (len(self.inputs) - len(shapes))):
             named[spec.name] = self._check_one_input(spec, shape)
+        return named
+
+    def _check_variadic(self, shapes: Sequence[Shape | None]) -> dict[str, Any]:
+        fixed, last = self.inputs[:-1], self.inputs[-1]
+        if len(shapes) <= len(fixed):
+            expected = f"{len(fixed)} inputs then one or more '{last.name}'"
+            raise OpArgumentError(self.name, "inputs", f"{len(shapes)} inputs", expected)
+        named: dict[str, Any] = {spec.name: self._check_one_input(spec, shape) for spec, shape in zip(fixed, shapes)}
+        named[last.name] = tuple(self._check_one_input(last, shape) for shape in shapes[len(fixed):])
         return named
 
     def _check_one_input(self, spec: Input, shape: Shape | None) -> Shape | None:
@@ -152,8 +190,9 @@ class OpSpec:
         """Validate a call (shapes, dtypes, attributes) and return its canonical `OpCall`."""
         named = self.check_inputs(shapes)
         canonical = self.canonical_attrs(attrs)
-        padded = list(dtypes) + [None] * (len(self.inputs) - len(dtypes))
-        dtype = self.dtype_rule(self.name, self.input_names, padded)
+        names = self.flat_input_names(max(len(shapes), len(self.inputs)))
+        padded = list(dtypes) + [None] * (len(names) - len(dtypes))
+        dtype = self.dtype_rule(self.name, names, padded)
         try:
             resolved = self.resolve(named, canonical)
             out_shape = tuple(int(s) for s in self.shape_rule(named, resolved))
@@ -161,7 +200,8 @@ class OpSpec:
             raise OpArgumentError(self.name, exc.argument, exc.given, exc.expected) from None
         if any(s <= 0 for s in out_shape):
             raise OpArgumentError(self.name, "inputs", f"output shape {out_shape}", "inputs large enough for a non-empty output")
-        return OpCall(self.name, tuple(named.values()), dtype, MappingProxyType(resolved), out_shape, self.input_names)
+        flat = tuple(s for spec in self.inputs for s in (named[spec.name] if spec.variadic else (named[spec.name],)))
+        return OpCall(self.name, flat, dtype, MappingProxyType(resolved), out_shape, names[: len(flat)])
 
     def describe(self) -> str:
         """A few lines for people: inputs, attributes with defaults, and the doc."""

@@ -30,7 +30,7 @@ _CACHE_LIMIT = 8192
 
 def _prepare(op: str, arrays: tuple[Any, ...], algorithm: str, transfer: bool, attrs: dict[str, Any]) -> tuple[Any, ...]:
     registry = get_registry()
-    memory = None if transfer else "host"
+    memory = None if transfer or algorithm == "auto" else "host"
     shapes = [None if a is None else a.shape for a in arrays]
     dtypes = [None if a is None else str(a.dtype) for a in arrays]
     selection = select(registry, op, shapes, dtypes, attrs, algorithm, memory)

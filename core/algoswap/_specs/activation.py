@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
-from .._spec import Input, OpSpec, Shape
+from .._spec import GradRule, Input, OpSpec, Shape
 
 _ANY_RANK = tuple(range(1, 9))
 
@@ -22,6 +22,7 @@ relu = OpSpec(
     (),
     shape_rule=lambda shapes, attrs: shapes["input"],
     family="activation",
+    gradients=(GradRule("input", "relu_grad", ("grad_output", "input")),),
     doc="max(input, 0) elementwise.",
 )
 relu_grad = OpSpec(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
-from .._spec import Attr, Input, OpSpec, Shape
+from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import choice, conv_padding, integer, pair
 from ._geometry import shape_attr
 
@@ -97,6 +97,11 @@ conv2d = OpSpec(
     shape_rule=_conv2d_shape,
     resolve=_resolve_conv2d,
     family="conv",
+    gradients=(
+        GradRule("input", "conv2d_grad_input", ("grad_output", "weight"), lambda c: {**c.attrs, "input_size": c.shape("input")}),
+        GradRule("weight", "conv2d_grad_weight", ("grad_output", "input"), lambda c: {**c.attrs, "weight_size": c.shape("weight")}),
+        GradRule("bias", "conv2d_grad_bias"),
+    ),
     doc="2-D cross-correlation of an (N, C, H, W) input with (O, C/groups, KH, KW) weights, like torch.nn.Conv2d.",
 )
 

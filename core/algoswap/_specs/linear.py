@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
-from .._spec import Input, OpSpec, Shape
+from .._spec import GradRule, Input, OpSpec, Shape
 
 
 def _linear_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
@@ -39,6 +39,11 @@ linear = OpSpec(
     (),
     shape_rule=_linear_shape,
     family="linear",
+    gradients=(
+        GradRule("input", "linear_grad_input", ("grad_output", "weight")),
+        GradRule("weight", "linear_grad_weight", ("grad_output", "input")),
+        GradRule("bias", "linear_grad_bias"),
+    ),
     doc="input @ weight.T + bias over the last dimension, any number of leading dimensions.",
 )
 linear_grad_input = OpSpec(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
-from .._spec import Attr, Input, OpSpec, Shape
+from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import boolean, integer, optional, output_size, pair
 from ._geometry import pool_output_size, shape_attr
 
@@ -74,6 +74,7 @@ maxpool2d = OpSpec(
     shape_rule=lambda shapes, attrs: window_output(shapes["input"], attrs),
     resolve=lambda shapes, attrs: _resolve_window(attrs),
     family="pool",
+    gradients=(GradRule("input", "maxpool2d_grad", ("grad_output", "input"), lambda c: dict(c.attrs)),),
     doc="Maximum over each (dilated) window, like torch.nn.MaxPool2d; padding never wins.",
 )
 maxpool2d_grad = OpSpec(
@@ -93,6 +94,7 @@ avgpool2d = OpSpec(
     shape_rule=lambda shapes, attrs: window_output(shapes["input"], attrs),
     resolve=lambda shapes, attrs: _resolve_window(attrs),
     family="pool",
+    gradients=(GradRule("input", "avgpool2d_grad", ("grad_output",), lambda c: {**c.attrs, "input_size": c.shape("input")}),),
     doc="Mean over each window, like torch.nn.AvgPool2d.",
 )
 avgpool2d_grad = OpSpec(
@@ -112,6 +114,7 @@ adaptiveavgpool2d = OpSpec(
     shape_rule=lambda shapes, attrs: shapes["input"][:2] + attrs["output_size"],
     resolve=_resolve_adaptive,
     family="pool",
+    gradients=(GradRule("input", "adaptiveavgpool2d_grad", ("grad_output",), lambda c: {"input_size": c.shape("input")}),),
     doc="Mean over windows [floor(i*in/out), ceil((i+1)*in/out)), like torch.nn.AdaptiveAvgPool2d.",
 )
 

@@ -6,7 +6,7 @@ import math
 from typing import Any, Sequence
 
 from .._errors import InvalidSpec, OpDtypeError
-from .._spec import Attr, Input, OpSpec, Shape
+from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import integer
 
 
@@ -44,6 +44,7 @@ flatten = OpSpec(
     resolve=_resolve_flatten,
     dtype_rule=any_dtype,
     family="shape",
+    gradients=(GradRule("input", None),),
     doc="Merge dimensions start_dim..end_dim into one, like torch.nn.Flatten (start_dim defaults to 1).",
 )
 

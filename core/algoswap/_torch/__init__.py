@@ -1,0 +1,24 @@
+"""The PyTorch side of algoswap: swap layers of torch models for registry implementations.
+
+Imported on first use of ``algoswap.swap_conv2d`` and friends, never by ``import algoswap``.
+"""
+
+from __future__ import annotations
+
+from .explain import Explanation, Row, explain
+from .modules import ModuleBinding, SwappedModule, register_module_binding
+from .selectors import SelectorError
+from .swap import swap_conv2d, swap_operation, swapped_layers
+
+__all__ = [
+    "Explanation",
+    "ModuleBinding",
+    "Row",
+    "SelectorError",
+    "SwappedModule",
+    "explain",
+    "register_module_binding",
+    "swap_conv2d",
+    "swap_operation",
+    "swapped_layers",
+]

@@ -1,0 +1,84 @@
+"""``algoswap.explain``: for every swapped layer, what runs, what was passed over and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._errors import AlgoswapError
+from .._select import Selection
+from .bridge import gradient_choices
+from .modules import SwappedModule
+from .selectors import Layer, _select_for
+
+
+@dataclass
+class Row:
+    """One layer: its name, op, input, and the implementation that runs it (or why none does)."""
+
+    name: str
+    op: str
+    input_shape: tuple[int, ...] | None
+    request: str
+    implementation: str = "-"
+    kernel: str = "-"
+    rejected: list[str] = field(default_factory=list)
+    backward: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @classmethod
+    def from_selection(cls, name: str, selection: Selection, request: str, input_shape: Any, backward: bool = True) -> "Row":
+        return cls(
+            name, selection.call.op, input_shape, request, selection.impl.qualified, selection.kernel,
+            [f"{impl}: {reason}" for impl, reason in selection.rejected],
+            [choice.label for choice in gradient_choices(selection)] if backward else [],
+        )
+
+
+class Explanation(list):  # type: ignore[type-arg]
+    """The rows of ``explain``: a list of ``Row``; ``str()`` gives the table people read."""
+
+    def __str__(self) -> str:
+        header = ("layer", "op", "input", "request", "implementation", "kernel")
+        cells = [header] + [
+            (r.name, r.op, "x".join(map(str, r.input_shape)) if r.input_shape else "?", r.request, r.implementation, r.kernel)
+            for r in self
+        ]
+        widths = [max(len(str(row[i])) for row in cells) for i in range(len(header))]
+        lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        details = []
+        for r in self:
+            notes = [f"  rejected {text}" for text in r.rejected] + [f"  backward {text}" for text in r.backward]
+            notes += [f"  note: {r.note}"] if r.note else []
+            if notes:
+                details.append(f"{r.name}:\n" + "\n".join(notes))
+        return "\n".join(lines + ([""] + details if details else []))
+
+
+def _module_row(name: str, module: SwappedModule) -> Row:
+    binding = module.algoswap_binding
+    last = module.__dict__.get("algoswap_last_input")
+    if last is None:
+        return Row(name, binding.op, None, module.algoswap_request, note="not run yet: call the model or pass sample_input_shape")
+    shape, dtype = last
+    try:
+        selection = _select_for(binding.op, Layer(name, module, shape, dtype), module.algoswap_request, binding.attrs(module))
+    except AlgoswapError as exc:
+        return Row(name, binding.op, shape, module.algoswap_request, note=str(exc))
+    return Row.from_selection(name, selection, module.algoswap_request, shape)
+
+
+def explain(model: Any) -> Explanation:
+    """What runs each swapped layer of ``model`` (an ``nn.Module`` or an ``algoswap.Model``):
+    backend, algorithm, kernel, the candidates rejected with their reasons, and the backward ops."""
+    if hasattr(model, "explain") and not isinstance(model, nn.Module):
+        return model.explain()  # type: ignore[no-any-return]
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"explain: expected a torch.nn.Module or an algoswap.Model, got {type(model).__name__}")
+    return Explanation(_module_row(name, m) for name, m in model.named_modules() if isinstance(m, SwappedModule))
+
+
+__all__ = ["explain", "Explanation", "Row", "torch"]

@@ -1,0 +1,117 @@
+"""Torch modules the registry can swap: which op each runs, its attributes, and its swapped class.
+
+A swapped module is the original module object's state under a subclass whose ``forward`` runs
+the registry: parameters, buffers and hooks are the very same objects, so ``state_dict`` keys,
+optimizers, pickling, deep copies, ``.to()`` and ``torch.compile`` keep working.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from .._errors import OpArgumentError
+from .bridge import encode_attrs, run
+
+
+@dataclass(frozen=True)
+class ModuleBinding:
+    """How a torch module type maps onto a registry op."""
+
+    module_type: type[nn.Module]
+    op: str
+    attrs: Callable[[Any], dict[str, Any]]
+    inputs: Callable[[Any, torch.Tensor], list[Optional[torch.Tensor]]] = lambda module, x: [x]
+    batched_rank: int | None = None  # unbatched inputs (one rank less) get a batch dimension added
+
+
+def _conv2d_attrs(m: nn.Conv2d) -> dict[str, Any]:
+    return {"stride": m.stride, "padding": m.padding, "dilation": m.dilation, "groups": m.groups, "padding_mode": m.padding_mode}
+
+
+def _maxpool_attrs(m: nn.MaxPool2d) -> dict[str, Any]:
+    if m.return_indices:
+        raise OpArgumentError("maxpool2d", "return_indices", True, "False (indices are not computed by algoswap ops)")
+    return {"kernel_size": m.kernel_size, "stride": m.stride, "padding": m.padding, "dilation": m.dilation, "ceil_mode": m.ceil_mode}
+
+
+def _avgpool_attrs(m: nn.AvgPool2d) -> dict[str, Any]:
+    return {"kernel_size": m.kernel_size, "stride": m.stride, "padding": m.padding, "ceil_mode": m.ceil_mode,
+            "count_include_pad": m.count_include_pad, "divisor_override": m.divisor_override}
+
+
+BINDINGS: dict[type[nn.Module], ModuleBinding] = {}
+
+
+def register_module_binding(binding: ModuleBinding) -> type[nn.Module]:
+    """Make ``binding.module_type`` swappable; returns its swapped class (importable, so picklable)."""
+    BINDINGS[binding.module_type] = binding
+    name = f"Swapped{binding.module_type.__name__}"
+    namespace = {"__module__": __name__, "__qualname__": name, "algoswap_base": binding.module_type}
+    cls = type(name, (SwappedModule, binding.module_type), namespace)
+    setattr(sys.modules[__name__], name, cls)
+    return cls
+
+
+class SwappedModule(nn.Module):
+    """Mixin of every swapped module: ``forward`` runs the registry with this layer's request."""
+
+    algoswap_base: type[nn.Module]
+    algoswap_request: str = "default"
+    algoswap_attrs: str = "{}"
+    algoswap_last_input: tuple[tuple[int, ...], torch.dtype] | None = None
+
+    @property
+    def algoswap_binding(self) -> ModuleBinding:
+        return BINDINGS[self.algoswap_base]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        binding = self.algoswap_binding
+        unbatched = binding.batched_rank is not None and x.dim() == binding.batched_rank - 1
+        if unbatched:
+            x = x.unsqueeze(0)
+        if not torch.compiler.is_compiling():
+            self.__dict__["algoswap_last_input"] = (tuple(x.shape), x.dtype)
+        out = run(binding.op, self.algoswap_request, self.algoswap_attrs, binding.inputs(self, x))
+        return out.squeeze(0) if unbatched else out
+
+    def extra_repr(self) -> str:
+        base = super().extra_repr()
+        return f"{base}, algorithm={self.algoswap_request!r}" if base else f"algorithm={self.algoswap_request!r}"
+
+
+def swap_in(module: nn.Module, request: str, attrs: dict[str, Any]) -> nn.Module:
+    """The swapped twin of ``module``: a new object sharing all of its state."""
+    base = module.algoswap_base if isinstance(module, SwappedModule) else type(module)
+    cls = getattr(sys.modules[__name__], f"Swapped{base.__name__}")
+    twin = cls.__new__(cls)
+    twin.__dict__.update(module.__dict__)
+    twin.algoswap_request = request
+    twin.algoswap_attrs = encode_attrs(attrs)
+    return twin
+
+
+def binding_for(module: nn.Module) -> ModuleBinding | None:
+    """The binding of a module (swapped or not), or None if no op serves its type."""
+    base = module.algoswap_base if isinstance(module, SwappedModule) else type(module)
+    return BINDINGS.get(base)
+
+
+def ops_with_modules() -> dict[str, type[nn.Module]]:
+    return {b.op: b.module_type for b in BINDINGS.values()}
+
+
+for _binding in (
+    ModuleBinding(nn.Conv2d, "conv2d", _conv2d_attrs, lambda m, x: [x, m.weight, m.bias], batched_rank=4),
+    ModuleBinding(nn.Linear, "linear", lambda m: {}, lambda m, x: [x, m.weight, m.bias]),
+    ModuleBinding(nn.MaxPool2d, "maxpool2d", _maxpool_attrs, batched_rank=4),
+    ModuleBinding(nn.AvgPool2d, "avgpool2d", _avgpool_attrs, batched_rank=4),
+    ModuleBinding(nn.AdaptiveAvgPool2d, "adaptiveavgpool2d", lambda m: {"output_size": m.output_size}, batched_rank=4),
+    ModuleBinding(nn.ReLU, "relu", lambda m: {}),
+    ModuleBinding(nn.Flatten, "flatten", lambda m: {"start_dim": m.start_dim, "end_dim": m.end_dim}),
+):
+    register_module_binding(_binding)

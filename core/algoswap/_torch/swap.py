@@ -1,0 +1,84 @@
+"""swap_conv2d and swap_operation: replace layers of a torch model, in place, by registry ops."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence, Union
+
+import torch
+from torch import nn
+
+from .._errors import OpArgumentError
+from .modules import BINDINGS, SwappedModule, binding_for, swap_in
+from .selectors import Layer, Selector, SelectorError, check_request, find_layers, resolve
+
+OpName = Union[str, type]
+
+
+def _op_name(op: OpName) -> str:
+    if isinstance(op, type):
+        binding = BINDINGS.get(op) or next((b for b in BINDINGS.values() if issubclass(op, b.module_type)), None)
+        if binding is None:
+            raise OpArgumentError("swap_operation", "op", op.__name__, f"a swappable module type ({_known()})")
+        return binding.op
+    if op not in {b.op for b in BINDINGS.values()}:
+        raise OpArgumentError("swap_operation", "op", op, f"an op with a torch module ({_known()})")
+    return op
+
+
+def _known() -> str:
+    return ", ".join(f"{b.op} ({b.module_type.__name__})" for b in BINDINGS.values())
+
+
+def swap_operation(
+    op: OpName,
+    module: nn.Module,
+    algos: Selector = None,
+    sample_input_shape: Sequence[int] | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Replace, in place, every module of ``module`` that runs ``op`` by one that runs the
+    registry's implementation chosen by ``algos``. Returns ``module`` (or its replacement, when
+    ``module`` is itself such a layer). Calling it again re-selects.
+
+    ``sample_input_shape`` (batch included) runs one forward pass to learn each layer's input
+    shape: selectors then see real input shapes, list selectors follow the forward order, and
+    each choice is checked against its layer now rather than at the first call.
+    """
+    name = _op_name(op)
+    caller = "swap_conv2d" if name == "conv2d" else f"swap_operation({name!r})"
+    layers = find_layers(module, name, sample_input_shape, dtype)
+    requests = resolve(caller, name, layers, algos)
+    replacements = {id(layer.module): _swapped(layer, request) for layer, request in zip(layers, requests)}
+    for parent in module.modules():
+        for child_name, child in list(parent._modules.items()):
+            if child is not None and id(child) in replacements:
+                parent._modules[child_name] = replacements[id(child)]
+    return replacements.get(id(module), module)
+
+
+def _swapped(layer: Layer, request: str) -> nn.Module:
+    binding = binding_for(layer.module)
+    assert binding is not None
+    twin = swap_in(layer.module, request, binding.attrs(layer.module))
+    if layer.input_shape is not None:
+        twin.__dict__["algoswap_last_input"] = (layer.input_shape, layer.input_dtype)
+    return twin
+
+
+def swap_conv2d(module: nn.Module, algos: Selector = None, sample_input_shape: Sequence[int] | None = None) -> nn.Module:
+    """Replace, in place, every ``nn.Conv2d`` of ``module`` by one running the selected algorithm.
+
+    >>> swap_conv2d(model, ["direct", "smm"])                         # per layer, in forward order
+    >>> swap_conv2d(model, lambda conv, shape: "winograd" if conv.kernel_size == (3, 3) else "smm",
+    ...             sample_input_shape=(1, 3, 224, 224))
+    """
+    return swap_operation("conv2d", module, algos, sample_input_shape)
+
+
+def swapped_layers(module: nn.Module) -> list[tuple[str, SwappedModule]]:
+    """Every swapped layer of ``module`` with its qualified name."""
+    return [(name, m) for name, m in module.named_modules() if isinstance(m, SwappedModule)]
+
+
+__all__ = ["swap_operation", "swap_conv2d", "swapped_layers", "SelectorError", "check_request"]
