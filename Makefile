@@ -13,11 +13,13 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# torch first and pinned, so that nothing later pulls another build of it.
 setup: $(BIN)/python
-	$(PIP) install -e . $(foreach backend,$(BACKENDS),-e $(backend))
+	$(PIP) install $(TORCH)
+	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend))
 
 setup-test: setup
-	$(PIP) install $(TORCH) "pytest>=8" "mypy>=1.10"
+	$(PIP) install "pytest>=8" "mypy>=1.10"
 
 demo: setup
 	$(BIN)/algoswap demo

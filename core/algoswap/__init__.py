@@ -29,9 +29,13 @@ if TYPE_CHECKING:
     from ._records import HOST, BackendRecord, ImplRecord, MemorySpace, PluginRecord
     from ._registry import Registrar, Registry
     from ._select import Selection
-    from ._spec import Attr, Input, OpCall, OpSpec
+    from ._spec import Attr, GradRule, Input, OpCall, OpSpec
     from ._trace import trace
     from .hookspecs import hookimpl
+    from . import zoo
+    from ._torch import Explanation, SelectorError, prefer, swap_conv2d, swap_operation
+    from ._torch import Model, convert, swap_backend
+    from ._torch.explain import explain
 
 _LAZY = {
     "ops": (".ops", None),
@@ -50,12 +54,23 @@ _LAZY = {
     "Input": ("._spec", "Input"),
     "Attr": ("._spec", "Attr"),
     "OpCall": ("._spec", "OpCall"),
+    "GradRule": ("._spec", "GradRule"),
     "MemorySpace": ("._records", "MemorySpace"),
     "HOST": ("._records", "HOST"),
     "BackendRecord": ("._records", "BackendRecord"),
     "ImplRecord": ("._records", "ImplRecord"),
     "PluginRecord": ("._records", "PluginRecord"),
     "hookimpl": (".hookspecs", "hookimpl"),
+    "swap_conv2d": ("._torch", "swap_conv2d"),
+    "swap_operation": ("._torch", "swap_operation"),
+    "swap_backend": ("._torch", "swap_backend"),
+    "convert": ("._torch", "convert"),
+    "Model": ("._torch", "Model"),
+    "explain": ("._torch.explain", "explain"),
+    "Explanation": ("._torch", "Explanation"),
+    "prefer": ("._torch", "prefer"),
+    "SelectorError": ("._torch", "SelectorError"),
+    "zoo": (".zoo", None),
     "AlgoswapError": ("._errors", "AlgoswapError"),
     "OpArgumentError": ("._errors", "OpArgumentError"),
     "OpDtypeError": ("._errors", "OpDtypeError"),
@@ -72,7 +87,12 @@ def __getattr__(name: str) -> Any:
         module_name, attribute = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'algoswap' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name, __name__)
+    try:
+        module = importlib.import_module(module_name, __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise ImportError(f"algoswap.{name} needs PyTorch: pip install 'algoswap[torch]' (or torch itself)") from exc
     value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value
     return value

@@ -79,7 +79,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
-    return run_demo()
+    return run_demo(args.model, args.batch, args.small, args.repeats)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -99,7 +99,11 @@ def parser() -> argparse.ArgumentParser:
     ops = sub.add_parser("ops", help="op specs: inputs and attributes")
     ops.add_argument("name", nargs="?")
     ops.set_defaults(run=cmd_ops)
-    demo = sub.add_parser("demo", help="the backends, the matrix, and every conv2d algorithm run side by side")
+    demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
+    demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, mobilenet, squeezenet)")
+    demo.add_argument("--batch", type=int, default=1)
+    demo.add_argument("--small", action="store_true", help="the model's reduced input size (quicker)")
+    demo.add_argument("--repeats", type=int, default=3, help="timed runs per algorithm (median)")
     demo.set_defaults(run=cmd_demo)
     return main
 

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+import torch.utils.dlpack
 
 from .._errors import NoImplementationError
 from .._global import get_registry
@@ -50,52 +51,94 @@ def memory_of(tensor: torch.Tensor) -> str:
 
 def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Selection:
     """The (cached) selection serving these tensors: ``auto`` may pick a backend in other memory."""
-    present = [t for t in inputs if t is not None]
-    memory = None if request == "auto" else memory_of(present[0])
-    shapes = [None if t is None else tuple(t.shape) for t in inputs]
-    dtypes = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
-    return select(get_registry(), op, shapes, dtypes, decode_attrs(attrs), request, memory)
+    return _plan(op, request, attrs, inputs)[0]
+
+
+def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> tuple[Selection, Any, dict[str, Any]]:
+    """(selection, implementation, keyword attributes), cached per op, request, attrs, memory, shapes, dtypes."""
+    present = next(t for t in inputs if t is not None)
+    memory = None if request == "auto" else memory_of(present)
+    shapes = tuple(None if t is None else t.shape for t in inputs)
+    dtypes = tuple(None if t is None else t.dtype for t in inputs)
+    cache = get_registry().selection_cache
+    key = ("torch", op, request, attrs, memory, shapes, dtypes)  # attrs is already a string: cheap to hash
+    plan = cache.get(key)
+    if plan is None:
+        names = [None if d is None else _DTYPE_NAMES.get(d, str(d)) for d in dtypes]
+        plain_shapes = [None if s is None else tuple(s) for s in shapes]
+        selection = select(get_registry(), op, plain_shapes, names, decode_attrs(attrs), request, memory)
+        plan = cache[key] = (selection, selection.impl.callable, dict(selection.call.attrs))
+    return plan  # type: ignore[no-any-return]
+
+
+def _host_array(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view of the tensor (a copy only when it is not a contiguous CPU tensor)."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    return tensor.numpy()
+
+
+def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torch.Tensor:
+    """A new tensor on ``like``'s device holding ``array`` (copied if it aliases an input)."""
+    if not array.flags.writeable or not array.flags.c_contiguous or any(
+        a is not None and np.may_share_memory(array, a) for a in arrays
+    ):
+        array = np.ascontiguousarray(array).copy()
+    tensor = torch.from_numpy(array)
+    return tensor if like.device.type == "cpu" else tensor.to(like.device)
 
 
 def _to_backend(tensor: torch.Tensor, selection: Selection) -> Any:
-    """The tensor as the backend's array: zero-copy for contiguous CPU tensors on host backends
-    and, through DLPack, for tensors already in the backend's memory."""
+    """The tensor in the backend's memory: through DLPack (zero-copy) when it is already there."""
     space = selection.backend.memory
-    tensor = tensor.detach()
-    if space.is_host:
-        return tensor.cpu().contiguous().numpy()
     if space.from_dlpack is not None and memory_of(tensor) == space.name:
-        return resolve_ref(space.from_dlpack)(tensor.contiguous())
-    return space.upload(tensor.cpu().contiguous().numpy())
+        return resolve_ref(space.from_dlpack)(tensor.detach().contiguous())
+    return space.upload(_host_array(tensor))
 
 
-def _to_torch(result: Any, selection: Selection, like: torch.Tensor, arrays: list[Any]) -> torch.Tensor:
-    """The backend's result as a new tensor on ``like``'s device (never aliasing an input)."""
+def _to_torch(result: Any, selection: Selection, like: torch.Tensor) -> torch.Tensor:
     space = selection.backend.memory
-    if not space.is_host and space.from_dlpack is not None and memory_of(like) == space.name:
-        return torch.from_dlpack(result)
-    array = result if space.is_host else space.download(result)
-    if not array.flags.writeable or any(isinstance(a, np.ndarray) and np.may_share_memory(array, a) for a in arrays):
-        array = array.copy()
-    return torch.from_numpy(np.ascontiguousarray(array)).to(like.device)
+    if space.from_dlpack is not None and memory_of(like) == space.name:
+        return torch.utils.dlpack.from_dlpack(result)
+    return _from_host(space.download(result), [], like)
 
 
 def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
     """Select (cached) and run the implementation on tensors; the result is a new tensor."""
-    selection = selection_for(op, request, attrs, inputs)
-    arrays = [None if t is None else _to_backend(t, selection) for t in inputs]
-    result = selection.impl.callable(*arrays, **selection.call.attrs)
+    selection, implementation, kwargs = _plan(op, request, attrs, inputs)
     like = next(t for t in inputs if t is not None)
-    return _to_torch(result, selection, like, arrays)
+    if selection.backend.memory.is_host:
+        arrays = [None if t is None else _host_array(t) for t in inputs]
+        return _from_host(implementation(*arrays, **kwargs), arrays, like)
+    moved = [None if t is None else _to_backend(t, selection) for t in inputs]
+    return _to_torch(implementation(*moved, **kwargs), selection, like)
 
 
+def _with_absent(tensors: list[torch.Tensor], absent: str) -> list[Optional[torch.Tensor]]:
+    """Put the absent optional inputs (None) back at their positions ("2" or "1,3")."""
+    inputs: list[Optional[torch.Tensor]] = list(tensors)
+    for position in filter(None, absent.split(",")):
+        inputs.insert(int(position), None)
+    return inputs
+
+
+def _split_absent(inputs: Sequence[Optional[torch.Tensor]]) -> tuple[list[torch.Tensor], str]:
+    return [t for t in inputs if t is not None], ",".join(str(i) for i, t in enumerate(inputs) if t is None)
+
+
+# Absent optional inputs travel as a string of positions: autograd ignores a Tensor?[] argument
+# holding None, and a list of ints changes the structure autograd expects back from backward.
 @torch.library.custom_op("algoswap::call", mutates_args=())
-def call_op(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]]) -> torch.Tensor:
-    return execute(op, request, attrs, inputs)
+def call_op(op: str, request: str, attrs: str, tensors: list[torch.Tensor], absent: str) -> torch.Tensor:
+    return execute(op, request, attrs, _with_absent(tensors, absent))
 
 
 @call_op.register_fake
-def _fake(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]]) -> torch.Tensor:
+def _fake(op: str, request: str, attrs: str, tensors: list[torch.Tensor], absent: str) -> torch.Tensor:
+    inputs = _with_absent(tensors, absent)
     spec = get_registry().spec(op)
     shapes = [None if t is None else tuple(t.shape) for t in inputs]
     dtypes = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
@@ -111,7 +154,14 @@ def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]])
         torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
     ):
         return execute(op, request, attrs, inputs)
-    return torch.ops.algoswap.call(op, request, attrs, inputs)
+    return call_custom_op(op, request, attrs, inputs)
+
+
+def call_custom_op(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
+    """``torch.ops.algoswap.call`` with optional inputs (None) allowed."""
+    tensors, absent = _split_absent(inputs)
+    result: torch.Tensor = torch.ops.algoswap.call(op, request, attrs, tensors, absent)
+    return result
 
 
 @dataclass(frozen=True)
@@ -139,6 +189,8 @@ def gradient_choices(selection: Selection) -> list[GradChoice]:
     call = selection.call
     choices = []
     for rule in get_registry().spec(call.op).gradients:
+        if call.shape(rule.wrt) is None:  # an absent optional input has no gradient
+            continue
         if rule.op is None:
             choices.append(GradChoice(rule, None, None))
             continue
@@ -165,16 +217,14 @@ def _choose_gradient(rule: GradRule, shapes: list[Any], call: OpCall, backend: s
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    op, request, attrs, tensors = inputs
-    ctx.op, ctx.request, ctx.attrs = op, request, attrs
-    ctx.needs = [t is not None and t.requires_grad for t in tensors]
-    ctx.save_for_backward(*[t for t in tensors if t is not None])
-    ctx.present = [t is not None for t in tensors]
+    op, request, attrs, tensors, absent = inputs
+    ctx.op, ctx.request, ctx.attrs, ctx.absent = op, request, attrs, absent
+    ctx.needs = [t is not None and t.requires_grad for t in _with_absent(list(tensors), absent)]
+    ctx.save_for_backward(*tensors)
 
 
-def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, list[Optional[torch.Tensor]]]:
-    saved = iter(ctx.saved_tensors)
-    tensors = [next(saved) if present else None for present in ctx.present]
+def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, list[Optional[torch.Tensor]], None]:
+    tensors = _with_absent(list(ctx.saved_tensors), ctx.absent)
     selection = selection_for(ctx.op, ctx.request, ctx.attrs, tensors)
     names = get_registry().spec(ctx.op).input_names
     grads: list[Optional[torch.Tensor]] = [None] * len(tensors)
@@ -182,15 +232,16 @@ def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, li
         index = names.index(choice.rule.wrt)
         if not ctx.needs[index]:
             continue
-        if choice.rule.op is None:
-            grads[index] = grad_output.reshape(tensors[index].shape)
+        original = tensors[index]
+        if choice.rule.op is None and original is not None:
+            grads[index] = grad_output.reshape(original.shape)
             continue
-        if choice.request is None:
+        if choice.request is None or choice.rule.op is None:
             raise NoImplementationError(f"{ctx.op}: no implementation of {choice.rule.op} for the gradient: {choice.note}")
         by_name = dict(zip(names, tensors), grad_output=grad_output.contiguous())
         grad_inputs = [by_name[name] for name in choice.rule.inputs]
-        grads[index] = torch.ops.algoswap.call(choice.rule.op, choice.request, encode_attrs(choice.rule.attrs(selection.call)), grad_inputs)
-    return None, None, None, grads
+        grads[index] = call_custom_op(choice.rule.op, choice.request, encode_attrs(choice.rule.attrs(selection.call)), grad_inputs)
+    return None, None, None, [g for g, t in zip(grads, tensors) if t is not None], None
 
 
 call_op.register_autograd(_backward, setup_context=_setup_context)

@@ -42,20 +42,28 @@ class Explanation(list):  # type: ignore[type-arg]
     """The rows of ``explain``: a list of ``Row``; ``str()`` gives the table people read."""
 
     def __str__(self) -> str:
-        header = ("layer", "op", "input", "request", "implementation", "kernel")
+        header = ("layer", "op", "input", "request", "implementation", "kernel", "backward")
         cells = [header] + [
-            (r.name, r.op, "x".join(map(str, r.input_shape)) if r.input_shape else "?", r.request, r.implementation, r.kernel)
+            (r.name, r.op, "x".join(map(str, r.input_shape)) if r.input_shape else "?", r.request, r.implementation,
+             r.kernel, _backward_summary(r.backward))
             for r in self
         ]
         widths = [max(len(str(row[i])) for row in cells) for i in range(len(header))]
         lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
         details = []
         for r in self:
-            notes = [f"  rejected {text}" for text in r.rejected] + [f"  backward {text}" for text in r.backward]
+            unusual = [text for text in r.backward if "(" in text]  # fallbacks and gaps
+            notes = [f"  rejected {text}" for text in r.rejected] + [f"  backward {text}" for text in unusual]
             notes += [f"  note: {r.note}"] if r.note else []
             if notes:
                 details.append(f"{r.name}:\n" + "\n".join(notes))
         return "\n".join(lines + ([""] + details if details else []))
+
+
+def _backward_summary(backward: list[str]) -> str:
+    """The implementations the backward pass uses, e.g. "numpy:direct, numpy:gemm" ("-" if none)."""
+    names = sorted({text.split(" ")[2] for text in backward if text.count(" ") >= 2 and ":" in text.split(" ")[2]})
+    return ", ".join(names) or ("reshape" if backward else "-")
 
 
 def _module_row(name: str, module: SwappedModule) -> Row:

@@ -88,10 +88,9 @@ def swap_in(module: nn.Module, request: str, attrs: dict[str, Any]) -> nn.Module
     """The swapped twin of ``module``: a new object sharing all of its state."""
     base = module.algoswap_base if isinstance(module, SwappedModule) else type(module)
     cls = getattr(sys.modules[__name__], f"Swapped{base.__name__}")
-    twin = cls.__new__(cls)
+    twin: SwappedModule = cls.__new__(cls)
     twin.__dict__.update(module.__dict__)
-    twin.algoswap_request = request
-    twin.algoswap_attrs = encode_attrs(attrs)
+    twin.__dict__.update(algoswap_request=request, algoswap_attrs=encode_attrs(attrs))
     return twin
 
 

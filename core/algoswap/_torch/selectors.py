@@ -148,3 +148,27 @@ def _select_for(op: str, layer: Layer, request: str, attrs: dict[str, Any]) -> A
     device_of = next((t for t in tensors[1:] if t is not None), None)
     memory = None if request == "auto" else (memory_of(device_of) if device_of is not None else "host")
     return select(get_registry(), op, shapes, dtypes, attrs, request, memory)
+
+
+def prefer(*requests: str, otherwise: str = "default") -> Callable[[nn.Module, Shape], str]:
+    """A selector taking, for each layer, the first of ``requests`` that supports it, else ``otherwise``.
+
+    >>> swap_conv2d(model, prefer("winograd"), sample_input_shape=(1, 3, 224, 224))
+    """
+
+    def choose(module: nn.Module, input_shape: Shape) -> str:
+        binding = binding_for(module)
+        if binding is None:
+            return otherwise
+        dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+        layer = Layer("", module, tuple(input_shape), dtype)
+        for request in requests:
+            try:
+                _select_for(binding.op, layer, request, binding.attrs(module))
+                return request
+            except AlgoswapError:
+                continue
+        return otherwise
+
+    choose.__name__ = f"prefer({', '.join(map(repr, requests))})"
+    return choose

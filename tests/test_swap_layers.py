@@ -1,0 +1,127 @@
+"""swap_conv2d / swap_operation against the torch modules they replace, over each op's attribute space."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import algoswap  # noqa: E402
+from helpers import relative_error  # noqa: E402
+from op_cases import FORWARD  # noqa: E402
+
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+
+
+def conv_module(shapes: tuple, attrs: dict) -> nn.Module | None:
+    (_, channels, _, _), (out, per_group, kh, kw), bias = shapes
+    padding = attrs.get("padding", 0)
+    if isinstance(padding, tuple) and isinstance(padding[0], tuple):
+        return None  # asymmetric explicit padding has no nn.Conv2d equivalent
+    return nn.Conv2d(channels, out, (kh, kw), attrs.get("stride", 1), padding, attrs.get("dilation", 1),
+                     attrs.get("groups", 1), bias is not None, attrs.get("padding_mode", "zeros"))
+
+
+def torch_module(op: str, shapes: tuple, attrs: dict) -> nn.Module | None:
+    """The torch module computing ``op`` with these attributes (None where torch has none)."""
+    if op == "conv2d":
+        return conv_module(shapes, attrs)
+    if op == "linear":
+        (features, (out, _), bias) = shapes[0][-1], shapes[1], shapes[2]
+        return nn.Linear(features, out, bias is not None)
+    modules = {"maxpool2d": nn.MaxPool2d, "avgpool2d": nn.AvgPool2d, "adaptiveavgpool2d": nn.AdaptiveAvgPool2d,
+               "relu": nn.ReLU, "flatten": nn.Flatten}
+    return modules[op](**attrs)
+
+
+def unit_cases() -> list[Any]:
+    params = []
+    registry = algoswap.registry()
+    for op in ("conv2d", "linear", "maxpool2d", "avgpool2d", "adaptiveavgpool2d", "relu", "flatten"):
+        for impl in registry.implementations(op):
+            for index, (shapes, attrs) in enumerate(FORWARD[op]):
+                if torch_module(op, shapes, attrs) is not None and _supported(op, impl.qualified, shapes, attrs):
+                    params.append(pytest.param(op, impl.qualified, shapes, attrs, id=f"{impl.qualified}-{op}-{index}"))
+    return params
+
+
+def _supported(op: str, request: str, shapes: tuple, attrs: dict) -> bool:
+    try:
+        algoswap.select(op, shapes, "float64", request, **attrs)
+        return True
+    except algoswap.NoImplementationError:
+        return False
+
+
+@pytest.mark.parametrize("op, request_, shapes, attrs", unit_cases())
+def test_swapped_module_matches_torch_forward_and_backward(op: str, request_: str, shapes: tuple, attrs: dict) -> None:
+    reference = torch_module(op, shapes, attrs).double()
+    swapped = algoswap.swap_operation(op, copy.deepcopy(reference), request_)
+    x = torch.randn(shapes[0], dtype=torch.float64, requires_grad=True)
+    expected, got = reference(x), swapped(x)
+    assert relative_error(got.detach(), expected.detach()) <= 1e-10
+    grad = torch.randn_like(expected)
+    wrt = [x, *reference.parameters()]
+    expected_grads = torch.autograd.grad(expected, wrt, grad)
+    got_grads = torch.autograd.grad(got, [x, *swapped.parameters()], grad)
+    for name, a, b in zip(["input", *dict(reference.named_parameters())], got_grads, expected_grads):
+        assert relative_error(a, b) <= 1e-10, name
+
+
+def small_cnn(seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 5, padding=2, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d((2, 2)),
+        nn.Flatten(), nn.Linear(64, 10),
+    ).to(dtype)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "transposed_view", "sliced_view"])
+def test_any_memory_layout_gives_correct_results(layout: str) -> None:
+    model = small_cnn()
+    x = torch.randn(2, 3, 16, 16)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "transposed_view":
+        x = torch.randn(2, 3, 16, 16).transpose(2, 3)
+    else:
+        x = torch.randn(2, 3, 32, 16)[:, :, ::2, :]
+    assert not x.is_contiguous()
+    expected = model(x)
+    algoswap.swap_conv2d(model, "smm")
+    assert relative_error(model(x).detach(), expected.detach()) <= 1e-5
+
+
+def test_float64_end_to_end_and_half_precision_refused_clearly() -> None:
+    model = small_cnn(dtype=torch.float64)
+    x = torch.randn(2, 3, 16, 16, dtype=torch.float64)
+    expected = model(x)
+    for op in ("conv2d", "relu", "maxpool2d", "adaptiveavgpool2d", "flatten", "linear"):
+        algoswap.swap_operation(op, model)
+    out = model(x)
+    assert out.dtype == torch.float64 and relative_error(out.detach(), expected.detach()) <= 1e-12
+    half = small_cnn().half()
+    algoswap.swap_conv2d(half)
+    with pytest.raises(algoswap.NoImplementationError, match="dtype float16 not supported"):
+        half(torch.randn(1, 3, 8, 8).half())
+
+
+def test_a_device_no_backend_serves_is_a_clear_error() -> None:
+    conv = algoswap.swap_conv2d(nn.Conv2d(3, 4, 3).to("meta"))
+    # (with autograd recording, meta tensors take the custom op's meta kernel: shapes only, as torch intends)
+    with torch.no_grad(), pytest.raises(algoswap.NoImplementationError, match="works on host memory; the inputs are in meta memory"):
+        conv(torch.empty(1, 3, 8, 8, device="meta"))
+
+
+def test_unbatched_input_and_a_swapped_root_module() -> None:
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(3, 7, 7)
+    swapped = algoswap.swap_conv2d(conv, "direct")
+    assert isinstance(swapped, nn.Conv2d) and swapped is not conv and swapped.weight is conv.weight
+    assert relative_error(swapped(x).detach(), conv(x).detach()) <= 1e-5
