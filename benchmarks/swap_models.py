@@ -10,6 +10,10 @@ Target (issue 3): <= 20 us added per swapped layer call on a tiny input.
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # before torch loads libgomp: see algoswap._cli.quiet_openmp_spinning
+
 import argparse
 import copy
 import timeit

@@ -67,6 +67,35 @@ FLATTEN: list[Case] = [
     (((6,),), {"start_dim": 0}),
 ]
 
+ADD: list[Case] = [
+    (((2, 3, 4, 5), (2, 3, 4, 5)), {}),
+    (((2, 3, 4, 5), (3, 1, 1)), {}),
+    (((4, 1), (3,)), {}),
+    (((1,), (2, 3)), {}),
+    (((2, 1, 5), (1, 4, 1)), {}),
+]
+
+CONCAT: list[Case] = [
+    (((2, 3, 4, 5), (2, 2, 4, 5)), {"axis": 1}),
+    (((2, 3), (1, 3), (4, 3)), {}),
+    (((2, 3, 4), (2, 3, 1)), {"axis": -1}),
+    (((3, 5),), {"axis": 1}),
+]
+
+RESHAPE: list[Case] = [
+    (((2, 3, 4, 5),), {"shape": (2, -1)}),
+    (((2, 3, 4, 5),), {"shape": (6, 20)}),
+    (((24,),), {"shape": (2, 3, -1, 1)}),
+    (((2, 6),), {"shape": -1}),
+]
+
+# eps is large so that running_var (standard normal draws) plus eps stays positive
+BATCHNORM2D: list[Case] = [
+    (((2, 3, 5, 4), (3,), (3,), (3,), (3,)), {"eps": 10.0}),
+    (((1, 4, 3, 3), (4,), (4,), None, None), {"eps": 10.0}),
+    (((2, 2, 4, 6), (2,), (2,), (2,), None), {"eps": 12.5}),
+]
+
 FORWARD: dict[str, list[Case]] = {
     "conv2d": CONV2D,
     "linear": LINEAR,
@@ -75,6 +104,10 @@ FORWARD: dict[str, list[Case]] = {
     "adaptiveavgpool2d": ADAPTIVE,
     "relu": ELEMENTWISE,
     "flatten": FLATTEN,
+    "add": ADD,
+    "concat": CONCAT,
+    "reshape": RESHAPE,
+    "batchnorm2d": BATCHNORM2D,
 }
 
 

@@ -50,6 +50,23 @@ BAD_CALLS = [
     ("conv2d_grad_input", ((1, 4, 7, 7), (4, 3, 3, 3)), {"input_size": (1, 3, 8, 8)}, "grad_output", "(1, 4, 6, 6)"),
     ("conv2d_grad_weight", ((1, 4, 6, 6), (1, 3, 8, 8)), {}, "weight_size", "no default"),
     ("relu_grad", ((2, 3), (2, 4)), {}, "grad_output", "(2, 4)"),
+    ("add", ((2, 3, 4), (2, 5)), {}, "b", "'a' of shape (2, 3, 4)"),
+    ("add", ((4, 3), (2, 3)), {}, "b", "broadcastable"),
+    ("concat", ((2, 3), (2, 4)), {}, "inputs[1]", "(2, 3) of inputs[0] except on axis 0"),
+    ("concat", ((2, 3), (2, 3), (2, 3, 1)), {"axis": 1}, "inputs[2]", "shape (2, 3, 1); expected the shape (2, 3) of inputs[0]"),
+    ("concat", ((2, 3), (5, 3), (2, 4)), {}, "inputs[2]", "except on axis 0"),
+    ("concat", ((2, 3), (2, 3)), {"axis": 2}, "axis", "[-2, 1]"),
+    ("concat", ((2, 3),), {"axis": 1.0}, "axis", "an int"),
+    ("reshape", ((2, 3, 4),), {"shape": (5, 5)}, "shape", "24 elements like the input (2, 3, 4) (it has 25)"),
+    ("reshape", ((2, 3, 4),), {"shape": (5, -1)}, "shape", "divide the 24 elements"),
+    ("reshape", ((2, 3, 4),), {"shape": (-1, -1)}, "shape", "at most one -1"),
+    ("reshape", ((2, 3, 4),), {"shape": (0, 24)}, "shape", ">= 1 or -1"),
+    ("reshape", ((2, 3, 4),), {}, "shape", "no default"),
+    ("batchnorm2d", ((2, 3, 4, 4), (4,), (3,)), {}, "running_mean", "(3,), one per channel"),
+    ("batchnorm2d", ((2, 3, 4, 4), (3,), (3,), (3,), (2,)), {}, "bias", "(3,)"),
+    ("batchnorm2d", ((2, 3, 4), (3,), (3,)), {}, "input", "4-D"),
+    ("batchnorm2d", ((2, 3, 4, 4), (3,), (3,)), {"eps": -1.0}, "eps", ">= 0"),
+    ("batchnorm2d", ((2, 3, 4, 4), (3,)), {}, "inputs", "5 inputs"),
 ]
 
 

@@ -210,3 +210,30 @@ def test_explain_before_any_call_says_so() -> None:
     model = algoswap.swap_conv2d(small_cnn(), "smm")
     rows = algoswap.explain(model)
     assert rows[0].note.startswith("not run yet")
+
+
+@pytest.fixture
+def recording_backend() -> Iterator[list]:
+    seen: list = []
+
+    def relu_recording(x: Any) -> Any:
+        seen.append(x)
+        return x.clip(0, None)
+
+    def register(registry: Any) -> None:
+        registry.add_backend("recorder")
+        registry.add_implementation("relu", "direct", "recorder", relu_recording)
+
+    algoswap.register_plugin(types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=register), "recorder")
+    yield seen
+    algoswap.reload_plugins()
+
+
+def test_contiguous_cpu_tensors_reach_the_backend_without_a_copy(recording_backend: list) -> None:
+    relu = algoswap.swap_operation("relu", nn.ReLU(), "recorder:direct")
+    x = torch.randn(3, 5)
+    relu(x)
+    assert recording_backend[-1].__array_interface__["data"][0] == x.data_ptr()
+    view = torch.randn(5, 3).t()
+    assert relative_error(relu(view), view.clamp(min=0)) == 0  # a non-contiguous view is copied into shape first
+    assert recording_backend[-1].flags.c_contiguous

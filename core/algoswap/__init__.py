@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from .hookspecs import hookimpl
     from . import zoo
     from ._torch import Explanation, SelectorError, prefer, swap_conv2d, swap_operation
-    from ._torch import Model, convert, swap_backend
+    from ._torch import Model, swap_backend
+    from ._torch import swap_backend as convert
     from ._torch.explain import explain
 
 _LAZY = {
@@ -64,7 +65,7 @@ _LAZY = {
     "swap_conv2d": ("._torch", "swap_conv2d"),
     "swap_operation": ("._torch", "swap_operation"),
     "swap_backend": ("._torch", "swap_backend"),
-    "convert": ("._torch", "convert"),
+    "convert": ("._torch", "swap_backend"),
     "Model": ("._torch", "Model"),
     "explain": ("._torch.explain", "explain"),
     "Explanation": ("._torch", "Explanation"),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from .._spec import OpSpec
-from . import activation, conv, linear, pool, shape
+from . import activation, conv, elementwise, linear, norm, pool, shape
 
 
 def core_specs() -> tuple[OpSpec, ...]:
     """Every op spec of the core, in a stable order."""
-    return conv.SPECS + linear.SPECS + pool.SPECS + activation.SPECS + shape.SPECS
+    return conv.SPECS + linear.SPECS + pool.SPECS + activation.SPECS + shape.SPECS + elementwise.SPECS + norm.SPECS

@@ -1,4 +1,4 @@
-"""Shape manipulation: flatten."""
+"""Shape manipulation: flatten, reshape, concat."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from .._errors import InvalidSpec, OpDtypeError
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
-from ._convert import integer
+from ._convert import _is_int, integer
 
 
 def any_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) -> str:
@@ -48,4 +48,82 @@ flatten = OpSpec(
     doc="Merge dimensions start_dim..end_dim into one, like torch.nn.Flatten (start_dim defaults to 1).",
 )
 
-SPECS = (flatten,)
+
+
+def same_any_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) -> str:
+    """The dtype rule of ops joining several arrays: any dtype, the same for every input."""
+    first = any_dtype(op, names, dtypes)
+    for index, (name, dtype) in enumerate(zip(names, dtypes)):
+        if dtype is not None and dtype != first:
+            label = f"{name}[{index}]" if names.count(name) > 1 else name
+            raise OpDtypeError(op, label, dtype, f"{first}, the dtype of the first input")
+    return first
+
+
+def _target_shape(value: Any) -> tuple[int, ...]:
+    what = "an int or a tuple of ints, each >= 1 or -1 (at most one -1)"
+    if _is_int(value):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(_is_int(v) and (v >= 1 or v == -1) for v in value):
+        raise ValueError(what)
+    if sum(v == -1 for v in value) > 1:
+        raise ValueError(what)
+    return tuple(int(v) for v in value)
+
+
+def _resolve_reshape(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    x, target = shapes["input"], attrs["shape"]
+    count, known = math.prod(x), math.prod(v for v in target if v != -1)
+    if -1 in target:
+        if count % known:
+            raise InvalidSpec("shape", target, f"a shape whose known sizes (product {known}) divide the {count} elements of the input {x}")
+        target = tuple(count // known if v == -1 else v for v in target)
+    elif known != count:
+        raise InvalidSpec("shape", target, f"a shape of {count} elements like the input {x} (it has {known})")
+    return {"shape": target}
+
+
+reshape = OpSpec(
+    "reshape",
+    (Input("input"),),
+    (Attr("shape", doc="the new shape; one size may be -1 (inferred)", convert=_target_shape),),
+    shape_rule=lambda shapes, attrs: attrs["shape"],
+    resolve=_resolve_reshape,
+    dtype_rule=any_dtype,
+    family="shape",
+    gradients=(GradRule("input", None),),
+    doc="The input's elements in row-major order under a new shape, like torch.reshape (canonical: no -1).",
+)
+
+
+def _resolve_concat(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    first = shapes["inputs"][0]
+    rank, axis = len(first), attrs["axis"]
+    if not -rank <= axis < rank:
+        raise InvalidSpec("axis", axis, f"a dimension in [{-rank}, {rank - 1}] for {rank}-D inputs")
+    axis %= rank
+    for index, shape in enumerate(shapes["inputs"][1:], start=1):
+        if len(shape) != rank or any(s != f for d, (s, f) in enumerate(zip(shape, first)) if d != axis):
+            raise InvalidSpec(f"inputs[{index}]", f"shape {shape}", f"the shape {first} of inputs[0] except on axis {axis}")
+    return {"axis": axis}
+
+
+def _concat_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    first, axis = shapes["inputs"][0], attrs["axis"]
+    joined = sum(shape[axis] for shape in shapes["inputs"])
+    return first[:axis] + (joined,) + first[axis + 1 :]
+
+
+# No gradient rules: a GradRule cannot split grad_output among the variadic inputs yet.
+concat = OpSpec(
+    "concat",
+    (Input("inputs", tuple(range(1, 9)), variadic=True),),
+    (Attr("axis", 0, integer(), "the dimension to join along (negative counts from the end)"),),
+    shape_rule=_concat_shape,
+    resolve=_resolve_concat,
+    dtype_rule=same_any_dtype,
+    family="shape",
+    doc="Join one or more arrays along an existing axis, like torch.cat (shapes agree elsewhere).",
+)
+
+SPECS = (flatten, reshape, concat)

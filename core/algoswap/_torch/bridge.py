@@ -68,7 +68,7 @@ def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Ten
         plain_shapes = [None if s is None else tuple(s) for s in shapes]
         selection = select(get_registry(), op, plain_shapes, names, decode_attrs(attrs), request, memory)
         plan = cache[key] = (selection, selection.impl.callable, dict(selection.call.attrs))
-    return plan  # type: ignore[no-any-return]
+    return plan
 
 
 def _host_array(tensor: torch.Tensor) -> np.ndarray:

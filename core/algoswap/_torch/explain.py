@@ -42,10 +42,11 @@ class Explanation(list):  # type: ignore[type-arg]
     """The rows of ``explain``: a list of ``Row``; ``str()`` gives the table people read."""
 
     def __str__(self) -> str:
-        header = ("layer", "op", "input", "request", "implementation", "kernel", "backward")
+        with_backward = any(r.backward for r in self)
+        header = ("layer", "op", "input", "request", "implementation", "kernel") + (("backward",) if with_backward else ())
         cells = [header] + [
             (r.name, r.op, "x".join(map(str, r.input_shape)) if r.input_shape else "?", r.request, r.implementation,
-             r.kernel, _backward_summary(r.backward))
+             r.kernel) + ((_backward_summary(r.backward),) if with_backward else ())
             for r in self
         ]
         widths = [max(len(str(row[i])) for row in cells) for i in range(len(header))]

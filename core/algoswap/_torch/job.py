@@ -14,6 +14,7 @@ import torch
 from .. import zoo
 from .._global import get_registry
 from .._progress import progress
+from .convert import swap_backend
 from .explain import explain
 from .selectors import prefer
 from .swap import swap_conv2d
@@ -54,20 +55,23 @@ def conv_algorithms() -> list[str]:
 
 
 def run_job(name: str = zoo.DEFAULT_MODEL, batch: int = 1, small: bool = False, repeats: int = 3) -> tuple[list[JobRow], torch.nn.Module]:
-    """Rows for plain PyTorch and for each conv2d algorithm; also returns the last swapped model."""
+    """Rows for plain PyTorch, each conv2d algorithm and swap_backend; also a swapped model to explain."""
     model, x = zoo.build(name), zoo.sample_input(name, batch, small=small)
     with torch.inference_mode():
         expected = model(x)
         rows = [JobRow("torch (F.conv2d)", "all", None, median_ms(lambda: model(x), repeats))]
-        swapped = model
+        shown = model
         for algorithm in progress(conv_algorithms(), f"swapping {name}'s convolutions"):
             swapped = swap_conv2d(copy.deepcopy(model), prefer(algorithm), sample_input_shape=tuple(x.shape))
-            served = [r for r in explain(swapped)]
-            ran = sum(r.request == algorithm for r in served)
-            label = f"{ran}/{len(served)}"
+            served = list(explain(swapped))
+            label = f"{sum(r.request == algorithm for r in served)}/{len(served)}"
             error = relative_error(swapped(x), expected)
             rows.append(JobRow(algorithm, label, error, median_ms(lambda: swapped(x), repeats)))
-    return rows, swapped
+            shown = swapped if shown is model or "winograd" in algorithm else shown
+        converted = swap_backend(model, sample_input_shape=tuple(x.shape))
+        error = relative_error(converted(x), expected)
+        rows.append(JobRow("swap_backend (whole model)", "all", error, median_ms(lambda: converted(x), repeats)))
+    return rows, shown
 
 
 def print_job(name: str = zoo.DEFAULT_MODEL, batch: int = 1, small: bool = False, repeats: int = 3) -> None:
@@ -76,10 +80,10 @@ def print_job(name: str = zoo.DEFAULT_MODEL, batch: int = 1, small: bool = False
     print(f"== {name} (random init, seed 0), input {'x'.join(map(str, shape))}: swap_conv2d with each conv2d algorithm ==")
     rows, last = run_job(name, batch, small, repeats)
     base = rows[0].milliseconds
-    print(f"{'algorithm':<20} {'conv layers':>11} {'rel. error':>11} {'ms':>9} {'vs torch':>9}")
+    print(f"{'algorithm':<27} {'conv layers':>11} {'rel. error':>11} {'ms':>9} {'vs torch':>9}")
     for row in rows:
         error = "-" if row.error is None else f"{row.error:.2e}"
-        print(f"{row.label:<20} {row.layers:>11} {error:>11} {row.milliseconds:9.1f} {row.milliseconds / base:8.2f}x")
+        print(f"{row.label:<27} {row.layers:>11} {error:>11} {row.milliseconds:9.1f} {row.milliseconds / base:8.2f}x")
     print("(layers an algorithm cannot serve, e.g. winograd on non-3x3 or strided convs, run the default)")
-    print(f"\n== explain: {rows[-1].label} ==")
+    print("\n== explain: which implementation and kernel ran each swapped layer ==")
     print(explain(last))

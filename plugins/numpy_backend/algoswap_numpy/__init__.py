@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import activation, conv, linear, pool, shape
+from . import activation, conv, elementwise, linear, norm, pool, shape
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
@@ -57,8 +57,12 @@ def _register_simple(registry: Any) -> None:
         "adaptiveavgpool2d_grad": pool.adaptiveavgpool2d_grad,
         "relu": activation.relu,
         "relu_grad": activation.relu_grad,
+        "add": elementwise.add,
+        "batchnorm2d": norm.batchnorm2d,
     }
     algorithms = {"linear": "gemm", "linear_grad_input": "gemm", "linear_grad_weight": "gemm"}
     for op, fn in table.items():
         registry.add_implementation(op, algorithms.get(op, "direct"), BACKEND, fn, kernel=f"numpy {fn.__name__}")
     registry.add_implementation("flatten", "direct", BACKEND, shape.flatten, dtypes=_ALL_DTYPES, kernel="numpy reshape")
+    registry.add_implementation("reshape", "direct", BACKEND, shape.reshape, dtypes=_ALL_DTYPES, kernel="numpy reshape")
+    registry.add_implementation("concat", "direct", BACKEND, shape.concat, dtypes=_ALL_DTYPES, kernel="numpy concatenate")

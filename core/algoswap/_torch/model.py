@@ -1,0 +1,160 @@
+"""``algoswap.Model``: a torch model converted by ``swap_backend``, run through the registry on numpy arrays."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import torch
+
+from .explain import Explanation, Row
+from .plan import OpStep, Step, TorchStep, resolve
+
+_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class Model:
+    """The plan of a converted model and the loop that runs it.
+
+    Call it with torch tensors (it returns tensors on the first tensor's device) or numpy arrays
+    (it returns arrays); floating inputs are cast to ``dtype``, the dtype of its weights and computation.
+    It is for inference: no gradients flow through it. ``steps`` (alias ``plan``) lists what runs.
+    """
+
+    def __init__(
+        self,
+        steps: list[Step],
+        constants: dict[int, np.ndarray],
+        slot_count: int,
+        inputs: list[int],
+        input_names: list[str],
+        output: Any,
+        dtype: str,
+    ) -> None:
+        self.steps = steps
+        self.constants = constants
+        self.slot_count = slot_count
+        self.inputs = inputs
+        self.input_names = input_names
+        self.output = output
+        self.dtype = dtype
+        self._template = self._make_template()
+
+    @property
+    def plan(self) -> list[Step]:
+        """The steps, in the order they run (the same list as ``steps``)."""
+        return self.steps
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _TORCH_DTYPES[self.dtype]
+
+    @property
+    def folded_batchnorms(self) -> list[str]:
+        """The batch norms folded into the convolution before them."""
+        return [name for step in self.steps if isinstance(step, OpStep) for name in step.folded]
+
+    def op_counts(self) -> dict[str, int]:
+        """How many steps run each registry op (fallback steps count under "torch")."""
+        return dict(Counter(step.op if isinstance(step, OpStep) else "torch" for step in self.steps if step.kind != "python"))
+
+    # ------------------------------------------------------------------ running
+
+    def __call__(self, *inputs: Any) -> Any:
+        if len(inputs) != len(self.inputs):
+            names = ", ".join(self.input_names)
+            raise TypeError(f"Model takes {len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''} ({names}); got {len(inputs)}")
+        like = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
+        arrays = [self._to_array(x) for x in inputs]
+        return _wrap(self.run(*arrays), like)
+
+    def run(self, *arrays: np.ndarray) -> Any:
+        """Run the plan on numpy arrays already in ``dtype``; returns the output structure of numpy arrays."""
+        values = list(self._template)
+        for slot, array in zip(self.inputs, arrays):
+            values[slot] = array
+        for step in self.steps:
+            step.run(values)
+            for slot in step.free:
+                values[slot] = None
+        return resolve(self.output, values)
+
+    def _to_array(self, value: Any) -> np.ndarray:
+        """An input as a contiguous numpy array; floating inputs in the model's dtype, others as they are."""
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu()
+            return (tensor.to(self.torch_dtype) if tensor.is_floating_point() else tensor).contiguous().numpy()
+        array = np.asarray(value)
+        return np.ascontiguousarray(array, dtype=self.dtype if array.dtype.kind == "f" else None)
+
+    def _make_template(self) -> list[Any]:
+        template: list[Any] = [None] * self.slot_count
+        for slot, array in self.constants.items():
+            array.setflags(write=False)
+            template[slot] = array
+        return template
+
+    # ------------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_template"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._template = self._make_template()
+
+    # ------------------------------------------------------------------ explaining
+
+    def explain(self) -> Explanation:
+        """One row per op step and per fallback node: what runs it, its kernel, the rejected candidates."""
+        rows = Explanation()
+        for step in self.steps:
+            if isinstance(step, OpStep):
+                rows.append(_op_row(step))
+            elif isinstance(step, TorchStep):
+                rows.append(Row(step.name, step.label, step.last_shape, "-", "torch (fallback)", "PyTorch", note=f"not in the registry: {step.reason}"))
+        return rows
+
+    def backends(self) -> list[str]:
+        """The backends of the implementations selected so far (empty before the first call without a sample input)."""
+        chosen = {s.last_selection.backend.name for s in self.steps if isinstance(s, OpStep) and s.last_selection is not None}
+        return sorted(chosen)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{n} {op}" for op, n in sorted(self.op_counts().items(), key=lambda item: (-item[1], item[0])))
+        backends = ", ".join(self.backends()) or "none selected yet (selection happens at the first call)"
+        parts = [f"{len(self.steps)} steps: {counts}" if counts else f"{len(self.steps)} steps"]
+        folded = len(self.folded_batchnorms)
+        if folded:
+            parts.append(f"{folded} batch norm{'s' if folded != 1 else ''} folded")
+        fallbacks = sum(isinstance(s, TorchStep) for s in self.steps)
+        if fallbacks:
+            parts.append(f"{fallbacks} node{'s' if fallbacks != 1 else ''} in torch (fallback)")
+        parts += [f"backends: {backends}", f"dtype {self.dtype}"]
+        return f"algoswap.Model({'; '.join(parts)})"
+
+
+def _op_row(step: OpStep) -> Row:
+    note = f"batch norm {', '.join(step.folded)} folded" if step.folded else ""
+    selection = step.last_selection
+    if selection is None:
+        waiting = "not run yet: call the model or pass sample_input_shape"
+        return Row(step.name, step.op, None, step.request, note=f"{note}; {waiting}" if note else waiting)
+    row = Row.from_selection(step.name, selection, step.request, selection.call.shapes[0], backward=False)
+    row.note = note
+    return row
+
+
+def _wrap(value: Any, like: torch.Tensor | None) -> Any:
+    """Output arrays as tensors on ``like``'s device (or as arrays when the inputs were arrays)."""
+    if isinstance(value, np.ndarray):
+        array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
+        return array if like is None else torch.from_numpy(array).to(like.device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_wrap(v, like) for v in value)
+    if isinstance(value, dict):
+        return {k: _wrap(v, like) for k, v in value.items()}
+    return value

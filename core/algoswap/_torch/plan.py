@@ -1,0 +1,253 @@
+"""The steps of an ``algoswap.Model``'s plan and how each one runs on numpy arrays.
+
+A plan is a list of steps over numbered value slots. Slots hold the constant weight arrays (set
+once, at conversion), the model's inputs, and every intermediate value; a step reads its inputs
+from slots, writes its output to one, and clears the slots whose last reader it is.
+
+- ``OpStep``: one registry op (conv2d, add, ...) with its request ("default", "numpy:smm", ...).
+  The selection is cached per step and input shapes, so a repeated call costs a dict lookup.
+- ``PythonStep``: bookkeeping on Python values (``x.size(0)``, ``x.shape[1] * 2``): it lets
+  ``x.view(x.size(0), -1)`` follow the batch size of each call.
+- ``TorchStep``: a node run by PyTorch because no registry op serves it (``fallback="torch"``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .._global import get_registry
+from .._select import Selection, _freeze, select
+from .._trace import record
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A reference to a value slot, inside the arguments of Python and torch steps and in attrs."""
+
+    index: int
+
+
+def resolve(value: Any, values: list[Any]) -> Any:
+    """``value`` with every ``Slot`` replaced by the slot's current value (through lists, tuples, dicts)."""
+    if isinstance(value, Slot):
+        return values[value.index]
+    if isinstance(value, (list, tuple)):
+        return type(value)(resolve(v, values) for v in value)
+    if isinstance(value, dict):
+        return {k: resolve(v, values) for k, v in value.items()}
+    return value
+
+
+def slots_in(value: Any) -> set[int]:
+    """Every slot index referenced by ``value``."""
+    if isinstance(value, Slot):
+        return {value.index}
+    if isinstance(value, (list, tuple)):
+        return set().union(*(slots_in(v) for v in value))
+    if isinstance(value, dict):
+        return set().union(*(slots_in(v) for v in value.values()))
+    return set()
+
+
+@dataclass
+class OpStep:
+    """One registry op: ``values[output] = op(*values[inputs], **attrs)`` with the requested implementation.
+
+    ``inputs`` are slot indices (None for an absent optional input); ``attrs`` may hold ``Slot``s
+    (``dynamic``), resolved on each call (a reshape target computed from ``x.size(0)``).
+    """
+
+    name: str
+    op: str
+    request: str
+    attrs: dict[str, Any]
+    inputs: tuple[int | None, ...]
+    output: int
+    module: str | None = None
+    target: str = ""
+    folded: tuple[str, ...] = ()
+    dynamic: bool = False
+    free: tuple[int, ...] = ()
+    last_shapes: tuple[Any, ...] | None = None
+    _cache: dict[Any, tuple[Callable[..., Any], dict[str, Any], Selection]] = field(default_factory=dict, repr=False, compare=False)
+
+    kind = "op"
+
+    def reads(self) -> set[int]:
+        return {i for i in self.inputs if i is not None} | (slots_in(self.attrs) if self.dynamic else set())
+
+    def run(self, values: list[Any]) -> None:
+        arrays = [None if i is None else values[i] for i in self.inputs]
+        attrs = resolve(self.attrs, values) if self.dynamic else self.attrs
+        key = tuple(None if a is None else (a.shape, a.dtype.char) for a in arrays)
+        if self.dynamic:
+            key += (_freeze(attrs),)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._prepare(arrays, attrs)
+        fn, canonical, selection = entry
+        self.last_shapes = key
+        record(selection)
+        space = selection.backend.memory
+        if space.is_host:
+            ready = [a if a is None or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+            values[self.output] = fn(*ready, **canonical)
+        else:
+            values[self.output] = space.download(fn(*(None if a is None else space.upload(a) for a in arrays), **canonical))
+
+    def selection(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
+        """Validate the call and choose its implementation (cached by the registry)."""
+        memory = None if self.request == "auto" else "host"
+        return select(get_registry(), self.op, shapes, dtypes, attrs, self.request, memory)
+
+    def _prepare(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
+        shapes = [None if a is None else a.shape for a in arrays]
+        dtypes = [None if a is None else str(a.dtype) for a in arrays]
+        chosen = self.selection(shapes, dtypes, attrs)
+        return chosen.impl.callable, dict(chosen.call.attrs), chosen
+
+    def preselect(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
+        """Select now for inputs of these shapes (conversion with a sample input) and cache it."""
+        chosen = self.selection(shapes, dtypes, attrs)
+        key = tuple(None if s is None else (tuple(s), np.dtype(d).char) for s, d in zip(shapes, dtypes))
+        if self.dynamic:
+            key += (_freeze(attrs),)
+        self._cache[key] = (chosen.impl.callable, dict(chosen.call.attrs), chosen)
+        self.last_shapes = key
+        return chosen
+
+    @property
+    def last_selection(self) -> Selection | None:
+        """The selection of the latest call (or of the sample input), None before any."""
+        entry = self._cache.get(self.last_shapes) if self.last_shapes is not None else None
+        return None if entry is None else entry[2]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_cache={}, last_shapes=None)  # selections hold registry records: redone after unpickling
+        return state
+
+
+@dataclass
+class PythonStep:
+    """``values[output] = function(*args)`` on Python values (sizes, shape arithmetic, tuple items)."""
+
+    name: str
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    output: int
+    free: tuple[int, ...] = ()
+
+    kind = "python"
+
+    def reads(self) -> set[int]:
+        return slots_in(self.args)
+
+    def run(self, values: list[Any]) -> None:
+        values[self.output] = self.function(*resolve(self.args, values))
+
+
+@dataclass
+class TorchStep:
+    """A node PyTorch runs (``fallback="torch"``): arrays go in as tensors, tensors come out as arrays.
+
+    ``target`` is a module (called), a function (called), or a method name (called on the first argument).
+    """
+
+    name: str
+    target: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: int
+    reason: str
+    label: str
+    free: tuple[int, ...] = ()
+    last_shape: tuple[int, ...] | None = None
+
+    kind = "torch"
+
+    def reads(self) -> set[int]:
+        return slots_in(self.args) | slots_in(self.kwargs)
+
+    def run(self, values: list[Any]) -> None:
+        arrays = resolve(self.args, values)
+        first = next((a for a in arrays if isinstance(a, np.ndarray)), None)
+        self.last_shape = None if first is None else tuple(first.shape)
+        args = to_torch(arrays)
+        kwargs = to_torch(resolve(self.kwargs, values))
+        with torch.no_grad():
+            if isinstance(self.target, str):
+                result = getattr(args[0], self.target)(*args[1:], **kwargs)
+            else:
+                result = self.target(*args, **kwargs)
+        values[self.output] = to_numpy(result)
+
+
+Step = OpStep | PythonStep | TorchStep
+
+
+@dataclass(frozen=True)
+class NamedFunction:
+    """A torch function of a fallback step stored by its import path (some, like F.max_pool2d, do not pickle)."""
+
+    path: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, name = self.path.rpartition(".")
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+
+def to_torch(value: Any) -> Any:
+    """numpy arrays (through lists, tuples, dicts) as CPU tensors sharing their memory where possible."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value if value.flags.writeable else value.copy())
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_torch(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_torch(v) for k, v in value.items()}
+    return value
+
+
+def to_numpy(value: Any) -> Any:
+    """Tensors (through lists, tuples, dicts) as numpy arrays; torch.Size as a tuple; the rest as is."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if isinstance(value, list):
+        return [to_numpy(v) for v in value]
+    if isinstance(value, tuple):  # also torch's named tuples (torch.sort's values, indices)
+        return tuple(to_numpy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_numpy(v) for k, v in value.items()}
+    return value
+
+
+# Python-value functions of PythonSteps (module-level, so that plans pickle).
+
+
+def size_of(array: Any, dim: int | None = None) -> Any:
+    """``Tensor.size(dim)`` of an array: its shape as a tuple, or one size."""
+    return tuple(array.shape) if dim is None else int(array.shape[dim])
+
+
+def shape_of(array: Any) -> tuple[int, ...]:
+    """``Tensor.shape`` of an array."""
+    return tuple(array.shape)
+
+
+def ndim_of(array: Any) -> int:
+    """``Tensor.dim()`` / ``Tensor.ndim`` of an array."""
+    return int(array.ndim)
+
+
+PYTHON_OPERATORS: dict[Any, Callable[..., Any]] = {
+    f: f for f in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
+                   operator.neg, operator.getitem, operator.iadd, operator.imul)
+}
