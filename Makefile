@@ -27,8 +27,10 @@ demo: setup
 test: setup-test
 	$(BIN)/python -m pytest
 
-bench: setup-test
+bench: setup
+	$(PIP) install matplotlib
 	$(BIN)/python benchmarks/registry_overhead.py
+	$(BIN)/python benchmarks/swap_models.py --plot docs/swap_models.png
 
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info plugins/*/build

@@ -26,7 +26,7 @@ def _noop_conv(x, w, b, **attrs):
 
 
 def _register_noop(registry) -> None:
-    registry.add_backend("noop")
+    registry.add_backend("noop", priority=-100)  # never the default choice
     registry.add_implementation("conv2d", "noop", "noop", _noop_conv)
 
 

@@ -83,9 +83,8 @@ def _host_array(tensor: torch.Tensor) -> np.ndarray:
 
 def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torch.Tensor:
     """A new tensor on ``like``'s device holding ``array`` (copied if it aliases an input)."""
-    if not array.flags.writeable or not array.flags.c_contiguous or any(
-        a is not None and np.may_share_memory(array, a) for a in arrays
-    ):
+    aliases = array.base is not None and any(a is not None and np.may_share_memory(array, a) for a in arrays)
+    if aliases or not array.flags.writeable or not array.flags.c_contiguous:
         array = np.ascontiguousarray(array).copy()
     tensor = torch.from_numpy(array)
     return tensor if like.device.type == "cpu" else tensor.to(like.device)
@@ -150,11 +149,11 @@ def _fake(op: str, request: str, attrs: str, tensors: list[torch.Tensor], absent
 def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]]) -> torch.Tensor:
     """Run ``op`` on tensors: straight to the implementation when no autograd or tracing is
     involved, through the ``algoswap::call`` custom op otherwise."""
-    if all(t is None or type(t) in _PLAIN for t in inputs) and not (
-        torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
-    ):
-        return execute(op, request, attrs, inputs)
-    return call_custom_op(op, request, attrs, inputs)
+    recording = torch.is_grad_enabled()
+    for tensor in inputs:
+        if tensor is not None and (type(tensor) not in _PLAIN or (recording and tensor.requires_grad)):
+            return call_custom_op(op, request, attrs, inputs)
+    return execute(op, request, attrs, inputs)
 
 
 def call_custom_op(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:

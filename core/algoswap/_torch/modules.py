@@ -100,6 +100,15 @@ def binding_for(module: nn.Module) -> ModuleBinding | None:
     return BINDINGS.get(base)
 
 
+def require_binding(module: nn.Module) -> ModuleBinding:
+    """The binding of a module, or an error saying no op serves its type."""
+    binding = binding_for(module)
+    if binding is None:
+        known = ", ".join(b.module_type.__name__ for b in BINDINGS.values())
+        raise OpArgumentError("swap_operation", "module", type(module).__name__, f"a swappable module ({known})")
+    return binding
+
+
 def ops_with_modules() -> dict[str, type[nn.Module]]:
     return {b.op: b.module_type for b in BINDINGS.values()}
 

@@ -19,7 +19,7 @@ from .._global import get_registry
 from .._select import check_known, select
 from .._spec import Shape
 from .bridge import _DTYPE_NAMES, memory_of
-from .modules import binding_for
+from .modules import binding_for, require_binding
 
 Selector = Union[None, str, Sequence[str], dict[str, str], Callable[..., str]]
 
@@ -128,8 +128,7 @@ def check_request(caller: str, op: str, layer: Layer, request: Any) -> None:
         raise SelectorError(f"{where}: the selector returned {request!r}; expected a string such as 'default' or 'numpy:smm'")
     try:
         check_known(get_registry(), op, request)
-        binding = binding_for(layer.module)
-        assert binding is not None
+        binding = require_binding(layer.module)
         attrs = binding.attrs(layer.module)
         get_registry().spec(op).canonical_attrs(attrs)
         if layer.input_shape is not None:
@@ -139,8 +138,9 @@ def check_request(caller: str, op: str, layer: Layer, request: Any) -> None:
 
 
 def _select_for(op: str, layer: Layer, request: str, attrs: dict[str, Any]) -> Any:
-    binding = binding_for(layer.module)
-    assert binding is not None and layer.input_shape is not None
+    binding = require_binding(layer.module)
+    if layer.input_shape is None:
+        raise SelectorError(f"layer {layer.name!r} has no recorded input shape: pass sample_input_shape")
     x = torch.empty(layer.input_shape, dtype=layer.input_dtype, device="meta")
     tensors = binding.inputs(layer.module, x)
     shapes = [None if t is None else tuple(t.shape) for t in tensors]

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .._errors import OpArgumentError
-from .modules import BINDINGS, SwappedModule, binding_for, swap_in
+from .modules import BINDINGS, SwappedModule, require_binding, swap_in
 from .selectors import Layer, Selector, SelectorError, check_request, find_layers, resolve
 
 OpName = Union[str, type]
@@ -58,8 +58,7 @@ def swap_operation(
 
 
 def _swapped(layer: Layer, request: str) -> nn.Module:
-    binding = binding_for(layer.module)
-    assert binding is not None
+    binding = require_binding(layer.module)
     twin = swap_in(layer.module, request, binding.attrs(layer.module))
     if layer.input_shape is not None:
         twin.__dict__["algoswap_last_input"] = (layer.input_shape, layer.input_dtype)
