@@ -36,7 +36,8 @@ def test_gradient_rules_match_finite_differences(op: str, rng: np.random.Generat
         call = spec.bind(shapes, ["float64" if s else None for s in shapes], attrs)
         inputs = [None if s is None else rng.standard_normal(s) for s in shapes]
         grad_output = rng.standard_normal(call.out_shape)
-        by_name = dict(zip(spec.input_names, inputs), grad_output=grad_output)
+        output = _forward(op, inputs, attrs)
+        by_name = dict(zip(spec.input_names, inputs), grad_output=grad_output, output=output)
         for rule in spec.gradients:
             index = spec.input_names.index(rule.wrt)
             if inputs[index] is None:

@@ -74,7 +74,8 @@ class OpCall:
 @dataclass(frozen=True)
 class GradRule:
     """How to get the gradient of one input of an op: which gradient op to call, on which
-    arrays (``"grad_output"`` or the forward inputs' names), with which attributes.
+    arrays (``"grad_output"``, ``"output"`` (the forward result) or the forward inputs' names),
+    with which attributes.
 
     ``op=None`` means the gradient is grad_output reshaped to the input's shape (data-movement ops).
     """

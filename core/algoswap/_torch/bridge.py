@@ -193,7 +193,7 @@ def gradient_choices(selection: Selection) -> list[GradChoice]:
         if rule.op is None:
             choices.append(GradChoice(rule, None, None))
             continue
-        shapes = [call.out_shape if name == "grad_output" else call.shape(name) for name in rule.inputs]
+        shapes = [call.out_shape if name in ("grad_output", "output") else call.shape(name) for name in rule.inputs]
         choices.append(_choose_gradient(rule, shapes, call, selection.backend.name))
     return choices
 
@@ -219,11 +219,12 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
     op, request, attrs, tensors, absent = inputs
     ctx.op, ctx.request, ctx.attrs, ctx.absent = op, request, attrs, absent
     ctx.needs = [t is not None and t.requires_grad for t in _with_absent(list(tensors), absent)]
-    ctx.save_for_backward(*tensors)
+    ctx.save_for_backward(*tensors, output)
 
 
 def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, list[Optional[torch.Tensor]], None]:
-    tensors = _with_absent(list(ctx.saved_tensors), ctx.absent)
+    *saved, output = ctx.saved_tensors
+    tensors = _with_absent(list(saved), ctx.absent)
     selection = selection_for(ctx.op, ctx.request, ctx.attrs, tensors)
     names = get_registry().spec(ctx.op).input_names
     grads: list[Optional[torch.Tensor]] = [None] * len(tensors)
@@ -237,7 +238,7 @@ def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, li
             continue
         if choice.request is None or choice.rule.op is None:
             raise NoImplementationError(f"{ctx.op}: no implementation of {choice.rule.op} for the gradient: {choice.note}")
-        by_name = dict(zip(names, tensors), grad_output=grad_output.contiguous())
+        by_name = dict(zip(names, tensors), grad_output=grad_output.contiguous(), output=output)
         grad_inputs = [by_name[name] for name in choice.rule.inputs]
         grads[index] = call_custom_op(choice.rule.op, choice.request, encode_attrs(choice.rule.attrs(selection.call)), grad_inputs)
     return None, None, None, [g for g, t in zip(grads, tensors) if t is not None], None
