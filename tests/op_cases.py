@@ -96,6 +96,37 @@ BATCHNORM2D: list[Case] = [
     (((2, 2, 4, 6), (2,), (2,), (2,), None), {"eps": 12.5}),
 ]
 
+LEAKY_RELU: list[Case] = [(((3, 4, 5),), {}), (((2, 3, 7, 6),), {"negative_slope": 0.2}), (((11,),), {"negative_slope": -1.5})]
+
+SOFTMAX: list[Case] = [
+    (((3, 7),), {}),
+    (((2, 5, 3),), {"axis": 1}),
+    (((2, 3, 4, 5),), {"axis": 0}),
+    (((4, 3, 5),), {"axis": -2}),
+    (((9,),), {"axis": -1}),
+]
+
+LAYER_NORM: list[Case] = [
+    (((4, 7), (7,), (7,)), {}),
+    (((2, 3, 5), None, None), {}),
+    (((2, 3, 5), (5,), None), {"eps": 1e-3}),
+    (((3, 4, 5), (4, 5), (4, 5)), {"normalized_ndim": 2}),
+    (((2, 3, 4, 3), None, None), {"normalized_ndim": 2, "eps": 0.0}),
+    (((3, 5), None, (3, 5)), {"normalized_ndim": 2}),
+]
+
+BATCH_NORM_TRAIN: list[Case] = [
+    (((2, 3, 5, 4), (3,), (3,)), {}),
+    (((3, 4, 3, 3), None, None), {}),
+    (((2, 2, 4, 3), (2,), None), {"eps": 1e-3}),
+    (((5, 3, 1, 1), None, (3,)), {"eps": 0.1}),
+]
+
+
+def _only(attrs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in attrs.items() if k in names}
+
+
 FORWARD: dict[str, list[Case]] = {
     "conv2d": CONV2D,
     "linear": LINEAR,
@@ -108,6 +139,13 @@ FORWARD: dict[str, list[Case]] = {
     "concat": CONCAT,
     "reshape": RESHAPE,
     "batchnorm2d": BATCHNORM2D,
+    "sigmoid": ELEMENTWISE,
+    "tanh": ELEMENTWISE,
+    "leaky_relu": LEAKY_RELU,
+    "softmax": SOFTMAX,
+    "log_softmax": SOFTMAX,
+    "layer_norm": LAYER_NORM,
+    "batch_norm_train": BATCH_NORM_TRAIN,
 }
 
 
@@ -134,6 +172,17 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "avgpool2d_grad": ("avgpool2d", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
     "adaptiveavgpool2d_grad": ("adaptiveavgpool2d", lambda s, a, y: ((y,), {"input_size": s[0]})),
     "relu_grad": ("relu", lambda s, a, y: ((y, s[0]), {})),
+    "sigmoid_grad": ("sigmoid", lambda s, a, y: ((y, y), {})),
+    "tanh_grad": ("tanh", lambda s, a, y: ((y, y), {})),
+    "leaky_relu_grad": ("leaky_relu", lambda s, a, y: ((y, s[0]), a)),
+    "softmax_grad": ("softmax", lambda s, a, y: ((y, y), a)),
+    "log_softmax_grad": ("log_softmax", lambda s, a, y: ((y, y), a)),
+    "layer_norm_grad_input": ("layer_norm", lambda s, a, y: ((y, s[0], s[1]), a)),
+    "layer_norm_grad_weight": ("layer_norm", lambda s, a, y: ((y, s[0]), a)),
+    "layer_norm_grad_bias": ("layer_norm", lambda s, a, y: ((y,), _only(a, ("normalized_ndim",)))),
+    "batch_norm_train_grad_input": ("batch_norm_train", lambda s, a, y: ((y, s[0], s[1]), a)),
+    "batch_norm_train_grad_weight": ("batch_norm_train", lambda s, a, y: ((y, s[0]), a)),
+    "batch_norm_train_grad_bias": ("batch_norm_train", lambda s, a, y: ((y,), {})),
 }
 
 

@@ -1,4 +1,5 @@
-"""Compare the NumPy reference kernels of add, concat, reshape and batchnorm2d with PyTorch."""
+"""Compare the NumPy reference kernels of add, concat, reshape, batchnorm2d, sigmoid, tanh, leaky_relu,
+softmax, log_softmax, layer_norm and batch_norm_train (forward and gradients) with PyTorch."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from algoswap_numpy import elementwise, norm, shape  # noqa: E402
+from algoswap_numpy import activation, elementwise, norm, shape, softmax  # noqa: E402
 from helpers import relative_error  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
@@ -77,3 +78,123 @@ def test_batchnorm2d(rng, x_shape, eps, affine, dtype):
     wide = [None if a is None else torch.from_numpy(a.astype(np.float64)) for a in (mean, var, weight, bias)]
     functional = F.batch_norm(torch.from_numpy(x.astype(np.float64)), *wide[:2], *wide[2:], training=False, eps=eps)
     check(norm.batchnorm2d(x, mean, var, weight, bias, eps=eps), functional, dtype)
+
+
+# ------------------------------------------- activations, softmax and norms: forward and autograd
+
+GRAD_TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
+
+
+def close(out: np.ndarray, ref: "torch.Tensor", dtype: type) -> None:
+    expected = ref.detach().numpy()
+    assert out.dtype == np.dtype(dtype) and out.shape == expected.shape, (out.dtype, out.shape, expected.shape)
+    error = relative_error(out, expected)
+    assert error <= GRAD_TOL[np.dtype(dtype)], f"relative error {error:.3g}"
+
+
+def wide(a: np.ndarray | None, grad: bool = True) -> "torch.Tensor | None":
+    """A float64 torch tensor holding exactly the values of ``a`` (None stays None)."""
+    return None if a is None else torch.tensor(a.astype(np.float64), requires_grad=grad)
+
+
+def spread(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """Normal draws with a few large magnitudes, to exercise overflow-prone paths."""
+    x = rng.standard_normal(shape) * 3
+    x.flat[:: 5] *= 30
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("x_shape", [(3, 4, 5), (2, 3, 7, 6), (11,)])
+@pytest.mark.parametrize("name, slope", [("sigmoid", None), ("tanh", None), ("leaky_relu", 0.01), ("leaky_relu", -0.7)])
+def test_activation_forward_and_grad(rng, name, slope, x_shape, dtype):
+    x, dy = spread(rng, x_shape, dtype), rand(rng, x_shape, dtype)
+    xt = wide(x)
+    attrs = {} if slope is None else {"negative_slope": slope}
+    torch_fn = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "leaky_relu": F.leaky_relu}[name]
+    yt = torch_fn(xt, *attrs.values())
+    yt.backward(wide(dy, grad=False))
+    y = getattr(activation, name)(x, **attrs)
+    close(y, yt, dtype)
+    second = x if name == "leaky_relu" else y
+    close(getattr(activation, f"{name}_grad")(dy, second, **attrs), xt.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("x_shape, axis", [((3, 7), -1), ((2, 5, 3), 1), ((2, 3, 4, 5), 0), ((4, 3, 5), -2), ((9,), 0)])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_forward_and_grad(rng, log, x_shape, axis, dtype):
+    x = (rng.standard_normal(x_shape) * 2 + 1000).astype(dtype)  # exp(x) alone would overflow
+    dy = rand(rng, x_shape, dtype)
+    xt = wide(x)
+    yt = (F.log_softmax if log else F.softmax)(xt, dim=axis)
+    yt.backward(wide(dy, grad=False))
+    name = "log_softmax" if log else "softmax"
+    canonical = axis % len(x_shape)
+    y = getattr(softmax, name)(x, axis=canonical)
+    assert np.all(np.isfinite(y))
+    close(y, yt, dtype)
+    close(getattr(softmax, f"{name}_grad")(dy, y, axis=canonical), xt.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_of_extreme_inputs(rng, log, dtype):
+    """Magnitudes of 1e4 and -inf entries: no overflow, the same (finite where torch's is) result."""
+    x = (rng.standard_normal((5, 8)) * 1e4).astype(dtype)
+    x[0, 3] = -np.inf
+    name = "log_softmax" if log else "softmax"
+    y = getattr(softmax, name)(x, axis=1)
+    ref = (F.log_softmax if log else F.softmax)(torch.from_numpy(x.astype(np.float64)), dim=1).numpy()
+    assert y.dtype == np.dtype(dtype) and not np.isnan(y).any()
+    finite = np.isfinite(ref)
+    np.testing.assert_array_equal(np.isfinite(y), finite)
+    assert relative_error(y[finite], ref[finite]) <= GRAD_TOL[np.dtype(dtype)]
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("x_shape, ndim, eps", [((4, 7), 1, 1e-5), ((2, 3, 5), 1, 1e-3), ((3, 4, 5), 2, 1e-5), ((2, 3, 4, 3), 2, 0.0), ((3, 5), 2, 1e-5)])
+def test_layer_norm_forward_and_grad(rng, x_shape, ndim, eps, affine, dtype):
+    normalized = x_shape[len(x_shape) - ndim :]
+    x, dy = (rand(rng, x_shape, dtype) + 2), rand(rng, x_shape, dtype)
+    weight = rand(rng, normalized, dtype) if affine != "none" else None
+    bias = rand(rng, normalized, dtype) if affine == "both" else None
+    xt, wt, bt = wide(x), wide(weight), wide(bias)
+    yt = F.layer_norm(xt, normalized, wt, bt, eps)
+    yt.backward(wide(dy, grad=False))
+    close(norm.layer_norm(x, weight, bias, normalized_ndim=ndim, eps=eps), yt, dtype)
+    close(norm.layer_norm_grad_input(dy, x, weight, normalized_ndim=ndim, eps=eps), xt.grad, dtype)
+    if wt is not None:
+        close(norm.layer_norm_grad_weight(dy, x, normalized_ndim=ndim, eps=eps), wt.grad, dtype)
+    if bt is not None:
+        close(norm.layer_norm_grad_bias(dy, normalized_ndim=ndim), bt.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("x_shape, eps", [((2, 3, 5, 4), 1e-5), ((3, 4, 3, 3), 1e-3), ((5, 3, 1, 1), 0.1), ((1, 2, 6, 7), 1e-8)])
+def test_batch_norm_train_forward_and_grad(rng, x_shape, eps, affine, dtype):
+    channels = x_shape[1]
+    x, dy = (rand(rng, x_shape, dtype) - 3), rand(rng, x_shape, dtype)
+    weight = rand(rng, (channels,), dtype) if affine != "none" else None
+    bias = rand(rng, (channels,), dtype) if affine == "both" else None
+    xt, wt, bt = wide(x), wide(weight), wide(bias)
+    yt = F.batch_norm(xt, None, None, wt, bt, training=True, eps=eps)
+    yt.backward(wide(dy, grad=False))
+    close(norm.batch_norm_train(x, weight, bias, eps=eps), yt, dtype)
+    close(norm.batch_norm_train_grad_input(dy, x, weight, eps=eps), xt.grad, dtype)
+    if wt is not None:
+        close(norm.batch_norm_train_grad_weight(dy, x, eps=eps), wt.grad, dtype)
+    if bt is not None:
+        close(norm.batch_norm_train_grad_bias(dy), bt.grad, dtype)
+
+
+def test_batch_norm_train_matches_a_training_module(rng):
+    """The op is what torch.nn.BatchNorm2d computes in training mode (it leaves running stats alone)."""
+    x = rand(rng, (4, 3, 5, 5), np.float64)
+    module = torch.nn.BatchNorm2d(3).train().to(torch.float64)
+    with torch.no_grad():
+        module.weight.copy_(torch.from_numpy(rand(rng, (3,), np.float64)))
+        module.bias.copy_(torch.from_numpy(rand(rng, (3,), np.float64)))
+        ref = module(torch.from_numpy(x))
+    w, b = module.weight.detach().numpy(), module.bias.detach().numpy()
+    close(norm.batch_norm_train(x, w, b, eps=module.eps), ref, np.float64)

@@ -195,8 +195,9 @@ def test_explain_names_backend_algorithm_kernel_rejections_and_backward(picky_ba
     model(torch.randn(2, 3, 16, 16))
     rows = {row.name: row for row in algoswap.explain(model)}
     assert rows["0"].implementation == "picky:tiny" and rows["0"].kernel == "picky tiny kernel for (3, 3)"
-    assert rows["3"].implementation == "numpy:smm" and rows["3"].input_shape == (2, 8, 8, 8)
-    assert rows["3"].rejected == ["picky:tiny: only up to 3 input channels"]
+    default = algoswap.select("conv2d", [(2, 8, 8, 8), (16, 8, 5, 5), (16,)], "float32", padding=2, stride=2)
+    assert rows["3"].implementation == default.impl.qualified and rows["3"].input_shape == (2, 8, 8, 8)
+    assert rows["3"].rejected[0] == "picky:tiny: only up to 3 input channels"
     assert "weight: conv2d_grad_weight numpy:direct (fallback: picky has none for this call)" in rows["0"].backward
     text = str(algoswap.explain(model))
     assert "picky tiny kernel for (3, 3)" in text and "rejected picky:tiny: only up to 3 input channels" in text

@@ -58,7 +58,8 @@ def test_cli_works_with_broken_plugins(installed: Installed, tmp_path: Path, com
         relu = out.split("\n\nrelu\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert relu[0].split() == ["backend", "direct"]
         rows = {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in relu[1:]}
-        assert rows == {"numpy": "✓", "toy": "✓", "toy_offline (unavailable: no toy device here)": "✓"}
+        expected = {"numpy": "✓", "toy": "✓", "toy_offline (unavailable: no toy device here)": "✓"}
+        assert rows.items() >= expected.items()  # other installed backends (dnnl) may add rows
     elif command == ("caps", "--format", "json"):
         document = json.loads(out)
         assert document["backends"]["toy_offline"]["status"] == "unavailable"

@@ -1,4 +1,5 @@
-"""Normalisation: inference batch norm over the channel dimension of NCHW inputs."""
+"""Normalisation: inference batch norm (batchnorm2d), training batch norm with batch statistics
+(batch_norm_train) and layer norm, with the gradients of the last two."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import numbers
 from typing import Any
 
 from .._errors import InvalidSpec
-from .._spec import Attr, Input, OpSpec, Shape
+from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
+from ._convert import integer
+
+_ANY_RANK = tuple(range(1, 9))
 
 
 def _eps(value: Any) -> float:
@@ -16,17 +20,36 @@ def _eps(value: Any) -> float:
     return float(value)
 
 
-def _batchnorm_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+def _positive_eps(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError("a finite real number > 0 (as in torch, training batch norm needs eps > 0)")
+    return float(value)
+
+
+_EPS = Attr("eps", 1e-5, _eps, "added to the variance before its square root")
+_TRAIN_EPS = Attr("eps", 1e-5, _positive_eps, "added to the variance before its square root (> 0)")
+_NDIM = Attr("normalized_ndim", 1, integer(1), "how many trailing dimensions are normalised together")
+
+
+def _check_grad(shapes: dict[str, Any]) -> Shape:
     x = shapes["input"]
-    for name in ("running_mean", "running_var", "weight", "bias"):
-        shape = shapes[name]
+    if shapes["grad_output"] != x:
+        raise InvalidSpec("grad_output", f"shape {shapes['grad_output']}", f"shape {x} like 'input'")
+    return x
+
+
+def _per_channel(shapes: dict[str, Any], names: tuple[str, ...]) -> Shape:
+    x = shapes["input"]
+    for name in names:
+        shape = shapes.get(name)
         if shape is not None and shape != (x[1],):
             raise InvalidSpec(name, f"shape {shape}", f"({x[1]},), one per channel of the input {x}")
     return x
 
 
-# Inference only: no gradient rules (training batch norm normalises with batch statistics,
-# which is another op).
+# ------------------------------------------------------------------------------ batchnorm2d
+
+# Inference only: no gradient rules (training mode normalises with batch statistics: batch_norm_train).
 batchnorm2d = OpSpec(
     "batchnorm2d",
     (
@@ -36,11 +59,148 @@ batchnorm2d = OpSpec(
         Input("weight", (1,), optional=True),
         Input("bias", (1,), optional=True),
     ),
-    (Attr("eps", 1e-5, _eps, "added to the variance before its square root"),),
-    shape_rule=_batchnorm_shape,
+    (_EPS,),
+    shape_rule=lambda shapes, attrs: _per_channel(shapes, ("running_mean", "running_var", "weight", "bias")),
     family="norm",
     doc="(input - running_mean) / sqrt(running_var + eps) * weight + bias per channel (dim 1), "
     "like torch.nn.BatchNorm2d in eval mode.",
 )
 
-SPECS = (batchnorm2d,)
+# ------------------------------------------------------------------------- batch_norm_train
+
+
+def _bn_attrs(call: OpCall) -> dict[str, Any]:
+    return {"eps": call.attrs["eps"]}
+
+
+def _bn_grad_input_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    _check_grad(shapes)
+    return _per_channel(shapes, ("weight",))
+
+
+batch_norm_train = OpSpec(
+    "batch_norm_train",
+    (Input("input", (4,)), Input("weight", (1,), optional=True), Input("bias", (1,), optional=True)),
+    (_TRAIN_EPS,),
+    shape_rule=lambda shapes, attrs: _per_channel(shapes, ("weight", "bias")),
+    family="norm",
+    gradients=(
+        GradRule("input", "batch_norm_train_grad_input", ("grad_output", "input", "weight"), _bn_attrs),
+        GradRule("weight", "batch_norm_train_grad_weight", ("grad_output", "input"), _bn_attrs),
+        GradRule("bias", "batch_norm_train_grad_bias"),
+    ),
+    doc="(input - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), with the mean and biased "
+    "variance of this batch over (N, H, W), like torch.nn.BatchNorm2d in training mode. Only the "
+    "normalised output is returned: updating running statistics is the caller's business.",
+)
+batch_norm_train_grad_input = OpSpec(
+    "batch_norm_train_grad_input",
+    (Input("grad_output", (4,)), Input("input", (4,)), Input("weight", (1,), optional=True)),
+    (_TRAIN_EPS,),
+    shape_rule=_bn_grad_input_shape,
+    family="norm",
+    grad_of="batch_norm_train",
+    doc="Gradient of batch_norm_train with respect to its input (through the batch statistics).",
+)
+batch_norm_train_grad_weight = OpSpec(
+    "batch_norm_train_grad_weight",
+    (Input("grad_output", (4,)), Input("input", (4,))),
+    (_TRAIN_EPS,),
+    shape_rule=lambda shapes, attrs: (_check_grad(shapes)[1],),
+    family="norm",
+    grad_of="batch_norm_train",
+    doc="Gradient of batch_norm_train with respect to its weight: grad_output * normalised input, summed over N, H, W.",
+)
+batch_norm_train_grad_bias = OpSpec(
+    "batch_norm_train_grad_bias",
+    (Input("grad_output", (4,)),),
+    (),
+    shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
+    family="norm",
+    grad_of="batch_norm_train",
+    doc="Gradient of batch_norm_train with respect to its bias: grad_output summed over N, H and W.",
+)
+
+# ------------------------------------------------------------------------------- layer_norm
+
+
+def _normalized_shape(shapes: dict[str, Any], attrs: dict[str, Any], first: str = "input") -> Shape:
+    """The trailing shape normalised together; weight and bias (when given) must have it."""
+    x, ndim = shapes[first], attrs["normalized_ndim"]
+    if ndim > len(x):
+        raise InvalidSpec("normalized_ndim", ndim, f"an int in [1, {len(x)}] for the {len(x)}-D '{first}'")
+    normalized = x[len(x) - ndim :]
+    for name in ("weight", "bias"):
+        shape = shapes.get(name)
+        if shape is not None and shape != normalized:
+            raise InvalidSpec(name, f"shape {shape}", f"shape {normalized}, the last {ndim} dimension(s) of '{first}' {x}")
+    return normalized
+
+
+def _layer_norm_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    _normalized_shape(shapes, attrs)
+    return shapes["input"]
+
+
+def _ln_grad_input_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    _check_grad(shapes)
+    _normalized_shape(shapes, attrs)
+    return shapes["input"]
+
+
+def _ln_grad_weight_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    _check_grad(shapes)
+    return _normalized_shape(shapes, attrs)
+
+
+def _ln_attrs(call: OpCall) -> dict[str, Any]:
+    return {"normalized_ndim": call.attrs["normalized_ndim"], "eps": call.attrs["eps"]}
+
+
+layer_norm = OpSpec(
+    "layer_norm",
+    (Input("input", _ANY_RANK), Input("weight", _ANY_RANK, optional=True), Input("bias", _ANY_RANK, optional=True)),
+    (_NDIM, _EPS),
+    shape_rule=_layer_norm_shape,
+    family="norm",
+    gradients=(
+        GradRule("input", "layer_norm_grad_input", ("grad_output", "input", "weight"), _ln_attrs),
+        GradRule("weight", "layer_norm_grad_weight", ("grad_output", "input"), _ln_attrs),
+        GradRule("bias", "layer_norm_grad_bias", ("grad_output",), lambda c: {"normalized_ndim": c.attrs["normalized_ndim"]}),
+    ),
+    doc="(input - mean) / sqrt(var + eps) * weight + bias, with the mean and biased variance over the last "
+    "normalized_ndim dimensions (weight and bias have their shape), like torch.nn.functional.layer_norm.",
+)
+layer_norm_grad_input = OpSpec(
+    "layer_norm_grad_input",
+    (Input("grad_output", _ANY_RANK), Input("input", _ANY_RANK), Input("weight", _ANY_RANK, optional=True)),
+    (_NDIM, _EPS),
+    shape_rule=_ln_grad_input_shape,
+    family="norm",
+    grad_of="layer_norm",
+    doc="Gradient of layer_norm with respect to its input (through the mean and variance).",
+)
+layer_norm_grad_weight = OpSpec(
+    "layer_norm_grad_weight",
+    (Input("grad_output", _ANY_RANK), Input("input", _ANY_RANK)),
+    (_NDIM, _EPS),
+    shape_rule=_ln_grad_weight_shape,
+    family="norm",
+    grad_of="layer_norm",
+    doc="Gradient of layer_norm with respect to its weight: grad_output * normalised input, summed over the leading dimensions.",
+)
+layer_norm_grad_bias = OpSpec(
+    "layer_norm_grad_bias",
+    (Input("grad_output", _ANY_RANK),),
+    (_NDIM,),
+    shape_rule=lambda shapes, attrs: _normalized_shape(shapes, attrs, "grad_output"),
+    family="norm",
+    grad_of="layer_norm",
+    doc="Gradient of layer_norm with respect to its bias: grad_output summed over the leading dimensions.",
+)
+
+SPECS = (
+    batchnorm2d,
+    batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight, batch_norm_train_grad_bias,
+    layer_norm, layer_norm_grad_input, layer_norm_grad_weight, layer_norm_grad_bias,
+)

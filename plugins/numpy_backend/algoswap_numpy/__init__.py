@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import activation, conv, elementwise, linear, norm, pool, shape
+from . import activation, conv, elementwise, linear, norm, pool, shape, softmax
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
@@ -57,8 +57,26 @@ def _register_simple(registry: Any) -> None:
         "adaptiveavgpool2d_grad": pool.adaptiveavgpool2d_grad,
         "relu": activation.relu,
         "relu_grad": activation.relu_grad,
+        "sigmoid": activation.sigmoid,
+        "sigmoid_grad": activation.sigmoid_grad,
+        "tanh": activation.tanh,
+        "tanh_grad": activation.tanh_grad,
+        "leaky_relu": activation.leaky_relu,
+        "leaky_relu_grad": activation.leaky_relu_grad,
+        "softmax": softmax.softmax,
+        "softmax_grad": softmax.softmax_grad,
+        "log_softmax": softmax.log_softmax,
+        "log_softmax_grad": softmax.log_softmax_grad,
         "add": elementwise.add,
         "batchnorm2d": norm.batchnorm2d,
+        "batch_norm_train": norm.batch_norm_train,
+        "batch_norm_train_grad_input": norm.batch_norm_train_grad_input,
+        "batch_norm_train_grad_weight": norm.batch_norm_train_grad_weight,
+        "batch_norm_train_grad_bias": norm.batch_norm_train_grad_bias,
+        "layer_norm": norm.layer_norm,
+        "layer_norm_grad_input": norm.layer_norm_grad_input,
+        "layer_norm_grad_weight": norm.layer_norm_grad_weight,
+        "layer_norm_grad_bias": norm.layer_norm_grad_bias,
     }
     algorithms = {"linear": "gemm", "linear_grad_input": "gemm", "linear_grad_weight": "gemm"}
     for op, fn in table.items():
