@@ -260,3 +260,22 @@ def test_hooks_with_arguments_not_in_the_spec_break_only_their_plugin() -> None:
     record = registry.plugins[-1]
     assert record.status == "broken" and "invalid hooks" in record.error and "'reg'" in record.error
     assert registry.backends["numpy"].availability() is True
+
+
+@pytest.mark.parametrize("request_, parsed", [
+    ("default", (None, None)), ("auto", (None, None)), ("smm", (None, "smm")), ("numpy:smm", ("numpy", "smm")),
+    ("numpy:default", ("numpy", None)), ("dnnl:auto", ("dnnl", "auto")),
+])
+def test_request_syntax(request_: str, parsed: tuple) -> None:
+    from algoswap._select import parse_request
+
+    assert parse_request("conv2d", request_) == parsed
+
+
+def test_default_is_reserved_as_an_algorithm_name() -> None:
+    def register(registry: Any) -> None:
+        registry.add_backend("b")
+        registry.add_implementation("relu", "default", "b", abs)
+
+    registry = fresh_registry(make_plugin(register))
+    assert registry.plugins[-1].status == "broken" and "'default' is reserved" in registry.plugins[-1].error

@@ -94,6 +94,8 @@ class Registrar:
 
     def _check_key(self, op: str, algorithm: str, backend: str) -> Key:
         check_name("algorithm", algorithm)
+        if algorithm == "default":
+            raise RegistrationError(f"({op}, {algorithm}, {backend}): 'default' is reserved for the best-ranked choice")
         if op not in self.ops and op not in self._registry.ops:
             raise RegistrationError(f"unknown op {op!r}{_suggest(op, self._registry.ops)}")
         if backend not in self.backends:

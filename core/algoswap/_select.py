@@ -33,9 +33,11 @@ class Selection:
 
 
 def parse_request(op: str, request: Any) -> tuple[str | None, str | None]:
-    """'default' or 'auto' -> (None, None); 'smm' -> (None, 'smm'); 'numpy:smm' -> ('numpy', 'smm').
+    """'default' or 'auto' -> (None, None); 'smm' -> (None, 'smm'); 'numpy:smm' -> ('numpy', 'smm');
+    'numpy:default' -> ('numpy', None).
 
-    'auto' ranks like 'default'; callers that can move data let it consider every memory space.
+    A bare 'auto' ranks like 'default' (callers that can move data let it consider every memory
+    space); qualified, 'dnnl:auto' names the algorithm called "auto" (oneDNN's own choice).
     """
     expected = "'default', 'auto', an algorithm name, or 'backend:algorithm'"
     if not isinstance(request, str) or not request or request.count(":") > 1:
@@ -43,7 +45,9 @@ def parse_request(op: str, request: Any) -> tuple[str | None, str | None]:
     backend, _, algorithm = request.rpartition(":")
     if (":" in request and not backend) or not algorithm:
         raise OpArgumentError(op, "algorithm", request, expected)
-    return (backend or None, None if algorithm in ("default", "auto") else algorithm)
+    if algorithm == "default" or request == "auto":
+        return (backend or None, None)
+    return (backend or None, algorithm)
 
 
 def _rank(registry: Registry, impl: ImplRecord) -> tuple[int, int, str, str]:

@@ -4,6 +4,7 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <functional>
@@ -37,23 +38,38 @@ struct Slot {
 
 struct Plan {
     dnnl::primitive prim;
-    std::string impl;
+    std::string impl;    // impl_info_str() of the primitive
+    std::string layout = "plain";  // "plain" when it runs on the caller's layout, else "blocked" (reordered per call)
+    double ms = 0;       // when chosen by pick_faster: the measured time per run
     std::vector<Slot> slots;
     memory::desc scratchpad;
 
     // Adds a slot; a reorder is made (once, here) only when the layouts differ.
     void bind(int arg, int user, bool output, const memory::desc &user_md, const memory::desc &prim_md);
     // Runs the primitive on the caller's buffers (one per user index; nullptr skips that slot).
-    // Releases the GIL: the caller keeps the buffers alive.
+    // Releases the GIL if held: the caller keeps the buffers alive.
     void run(const std::vector<void *> &ptrs) const;
 };
 
+// The candidate that runs fastest here (measured once, when the plan is made).
+Plan pick_faster(std::vector<Plan> candidates);
+
 using PlanPtr = std::shared_ptr<const Plan>;
 
+// What the *_impl functions return to Python: the plan's kernel, layout and measured time.
+struct PlanInfo {
+    std::string impl, layout;
+    double ms;
+};
+PlanInfo info(const PlanPtr &plan);
+
 // Plans keyed by everything that defines their primitives; created once, shared by threads.
+// Least recently used plans beyond the capacity are dropped.
+// make() runs without the GIL and must not touch Python objects.
 PlanPtr cached_plan(const std::string &key, const std::function<Plan()> &make);
 size_t cache_size();
 void cache_clear();
+void set_cache_capacity(size_t capacity);
 
 // A primitive_attr with a user-managed scratchpad (each run allocates its own: thread safe).
 dnnl::primitive_attr user_scratchpad();
@@ -79,14 +95,25 @@ struct DnnlError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+inline const char *status_name(dnnl_status_t status) {
+    switch (status) {
+        case dnnl_out_of_memory: return "out_of_memory";
+        case dnnl_invalid_arguments: return "invalid_arguments";
+        case dnnl_unimplemented: return "unimplemented";
+        case dnnl_last_impl_reached: return "last_impl_reached";
+        case dnnl_runtime_error: return "runtime_error";
+        case dnnl_not_required: return "not_required";
+        default: return "error";
+    }
+}
+
 // Runs body, turning a dnnl::error into a DnnlError naming the op.
 template <typename F>
 auto guarded(const char *op, F &&body) -> decltype(body()) {
     try {
         return body();
     } catch (const dnnl::error &e) {
-        throw DnnlError(std::string("oneDNN ") + op + ": " + e.what() + " (dnnl_status_t " +
-                        std::to_string(static_cast<int>(e.status)) + ")");
+        throw DnnlError(std::string("oneDNN ") + op + ": " + e.what() + " (status: " + status_name(e.status) + ")");
     }
 }
 

@@ -1,0 +1,84 @@
+"""The oneDNN backend of algoswap: float32 convolution, matmul, pooling and relu primitives on the CPU.
+
+Implementations are registered as "module:attribute" strings, so discovery imports neither the
+compiled extension nor libdnnl; the availability probe loads them, once, when the backend is first
+considered. Primitives are made once per shape and attributes, cached, and shared by threads.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+__version__ = "0.1.0"
+__all__ = ["algoswap_api_version", "algoswap_register"]
+
+BACKEND = "dnnl"
+F32 = ("float32",)
+# oneDNN 3.2's reduction primitive runs its reference kernel for these layouts (measured ~100x
+# slower than numpy.sum): bias gradients are summed by NumPy, and say so.
+BIAS_KERNEL = "numpy sum (oneDNN 3.2 reduction would be its reference kernel)"
+WINOGRAD_REASON = "oneDNN 3.2 has no f32 Winograd convolution on CPU (the primitive descriptor is refused)"
+
+
+def _lazy(module: str, name: str) -> Callable[[Any], Any]:
+    """A function of the call that imports algoswap_dnnl.<module> only when first called."""
+    def call(op_call: Any) -> Any:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(op_call)
+
+    call.__name__ = f"{module}.{name}"
+    return call
+
+
+def probe() -> bool | str:
+    """True if the extension and libdnnl load, else why not (never raises)."""
+    try:
+        from ._ext import dnnl
+
+        version = dnnl.version()
+    except Exception as exc:  # noqa: BLE001 - any failure is a reason, not a crash
+        return f"the oneDNN extension does not load: {type(exc).__name__}: {exc}"
+    if tuple(version[:2]) != (3, 2):
+        return f"built for oneDNN 3.2, loaded {version[0]}.{version[1]}.{version[2]}"
+    return True
+
+
+def algoswap_api_version() -> str:
+    return ">=1,<2"
+
+
+def algoswap_register(registry: Any) -> None:
+    registry.add_backend(BACKEND, device="cpu", priority=10, probe=probe,
+                         description="oneDNN 3.2 primitives on the CPU (float32, host memory)")
+    _register_conv(registry)
+    _register_others(registry)
+
+
+def _register_conv(registry: Any) -> None:
+    add = registry.add_implementation
+    conv = f"{__name__}.conv"
+    add("conv2d", "auto", BACKEND, f"{conv}:conv2d_auto", dtypes=F32, priority=20,
+        supports=f"{conv}:supports_auto", kernel=_lazy("conv", "kernel_auto"),
+        description="oneDNN convolution_auto: the library picks the algorithm")
+    add("conv2d", "direct", BACKEND, f"{conv}:conv2d_direct", dtypes=F32, priority=10,
+        supports=f"{conv}:supports", kernel=_lazy("conv", "kernel"), description="oneDNN convolution_direct")
+    registry.declare_unsupported("conv2d", "winograd", BACKEND, WINOGRAD_REASON)
+    for op in ("conv2d_grad_input", "conv2d_grad_weight"):
+        add(op, "direct", BACKEND, f"{conv}:{op}", dtypes=F32, supports=f"{conv}:supports", kernel=_lazy("conv", "kernel"))
+    add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
+
+
+def _register_others(registry: Any) -> None:
+    add = registry.add_implementation
+    for op in ("linear", "linear_grad_input", "linear_grad_weight"):
+        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=F32, supports=f"{__name__}.linear:supports",
+            kernel=_lazy("linear", "kernel"))
+    add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
+    for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=F32, supports=f"{__name__}.pool:supports",
+            kernel=_lazy("pool", "kernel"))
+    for op in ("adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=F32, supports=f"{__name__}.pool:supports_adaptive",
+            kernel=_lazy("pool", "kernel"))
+    for op in ("relu", "relu_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"))

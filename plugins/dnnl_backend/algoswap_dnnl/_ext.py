@@ -1,0 +1,41 @@
+"""Loads the compiled extension. Imported only by the op modules, on first use of an implementation:
+discovery and registration never load oneDNN."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+
+def _preload_libdnnl() -> None:
+    """Load libdnnl.so.3 from the onednn-cpu-gomp distribution, wherever it is installed (editable
+    installs and unusual prefixes, where the extension's RPATH does not lead to it)."""
+    from importlib import metadata
+
+    dist = metadata.distribution("onednn-cpu-gomp")
+    for file in dist.files or ():
+        if file.name == "libdnnl.so.3":
+            ctypes.CDLL(str(dist.locate_file(file)), mode=ctypes.RTLD_GLOBAL)
+            return
+    raise ImportError("onednn-cpu-gomp is installed without libdnnl.so.3")
+
+
+try:
+    from . import _dnnl as dnnl
+except ImportError as exc:
+    if "libdnnl" not in str(exc):
+        raise
+    _preload_libdnnl()
+    from . import _dnnl as dnnl
+
+
+def refusal(make_plan: Callable[[], object]) -> bool | str:
+    """True if oneDNN makes (and caches) the primitive, else its refusal as a reason."""
+    try:
+        make_plan()
+    except (RuntimeError, ValueError) as exc:
+        return str(exc)
+    return True
+
+
+__all__ = ["dnnl", "refusal"]

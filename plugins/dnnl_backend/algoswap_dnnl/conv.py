@@ -1,0 +1,105 @@
+"""conv2d and its gradients on oneDNN convolution primitives (NCHW / OIHW float32 arrays)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ._ext import dnnl, refusal
+from ._padding import NO_PADDING, PadHW, fold, pad, padded_size
+
+Pair = tuple[int, int]
+
+# "auto": per primitive, oneDNN's blocked layouts (reordered per call) or plain NCHW, whichever
+# measured faster when the primitive was made; "plain" or "any" force one.
+LAYOUT = os.environ.get("ALGOSWAP_DNNL_LAYOUT", "auto")
+
+
+def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, dilation: Pair,
+              groups: int) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """The input size the primitive sees (padded here unless zeros) and its keyword arguments."""
+    if mode != "zeros":
+        size, padding = padded_size(size, padding), NO_PADDING
+    (top, bottom), (left, right) = padding
+    return size, {"stride": list(stride), "padding_l": [top, left], "padding_r": [bottom, right],
+                  "dilation": list(dilation), "groups": groups, "layout": LAYOUT}
+
+
+def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, algorithm: str, stride: Pair, padding: PadHW,
+             dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
+    _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
+    if padding_mode != "zeros":
+        x = pad(x, padding, padding_mode)
+    bias = None if b is None else np.ascontiguousarray(b)
+    return dnnl.conv2d_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), bias, algorithm=algorithm, **kwargs)
+
+
+def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,
+                  dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
+    """oneDNN convolution_direct."""
+    return _forward(x, w, b, "direct", stride, padding, dilation, groups, padding_mode)
+
+
+def conv2d_auto(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,
+                dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
+    """oneDNN convolution_auto: the library picks the algorithm."""
+    return _forward(x, w, b, "auto", stride, padding, dilation, groups, padding_mode)
+
+
+def conv2d_grad_input(dy: np.ndarray, w: np.ndarray, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                      dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
+    """oneDNN convolution backward data (the padding adjoint folded in NumPy for non-zero modes)."""
+    size, kwargs = _geometry(tuple(input_size), padding, padding_mode, stride, dilation, groups)
+    dx = dnnl.conv2d_backward_data(np.ascontiguousarray(dy), np.ascontiguousarray(w), list(size), **kwargs)
+    return dx if padding_mode == "zeros" else fold(dx, tuple(input_size[2:]), padding, padding_mode)  # type: ignore[arg-type]
+
+
+def conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, *, weight_size: tuple[int, ...], stride: Pair,
+                       padding: PadHW, dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
+    """oneDNN convolution backward weights."""
+    _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
+    if padding_mode != "zeros":
+        x = pad(x, padding, padding_mode)
+    return dnnl.conv2d_backward_weights(np.ascontiguousarray(dy), np.ascontiguousarray(x), list(weight_size), **kwargs)
+
+
+def conv2d_grad_bias(dy: np.ndarray) -> np.ndarray:
+    """NumPy sum over N, H and W: oneDNN 3.2's reduction runs its reference kernel here (~100x slower)."""
+    total: np.ndarray = dy.sum(axis=(0, 2, 3))
+    return total
+
+
+def _plan(call: Any, algorithm: str = "direct") -> Any:
+    """The extension's PlanInfo of the primitive serving ``call`` (made and cached now)."""
+    a = call.attrs
+    if call.op == "conv2d":
+        size, kwargs = _geometry(call.shape("input"), a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
+        return dnnl.conv2d_forward_impl(list(size), list(call.shape("weight")), call.shape("bias") is not None,
+                                         algorithm=algorithm, **kwargs)
+    if call.op == "conv2d_grad_input":
+        size, kwargs = _geometry(a["input_size"], a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
+        return dnnl.conv2d_backward_data_impl(list(size), list(call.shape("weight")), algorithm=algorithm, **kwargs)
+    if call.op == "conv2d_grad_weight":
+        size, kwargs = _geometry(call.shape("input"), a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
+        return dnnl.conv2d_backward_weights_impl(list(size), list(a["weight_size"]), algorithm=algorithm, **kwargs)
+    raise ValueError(f"no oneDNN primitive serves {call.op}")
+
+
+def supports(call: Any, algorithm: str = "direct") -> bool | str:
+    """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
+    return refusal(lambda: _plan(call, algorithm))
+
+
+def supports_auto(call: Any) -> bool | str:
+    return supports(call, "auto")
+
+
+def kernel(call: Any, algorithm: str = "direct") -> str:
+    info = _plan(call, algorithm)
+    return f"{info.impl} ({info.layout} layout)"
+
+
+def kernel_auto(call: Any) -> str:
+    return kernel(call, "auto")

@@ -1,0 +1,208 @@
+// conv2d forward, backward data and backward weights.
+#include "common.hpp"
+
+namespace algoswap_dnnl {
+namespace {
+
+using V = std::vector<int64_t>;
+using pk = dnnl::prop_kind;
+using conv_fwd = dnnl::convolution_forward;
+
+struct Conv {
+    dims x, w, y;                              // NCHW input, OIHW weight, NCHW output
+    dims stride, pad_l, pad_r, dilation;       // dilation in oneDNN's convention (torch's - 1)
+    int64_t groups;
+    bool bias;
+    dnnl::algorithm algo;
+    std::string algo_name, layout;
+
+    std::string key(const char *op) const {
+        return make_key(op, {x, w, stride, pad_l, pad_r, dilation, {groups, bias ? 1 : 0}}, algo_name + "/" + layout);
+    }
+    // The layout the primitive works in: the caller's (plain), channels-last, or oneDNN's choice.
+    memory::desc act(const dims &shape) const {
+        if (layout == "plain") return plain(shape, tag::nchw);
+        return plain(shape, layout == "nhwc" ? tag::nhwc : tag::any);
+    }
+    dims wdims() const {
+        if (groups == 1) return w;
+        return {groups, w[0] / groups, w[1], w[2], w[3]};
+    }
+    memory::desc user_w() const { return plain(wdims(), groups == 1 ? tag::oihw : tag::goihw); }
+    memory::desc wts() const { return layout == "plain" ? user_w() : plain(wdims(), tag::any); }
+    memory::desc bias_md() const { return bias ? plain({w[0]}, tag::a) : memory::desc(); }
+
+    conv_fwd::primitive_desc forward(pk prop, const dnnl::primitive_attr &attr = dnnl::primitive_attr()) const {
+        return conv_fwd::primitive_desc(cpu_engine(), prop, algo, act(x), wts(), bias_md(), act(y), stride, dilation,
+                                        pad_l, pad_r, attr);
+    }
+};
+
+dnnl::algorithm conv_algorithm(const std::string &name) {
+    if (name == "direct") return dnnl::algorithm::convolution_direct;
+    if (name == "auto") return dnnl::algorithm::convolution_auto;
+    if (name == "winograd") return dnnl::algorithm::convolution_winograd;
+    throw py::value_error("algoswap_dnnl conv2d: algorithm must be 'direct', 'auto' or 'winograd', got '" + name + "'");
+}
+
+Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &stride, const V &pad_l, const V &pad_r,
+           const V &dilation, int64_t groups, const std::string &algorithm, const std::string &layout) {
+    std::string where = std::string("algoswap_dnnl ") + op + ": ";
+    if (x.size() != 4 || w.size() != 4) throw py::value_error(where + "input and weight must be 4-D (NCHW, OIHW)");
+    if (stride.size() != 2 || pad_l.size() != 2 || pad_r.size() != 2 || dilation.size() != 2)
+        throw py::value_error(where + "stride, padding_l, padding_r and dilation must have 2 entries each");
+    if (groups < 1 || x[1] != w[1] * groups || w[0] % groups)
+        throw py::value_error(where + "input channels must equal weight.shape[1] * groups, and groups divide the output channels");
+    if (layout != "plain" && layout != "any" && layout != "nhwc" && layout != "auto")
+        throw py::value_error(where + "layout must be 'auto', 'plain', 'any' or 'nhwc', got '" + layout + "'");
+    Conv c{x, w, {x[0], w[0], 0, 0}, as_dims(stride), as_dims(pad_l), as_dims(pad_r), {dilation[0] - 1, dilation[1] - 1},
+           groups, bias, conv_algorithm(algorithm), algorithm, layout};
+    for (int i = 0; i < 2; ++i) {
+        int64_t span = x[2 + i] + pad_l[i] + pad_r[i] - (dilation[i] * (w[2 + i] - 1) + 1);
+        if (span < 0 || stride[i] < 1) throw py::value_error(where + "the dilated kernel does not fit in the padded input");
+        c.y[2 + i] = span / stride[i] + 1;
+    }
+    return c;
+}
+
+Plan make_forward(const Conv &c) {
+    auto pd = c.forward(pk::forward_inference, user_scratchpad());
+    Plan p;
+    p.prim = conv_fwd(pd);
+    finish(p, pd);
+    p.bind(DNNL_ARG_SRC, 0, false, plain(c.x, tag::nchw), pd.src_desc());
+    p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
+    if (c.bias) p.bind(DNNL_ARG_BIAS, 2, false, c.bias_md(), pd.bias_desc());
+    p.bind(DNNL_ARG_DST, 3, true, plain(c.y, tag::nchw), pd.dst_desc());
+    return p;
+}
+
+Plan make_backward_data(const Conv &c) {
+    auto hint = c.forward(pk::forward_training);
+    dnnl::convolution_backward_data::primitive_desc pd(cpu_engine(), c.algo, c.act(c.x), c.wts(), c.act(c.y), c.stride,
+                                                       c.dilation, c.pad_l, c.pad_r, hint, user_scratchpad());
+    Plan p;
+    p.prim = dnnl::convolution_backward_data(pd);
+    finish(p, pd);
+    p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw), pd.diff_dst_desc());
+    p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
+    p.bind(DNNL_ARG_DIFF_SRC, 2, true, plain(c.x, tag::nchw), pd.diff_src_desc());
+    return p;
+}
+
+Plan make_backward_weights(const Conv &c) {
+    auto hint = c.forward(pk::forward_training);
+    dnnl::convolution_backward_weights::primitive_desc pd(cpu_engine(), c.algo, c.act(c.x), c.wts(), c.act(c.y), c.stride,
+                                                          c.dilation, c.pad_l, c.pad_r, hint, user_scratchpad());
+    Plan p;
+    p.prim = dnnl::convolution_backward_weights(pd);
+    finish(p, pd);
+    p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw), pd.diff_dst_desc());
+    p.bind(DNNL_ARG_SRC, 1, false, plain(c.x, tag::nchw), pd.src_desc());
+    p.bind(DNNL_ARG_DIFF_WEIGHTS, 2, true, c.user_w(), pd.diff_weights_desc());
+    return p;
+}
+
+// layout "auto": oneDNN's preferred (blocked) layouts with reorders, or the caller's plain layout,
+// whichever ran faster when the plan was made.
+Plan make(const Conv &c, Plan (*maker)(const Conv &)) {
+    if (c.layout != "auto") return maker(c);
+    Conv plain_layout = c, blocked = c;
+    plain_layout.layout = "plain";
+    blocked.layout = "any";
+    return pick_faster({maker(plain_layout), maker(blocked)});
+}
+
+PlanPtr forward_plan(const Conv &c) { return cached_plan(c.key("conv2d"), [&] { return make(c, make_forward); }); }
+PlanPtr data_plan(const Conv &c) {
+    return cached_plan(c.key("conv2d_grad_input"), [&] { return make(c, make_backward_data); });
+}
+PlanPtr weights_plan(const Conv &c) {
+    return cached_plan(c.key("conv2d_grad_weight"), [&] { return make(c, make_backward_weights); });
+}
+
+py::array_t<float> forward(py::handle x, py::handle w, py::handle b, const V &stride, const V &pad_l, const V &pad_r,
+                           const V &dilation, int64_t groups, const std::string &algorithm, const std::string &layout) {
+    return guarded("conv2d", [&] {
+        F32 X = check_f32(x, "conv2d", "input"), W = check_f32(w, "conv2d", "weight");
+        float *bias = nullptr;
+        if (!b.is_none()) {
+            F32 B = check_f32(b, "conv2d", "bias");
+            if (B.shape != dims{W.shape.at(0)}) throw py::value_error("algoswap_dnnl conv2d: bias must have shape (out_channels,)");
+            bias = B.data;
+        }
+        Conv c = parse("conv2d", X.shape, W.shape, bias != nullptr, stride, pad_l, pad_r, dilation, groups, algorithm, layout);
+        auto out = empty_f32(c.y);
+        forward_plan(c)->run({X.data, W.data, bias, out.mutable_data()});
+        return out;
+    });
+}
+
+py::array_t<float> backward_data(py::handle dy, py::handle w, const V &input_size, const V &stride, const V &pad_l,
+                                 const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
+                                 const std::string &layout) {
+    return guarded("conv2d_grad_input", [&] {
+        F32 DY = check_f32(dy, "conv2d_grad_input", "grad_output"), W = check_f32(w, "conv2d_grad_input", "weight");
+        Conv c = parse("conv2d_grad_input", as_dims(input_size), W.shape, false, stride, pad_l, pad_r, dilation, groups,
+                       algorithm, layout);
+        if (DY.shape != c.y) throw py::value_error("algoswap_dnnl conv2d_grad_input: grad_output has the wrong shape");
+        auto out = empty_f32(c.x);
+        data_plan(c)->run({DY.data, W.data, out.mutable_data()});
+        return out;
+    });
+}
+
+py::array_t<float> backward_weights(py::handle dy, py::handle x, const V &weight_size, const V &stride, const V &pad_l,
+                                    const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
+                                    const std::string &layout) {
+    return guarded("conv2d_grad_weight", [&] {
+        F32 DY = check_f32(dy, "conv2d_grad_weight", "grad_output"), X = check_f32(x, "conv2d_grad_weight", "input");
+        Conv c = parse("conv2d_grad_weight", X.shape, as_dims(weight_size), false, stride, pad_l, pad_r, dilation, groups,
+                       algorithm, layout);
+        if (DY.shape != c.y) throw py::value_error("algoswap_dnnl conv2d_grad_weight: grad_output has the wrong shape");
+        auto out = empty_f32(c.w);
+        weights_plan(c)->run({DY.data, X.data, out.mutable_data()});
+        return out;
+    });
+}
+
+}  // namespace
+
+void init_conv(py::module_ &m) {
+    auto geometry = [](auto... first) {
+        return std::make_tuple(first..., py::arg("stride"), py::arg("padding_l"), py::arg("padding_r"),
+                               py::arg("dilation"), py::arg("groups"), py::arg("algorithm") = "direct",
+                               py::arg("layout") = "auto");
+    };
+    auto def = [&m](const char *name, auto fn, const char *doc, auto args) {
+        std::apply([&](auto... a) { m.def(name, fn, doc, a...); }, args);
+    };
+    def("conv2d_forward", &forward, "conv2d of NCHW input with OIHW weight (+ bias); dilation as in torch.",
+        geometry(py::arg("input"), py::arg("weight"), py::arg("bias").none(true)));
+    def("conv2d_backward_data", &backward_data, "Gradient of conv2d with respect to its input.",
+        geometry(py::arg("grad_output"), py::arg("weight"), py::arg("input_size")));
+    def("conv2d_backward_weights", &backward_weights, "Gradient of conv2d with respect to its weight.",
+        geometry(py::arg("grad_output"), py::arg("input"), py::arg("weight_size")));
+
+    def("conv2d_forward_impl",
+        [](const V &x, const V &w, bool bias, const V &s, const V &pl, const V &pr, const V &d, int64_t g,
+           const std::string &a, const std::string &l) {
+            return guarded("conv2d", [&] { return info(forward_plan(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, l))); });
+        },
+        "impl_info_str() of the (cached) primitive conv2d_forward runs for these shapes.",
+        geometry(py::arg("input_size"), py::arg("weight_size"), py::arg("bias")));
+    def("conv2d_backward_data_impl",
+        [](const V &x, const V &w, const V &s, const V &pl, const V &pr, const V &d, int64_t g, const std::string &a,
+           const std::string &l) {
+            return guarded("conv2d_grad_input", [&] { return info(data_plan(parse("conv2d_grad_input", as_dims(x), as_dims(w), false, s, pl, pr, d, g, a, l))); });
+        },
+        "impl_info_str() of the primitive conv2d_backward_data runs.", geometry(py::arg("input_size"), py::arg("weight_size")));
+    def("conv2d_backward_weights_impl",
+        [](const V &x, const V &w, const V &s, const V &pl, const V &pr, const V &d, int64_t g, const std::string &a,
+           const std::string &l) {
+            return guarded("conv2d_grad_weight", [&] { return info(weights_plan(parse("conv2d_grad_weight", as_dims(x), as_dims(w), false, s, pl, pr, d, g, a, l))); });
+        },
+        "impl_info_str() of the primitive conv2d_backward_weights runs.", geometry(py::arg("input_size"), py::arg("weight_size")));
+}
+
+}  // namespace algoswap_dnnl

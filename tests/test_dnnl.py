@@ -1,0 +1,169 @@
+"""The oneDNN backend (algoswap-dnnl): what the conformance suite does not cover.
+
+Correctness of every dnnl implementation against the reference is tested by test_conformance.py;
+here: kernel names, the Winograd refusal, the primitive cache, argument checks, threads, memory,
+whole models and gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import algoswap
+from helpers import relative_error
+
+algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is not installed")
+
+_available = algoswap.registry().backends["dnnl"].availability() if "dnnl" in algoswap.registry().backends else "not loaded"
+pytestmark = pytest.mark.skipif(_available is not True, reason=f"dnnl backend unavailable: {_available}")
+
+CONV = {"stride": [1, 1], "padding_l": [1, 1], "padding_r": [1, 1], "dilation": [1, 1], "groups": 1}
+
+
+def ext() -> Any:
+    """The compiled extension (imported here, not at collection: an unavailable backend skips)."""
+    from algoswap_dnnl._ext import dnnl
+
+    return dnnl
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_default_prefers_dnnl_and_reports_the_kernel() -> None:
+    selection = algoswap.select("conv2d", [(1, 64, 28, 28), (64, 64, 3, 3), None], padding=1)
+    assert selection.impl.backend == "dnnl"
+    assert "jit" in selection.kernel or "brgconv" in selection.kernel, selection.kernel
+    for op, shapes, attrs in [
+        ("linear", [(8, 256), (10, 256), (10,)], {}),
+        ("maxpool2d", [(1, 64, 56, 56)], {"kernel_size": 3, "stride": 2, "padding": 1}),
+        ("relu", [(1, 64, 56, 56)], {}),
+        ("conv2d_grad_input", [(2, 32, 14, 14), (32, 16, 3, 3)], {"input_size": (2, 16, 14, 14), "padding": 1}),
+    ]:
+        kernel = algoswap.select(op, shapes, algorithm="dnnl:default", **attrs).kernel
+        assert any(word in kernel for word in ("jit", "brg", "gemm", "simple")), (op, kernel)
+
+
+def test_winograd_is_declared_unsupported_and_onednn_refuses_it() -> None:
+    matrix = json.loads(algoswap.capabilities("conv2d").to_json())
+    cell = matrix["ops"]["conv2d"]["backends"]["dnnl"]["winograd"]
+    assert cell["supported"] is False and "no f32 Winograd" in cell["reason"]
+    x = np.ones((1, 64, 28, 28), np.float32)
+    w = np.ones((64, 64, 3, 3), np.float32)
+    with pytest.raises(ext().DnnlError, match="conv2d: could not create a primitive descriptor.*unimplemented"):
+        ext().conv2d_forward(x, w, None, algorithm="winograd", layout="any", **CONV)
+
+
+def test_primitives_are_cached_per_shape() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4, 3, 3), dtype=np.float32)
+    ext().cache_clear()
+    ext().conv2d_forward(rng.standard_normal((1, 4, 9, 9), dtype=np.float32), w, None, **CONV)
+    size = ext().cache_size()
+    assert size == 1
+    ext().conv2d_forward(rng.standard_normal((1, 4, 9, 9), dtype=np.float32), w, None, **CONV)
+    assert ext().cache_size() == size
+    ext().conv2d_forward(rng.standard_normal((2, 4, 9, 9), dtype=np.float32), w, None, **CONV)
+    assert ext().cache_size() == size + 1
+
+
+def test_float64_is_refused_by_selection() -> None:
+    with pytest.raises(algoswap.NoImplementationError, match="dtype float64 not supported"):
+        algoswap.select("conv2d", [(1, 3, 8, 8), (4, 3, 3, 3), None], dtype="float64", algorithm="dnnl:direct")
+    assert algoswap.select("conv2d", [(1, 3, 8, 8), (4, 3, 3, 3), None], dtype="float64").impl.backend != "dnnl"
+
+
+def test_the_extension_refuses_wrong_arrays_instead_of_copying() -> None:
+    x = np.ones((1, 4, 8, 8), np.float32)
+    w = np.ones((8, 4, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="argument 'input' must be C-contiguous"):
+        ext().conv2d_forward(np.ones((1, 4, 8, 16), np.float32)[..., ::2], w, None, **CONV)
+    with pytest.raises(TypeError, match="argument 'weight' must be float32, got float64"):
+        ext().conv2d_forward(x, w.astype(np.float64), None, **CONV)
+    with pytest.raises(TypeError, match="must be a numpy.ndarray"):
+        ext().relu([1.0, 2.0])
+    with pytest.raises(ValueError, match="input channels must equal"):
+        ext().conv2d_forward(np.ones((1, 3, 8, 8), np.float32), w, None, **CONV)
+
+
+def test_same_swapped_model_from_four_threads() -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap import zoo
+
+    model = algoswap.swap_conv2d(zoo.build("resnet18"), "dnnl:direct", sample_input_shape=(1, 3, 64, 64))
+    inputs = [zoo.sample_input("resnet18", 1, small=True, seed=s) for s in range(4)]
+    with torch.no_grad():
+        expected = [model(x) for x in inputs]
+    results: dict[int, list[Any]] = {i: [] for i in range(4)}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with torch.no_grad():
+                for _ in range(5):
+                    results[i].append(model(inputs[i]))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(4):
+        for got in results[i]:
+            assert relative_error(got, expected[i]) <= 1e-6
+
+
+def test_many_calls_do_not_grow_memory() -> None:
+    torch = pytest.importorskip("torch")
+    layer = algoswap.swap_conv2d(torch.nn.Conv2d(3, 8, 3, padding=1), "dnnl:direct")
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        for _ in range(500):
+            layer(x)
+        before = _rss_bytes()
+        for _ in range(10_000):
+            layer(x)
+        grown = _rss_bytes() - before
+    assert grown < 4 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over 10,000 calls"
+
+
+@pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
+def test_resnet18_swap_conv2d_matches_torch(algorithm: str) -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap import zoo
+
+    model, x = zoo.build("resnet18"), zoo.sample_input("resnet18", 2, small=True)
+    with torch.no_grad():
+        expected = model(x)
+        swapped = algoswap.swap_conv2d(copy.deepcopy(model), algorithm, sample_input_shape=tuple(x.shape))
+        assert relative_error(swapped(x), expected) <= 1e-4
+    assert {row.implementation for row in algoswap.explain(swapped)} == {algorithm}
+
+
+def test_gradients_run_on_dnnl_and_match_torch() -> None:
+    torch = pytest.importorskip("torch")
+    conv = torch.nn.Conv2d(6, 8, 3, stride=2, padding=(1, 2), groups=2)
+    swapped = algoswap.swap_conv2d(copy.deepcopy(conv), "dnnl:direct")
+    x = torch.randn(2, 6, 11, 9, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    conv(x).square().sum().backward()
+    swapped(x2).square().sum().backward()
+    assert relative_error(x2.grad, x.grad) <= 1e-5
+    assert relative_error(swapped.weight.grad, conv.weight.grad) <= 1e-5
+    assert relative_error(swapped.bias.grad, conv.bias.grad) <= 1e-5
+    call = algoswap.select("conv2d", [(2, 6, 11, 9), (8, 3, 3, 3), (8,)], algorithm="dnnl:direct",
+                           stride=2, padding=(1, 2), groups=2)
+    from algoswap._torch.bridge import gradient_choices
+
+    assert all(choice.selection.impl.backend == "dnnl" for choice in gradient_choices(call))
