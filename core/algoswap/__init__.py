@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._registry import Registrar, Registry
     from ._select import Selection
     from ._spec import Attr, GradRule, Input, OpCall, OpSpec
+    from ._specs._geometry import pool_output_size
     from ._trace import trace
     from .hookspecs import hookimpl
     from . import zoo
@@ -55,6 +56,7 @@ _LAZY = {
     "Input": ("._spec", "Input"),
     "Attr": ("._spec", "Attr"),
     "OpCall": ("._spec", "OpCall"),
+    "pool_output_size": ("._specs._geometry", "pool_output_size"),
     "GradRule": ("._spec", "GradRule"),
     "MemorySpace": ("._records", "MemorySpace"),
     "HOST": ("._records", "HOST"),

@@ -2,18 +2,9 @@
 
 import numpy as np
 
+from algoswap import pool_output_size
+
 Pair = tuple[int, int]
-
-
-def pool_output_size(in_size: int, kernel: int, stride: int, pad: int, dilation: int,
-                     ceil_mode: bool) -> int:
-    """Output length of a pooling window sweep, following PyTorch's rule."""
-    span = in_size + 2 * pad - dilation * (kernel - 1) - 1
-    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
-    # In ceil mode the last window must start inside the input or its left padding.
-    if ceil_mode and (out - 1) * stride >= in_size + pad:
-        out -= 1
-    return out
 
 
 def _span(start: int, count: int, step: int) -> slice:
