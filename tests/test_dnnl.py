@@ -167,3 +167,59 @@ def test_gradients_run_on_dnnl_and_match_torch() -> None:
     from algoswap._torch.bridge import gradient_choices
 
     assert all(choice.selection.impl.backend == "dnnl" for choice in gradient_choices(call))
+
+
+def test_new_ops_report_their_kernels() -> None:
+    for op, shapes, attrs, words in [
+        ("add", [(1, 64, 56, 56), (1, 64, 56, 56)], {}, ("jit",)),
+        ("add", [(64, 1, 1), (2, 64, 8, 8)], {}, ("jit",)),  # the broadcast operand may come first
+        ("concat", [(2, 3, 8, 8), (2, 5, 8, 8)], {"axis": 1}, ("simple", "jit")),
+        ("softmax", [(8, 1000)], {}, ("jit",)),
+        ("log_softmax_grad", [(8, 1000), (8, 1000)], {}, ("jit",)),
+        ("sigmoid_grad", [(4096,), (4096,)], {}, ("jit",)),
+        ("leaky_relu", [(1, 64, 56, 56)], {"negative_slope": 0.2}, ("jit",)),
+        ("batchnorm2d", [(1, 64, 56, 56), (64,), (64,), (64,), (64,)], {}, ("bnorm", "jit")),
+        ("batch_norm_train_grad_input", [(8, 64, 28, 28), (8, 64, 28, 28), (64,)], {}, ("bnorm", "jit")),
+        ("layer_norm", [(8, 128, 768), (768,), (768,)], {}, ("jit",)),
+        ("layer_norm_grad_weight", [(8, 128, 768), (8, 128, 768)], {}, ("jit",)),
+    ]:
+        selection = algoswap.select(op, shapes, algorithm="dnnl:default", **attrs)
+        assert selection.impl.backend == "dnnl", op
+        assert any(word in selection.kernel for word in words), (op, selection.kernel)
+    assert "numpy sum" in algoswap.select("layer_norm_grad_bias", [(8, 16)], algorithm="dnnl:default").kernel
+
+
+def test_add_explains_the_broadcasts_onednn_cannot_run() -> None:
+    with pytest.raises(algoswap.NoImplementationError, match="broadcasts only one operand"):
+        algoswap.select("add", [(4, 1), (3,)], algorithm="dnnl:direct")
+    assert algoswap.select("add", [(4, 1), (3,)]).impl.backend != "dnnl"  # default: another backend serves it
+
+
+def test_new_ops_refuse_wrong_arrays_and_name_the_op() -> None:
+    x = np.ones((2, 3, 4, 4), np.float32)
+    with pytest.raises(TypeError, match="softmax: argument 'input' must be float32"):
+        ext().softmax(x.astype(np.float64), 1)
+    with pytest.raises(ValueError, match="batch_norm: argument 'weight' must have shape"):
+        ext().batch_norm(x, None, None, np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="add: b must broadcast"):
+        ext().add(np.ones((2, 3), np.float32), np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError, match="concat: inputs\\[1\\] differs"):
+        ext().concat([x, np.ones((2, 3, 5, 4), np.float32)], 1)
+    with pytest.raises(ValueError, match="tanh_grad: grad_output and output shapes differ"):
+        ext().eltwise_grad(x, x[:1].copy(), "tanh")
+
+
+def test_resnet18_swap_backend_runs_add_on_dnnl_and_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap import zoo
+
+    model, x = zoo.build("resnet18"), zoo.sample_input("resnet18", 1, small=True)
+    converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
+    with torch.no_grad():
+        expected = model(x)
+        got = converted(x)
+    assert relative_error(got, expected) <= 1e-4
+    adds = [row for row in algoswap.explain(converted) if row.op == "add"]
+    assert len(adds) == 8  # one residual add per basic block
+    assert {row.implementation for row in adds} == {"dnnl:direct"}
+    assert all("jit" in row.kernel for row in adds), [row.kernel for row in adds]

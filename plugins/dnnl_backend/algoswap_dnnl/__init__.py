@@ -1,4 +1,5 @@
-"""The oneDNN backend of algoswap: float32 convolution, matmul, pooling and relu primitives on the CPU.
+"""The oneDNN backend of algoswap: float32 convolution, matmul, pooling, eltwise, normalisation,
+softmax, binary and concat primitives on the CPU.
 
 Implementations are registered as "module:attribute" strings, so discovery imports neither the
 compiled extension nor libdnnl; the availability probe loads them, once, when the backend is first
@@ -52,6 +53,7 @@ def algoswap_register(registry: Any) -> None:
                          description="oneDNN 3.2 primitives on the CPU (float32, host memory)")
     _register_conv(registry)
     _register_others(registry)
+    _register_more(registry)
 
 
 def _register_conv(registry: Any) -> None:
@@ -82,3 +84,20 @@ def _register_others(registry: Any) -> None:
             kernel=_lazy("pool", "kernel"))
     for op in ("relu", "relu_grad"):
         add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"))
+
+
+def _register_more(registry: Any) -> None:
+    add = registry.add_implementation
+    for op in ("sigmoid", "sigmoid_grad", "tanh", "tanh_grad", "leaky_relu", "leaky_relu_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"))
+    norm = f"{__name__}.norm"
+    for op in ("batchnorm2d", "batch_norm_train", "batch_norm_train_grad_input", "batch_norm_train_grad_weight",
+               "layer_norm", "layer_norm_grad_input", "layer_norm_grad_weight"):
+        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=_lazy("norm", "kernel"))
+    for op in ("batch_norm_train_grad_bias", "layer_norm_grad_bias"):
+        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, kernel=BIAS_KERNEL)
+    for op in ("softmax", "softmax_grad", "log_softmax", "log_softmax_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=F32, kernel=_lazy("softmax", "kernel"))
+    add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=F32, supports=f"{__name__}.elementwise:supports",
+        kernel=_lazy("elementwise", "kernel"))
+    add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=_lazy("shape", "kernel"))

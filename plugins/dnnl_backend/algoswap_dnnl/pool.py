@@ -11,18 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from algoswap import pool_output_size
+
 from ._ext import dnnl, refusal
 
 Pair = tuple[int, int]
-
-
-def _output_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
-    """PyTorch's rule: in ceil mode the last window must start inside the input or its left padding."""
-    span = size + 2 * pad - dilation * (kernel - 1) - 1
-    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
-    if ceil_mode and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
 
 
 def _window(size: tuple[int, ...], kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
@@ -30,7 +23,7 @@ def _window(size: tuple[int, ...], kernel: Pair, stride: Pair, padding: Pair, di
     """Keyword arguments of the primitive: right padding chosen so its output size is PyTorch's."""
     right = []
     for extent, k, s, p, d in zip(size[2:], kernel, stride, padding, dilation):
-        out = _output_size(extent, k, s, p, d, ceil_mode)
+        out = pool_output_size(extent, k, s, p, d, ceil_mode)
         exact = (out - 1) * s + d * (k - 1) + 1 - extent - p  # any value up to exact + s - 1 gives `out`
         right.append(max(0, min(max(p, exact), exact + s - 1)))
     return {"kernel": list(kernel), "stride": list(stride), "dilation": list(dilation),
@@ -42,7 +35,7 @@ def _include_pad_rescale(size: tuple[int, ...], kernel: Pair, stride: Pair, padd
     """Factor turning oneDNN's window-size divisor into PyTorch's (None where they agree)."""
     factors = []
     for extent, k, s, p in zip(size[2:], kernel, stride, padding):
-        start = np.arange(_output_size(extent, k, s, p, 1, ceil_mode)) * s - p
+        start = np.arange(pool_output_size(extent, k, s, p, 1, ceil_mode)) * s - p
         factors.append(k / (np.minimum(start + k, extent + p) - start))
     if all((f == 1).all() for f in factors):
         return None

@@ -164,7 +164,7 @@ dnnl::primitive_attr user_scratchpad() {
     return attr;
 }
 
-void finish(Plan &plan, const dnnl::primitive_desc &pd) {
+void finish(Plan &plan, const dnnl::primitive_desc_base &pd) {
     plan.impl = pd.impl_info_str();
     plan.scratchpad = pd.scratchpad_desc();
 }
@@ -172,6 +172,24 @@ void finish(Plan &plan, const dnnl::primitive_desc &pd) {
 memory::desc plain(const dims &shape, tag t) { return memory::desc(shape, dt::f32, t); }
 
 memory::desc strided(const dims &shape, const dims &strides) { return memory::desc(shape, dt::f32, strides); }
+
+memory::desc dense(const dims &shape) {
+    dims strides(shape.size(), 1);
+    for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(shape[i], 1);
+    return strided(shape, strides);
+}
+
+int64_t numel(const dims &shape) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+}
+
+std::string float_text(float value) {
+    std::ostringstream out;
+    out << std::hexfloat << value;
+    return out.str();
+}
 
 static std::string shape_text(const py::array &a) {
     std::ostringstream out;
@@ -237,4 +255,7 @@ PYBIND11_MODULE(_dnnl, m) {
     init_matmul(m);
     init_pool(m);
     init_eltwise(m);
+    init_norm(m);
+    init_softmax(m);
+    init_binary(m);
 }

@@ -73,10 +73,15 @@ void set_cache_capacity(size_t capacity);
 
 // A primitive_attr with a user-managed scratchpad (each run allocates its own: thread safe).
 dnnl::primitive_attr user_scratchpad();
-void finish(Plan &plan, const dnnl::primitive_desc &pd);
+void finish(Plan &plan, const dnnl::primitive_desc_base &pd);
 
 memory::desc plain(const dims &shape, tag t);
 memory::desc strided(const dims &shape, const dims &strides);
+// Row-major (C-contiguous) layout of any rank.
+memory::desc dense(const dims &shape);
+int64_t numel(const dims &shape);
+// A float for cache keys, exactly (hexfloat): 1e-7 and 0 must not share a key.
+std::string float_text(float value);
 
 // Checked view of a float32 C-contiguous array; anything else raises a TypeError naming op and argument.
 struct F32 {
@@ -121,5 +126,8 @@ void init_conv(py::module_ &m);
 void init_matmul(py::module_ &m);
 void init_pool(py::module_ &m);
 void init_eltwise(py::module_ &m);
+void init_norm(py::module_ &m);
+void init_softmax(py::module_ &m);
+void init_binary(py::module_ &m);
 
 }  // namespace algoswap_dnnl

@@ -1,21 +1,34 @@
-// Elementwise activations (relu), forward and backward, on arrays of any shape.
+// Elementwise activations (relu / leaky relu, logistic, tanh), forward and backward, on arrays of
+// any shape (seen as one flat array).
 #include "common.hpp"
 
 namespace algoswap_dnnl {
 namespace {
 
 using pk = dnnl::prop_kind;
+using alg = dnnl::algorithm;
 
 memory::desc flat(int64_t size) { return plain({size}, tag::a); }
 
-dnnl::eltwise_forward::primitive_desc relu_fwd(int64_t size, pk prop, const dnnl::primitive_attr &attr) {
-    return dnnl::eltwise_forward::primitive_desc(cpu_engine(), prop, dnnl::algorithm::eltwise_relu, flat(size), flat(size),
-                                                 0.f, 0.f, attr);
+// One activation: its forward algorithm, and the backward one with what it reads (the forward
+// input, or for the *_use_dst_for_bwd kinds the forward output).
+struct Kind {
+    std::string name;
+    alg forward, backward;
+    bool backward_uses_dst;
+};
+
+Kind parse(const std::string &kind) {
+    if (kind == "relu") return {kind, alg::eltwise_relu, alg::eltwise_relu, false};
+    if (kind == "logistic") return {kind, alg::eltwise_logistic, alg::eltwise_logistic_use_dst_for_bwd, true};
+    if (kind == "tanh") return {kind, alg::eltwise_tanh, alg::eltwise_tanh_use_dst_for_bwd, true};
+    throw py::value_error("algoswap_dnnl eltwise: kind must be 'relu', 'logistic' or 'tanh', got '" + kind + "'");
 }
 
-PlanPtr forward_plan(int64_t size) {
-    return cached_plan(make_key("relu", {{size}}), [&] {
-        auto pd = relu_fwd(size, pk::forward_inference, user_scratchpad());
+PlanPtr forward_plan(const Kind &k, int64_t size, float alpha) {
+    return cached_plan(make_key(k.name.c_str(), {{size}}, float_text(alpha)), [&] {
+        dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), pk::forward_inference, k.forward, flat(size), flat(size),
+                                                 alpha, 0.f, user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_forward(pd);
         finish(p, pd);
@@ -25,42 +38,46 @@ PlanPtr forward_plan(int64_t size) {
     });
 }
 
-PlanPtr backward_plan(int64_t size) {
-    return cached_plan(make_key("relu_grad", {{size}}), [&] {
-        auto hint = relu_fwd(size, pk::forward_training, dnnl::primitive_attr());
-        dnnl::eltwise_backward::primitive_desc pd(cpu_engine(), dnnl::algorithm::eltwise_relu, flat(size), flat(size),
-                                                  flat(size), 0.f, 0.f, hint, user_scratchpad());
+PlanPtr backward_plan(const Kind &k, int64_t size, float alpha) {
+    return cached_plan(make_key((k.name + "_grad").c_str(), {{size}}, float_text(alpha)), [&] {
+        dnnl::eltwise_forward::primitive_desc hint(cpu_engine(), pk::forward_training, k.backward, flat(size), flat(size),
+                                                   alpha, 0.f);
+        dnnl::eltwise_backward::primitive_desc pd(cpu_engine(), k.backward, flat(size), flat(size), flat(size), alpha, 0.f,
+                                                  hint, user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_backward(pd);
         finish(p, pd);
         p.bind(DNNL_ARG_DIFF_DST, 0, false, flat(size), pd.diff_dst_desc());
-        p.bind(DNNL_ARG_SRC, 1, false, flat(size), pd.src_desc());
+        if (k.backward_uses_dst)
+            p.bind(DNNL_ARG_DST, 1, false, flat(size), pd.dst_desc());
+        else
+            p.bind(DNNL_ARG_SRC, 1, false, flat(size), pd.src_desc());
         p.bind(DNNL_ARG_DIFF_SRC, 2, true, flat(size), pd.diff_src_desc());
         return p;
     });
 }
 
-int64_t count(const dims &shape) {
-    int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-}
-
-py::array_t<float> relu(py::handle x) {
-    return guarded("relu", [&] {
-        F32 X = check_f32(x, "relu", "input");
+py::array_t<float> forward(py::handle x, const std::string &kind, float alpha) {
+    return guarded(kind.c_str(), [&] {
+        Kind k = parse(kind);
+        F32 X = check_f32(x, kind.c_str(), "input");
         auto out = empty_f32(X.shape);
-        if (count(X.shape) > 0) forward_plan(count(X.shape))->run({X.data, out.mutable_data()});
+        if (numel(X.shape) > 0) forward_plan(k, numel(X.shape), alpha)->run({X.data, out.mutable_data()});
         return out;
     });
 }
 
-py::array_t<float> relu_grad(py::handle dy, py::handle x) {
-    return guarded("relu_grad", [&] {
-        F32 DY = check_f32(dy, "relu_grad", "grad_output"), X = check_f32(x, "relu_grad", "input");
-        if (DY.shape != X.shape) throw py::value_error("algoswap_dnnl relu_grad: grad_output and input shapes differ");
-        auto out = empty_f32(X.shape);
-        if (count(X.shape) > 0) backward_plan(count(X.shape))->run({DY.data, X.data, out.mutable_data()});
+// data: the forward input (relu) or output (logistic, tanh).
+py::array_t<float> backward(py::handle dy, py::handle data, const std::string &kind, float alpha) {
+    std::string op = kind + "_grad";
+    return guarded(op.c_str(), [&] {
+        Kind k = parse(kind);
+        const char *second = k.backward_uses_dst ? "output" : "input";
+        F32 DY = check_f32(dy, op.c_str(), "grad_output"), D = check_f32(data, op.c_str(), second);
+        if (DY.shape != D.shape)
+            throw py::value_error("algoswap_dnnl " + op + ": grad_output and " + second + " shapes differ");
+        auto out = empty_f32(D.shape);
+        if (numel(D.shape) > 0) backward_plan(k, numel(D.shape), alpha)->run({DY.data, D.data, out.mutable_data()});
         return out;
     });
 }
@@ -68,12 +85,32 @@ py::array_t<float> relu_grad(py::handle dy, py::handle x) {
 }  // namespace
 
 void init_eltwise(py::module_ &m) {
-    m.def("relu", &relu, "max(input, 0) elementwise.", py::arg("input"));
-    m.def("relu_grad", &relu_grad, "grad_output where input > 0, else 0.", py::arg("grad_output"), py::arg("input"));
-    m.def("relu_impl", [](int64_t size) { return guarded("relu", [&] { return info(forward_plan(size)); }); },
+    m.def("relu", [](py::handle x) { return forward(x, "relu", 0.f); }, "max(input, 0) elementwise.", py::arg("input"));
+    m.def("relu_grad", [](py::handle dy, py::handle x) { return backward(dy, x, "relu", 0.f); },
+          "grad_output where input > 0, else 0.", py::arg("grad_output"), py::arg("input"));
+    m.def("relu_impl", [](int64_t size) { return guarded("relu", [&] { return info(forward_plan(parse("relu"), size, 0.f)); }); },
           "impl_info_str() of the primitive relu runs on this many elements.", py::arg("size"));
-    m.def("relu_grad_impl", [](int64_t size) { return guarded("relu_grad", [&] { return info(backward_plan(size)); }); },
+    m.def("relu_grad_impl",
+          [](int64_t size) { return guarded("relu_grad", [&] { return info(backward_plan(parse("relu"), size, 0.f)); }); },
           "impl_info_str() of the primitive relu_grad runs on this many elements.", py::arg("size"));
+    m.def("eltwise", &forward,
+          "kind 'relu' (alpha: the slope below 0, leaky relu), 'logistic' (sigmoid) or 'tanh', elementwise.",
+          py::arg("input"), py::arg("kind"), py::arg("alpha") = 0.f);
+    m.def("eltwise_grad", &backward,
+          "Gradient of eltwise: from the forward input for 'relu', from the forward output for 'logistic' and 'tanh'.",
+          py::arg("grad_output"), py::arg("data"), py::arg("kind"), py::arg("alpha") = 0.f);
+    m.def("eltwise_impl",
+          [](int64_t size, const std::string &kind, float alpha) {
+              return guarded(kind.c_str(), [&] { return info(forward_plan(parse(kind), size, alpha)); });
+          },
+          "impl_info_str() of the primitive eltwise runs on this many elements.", py::arg("size"), py::arg("kind"),
+          py::arg("alpha") = 0.f);
+    m.def("eltwise_grad_impl",
+          [](int64_t size, const std::string &kind, float alpha) {
+              return guarded((kind + "_grad").c_str(), [&] { return info(backward_plan(parse(kind), size, alpha)); });
+          },
+          "impl_info_str() of the primitive eltwise_grad runs on this many elements.", py::arg("size"), py::arg("kind"),
+          py::arg("alpha") = 0.f);
 }
 
 }  // namespace algoswap_dnnl

@@ -1,0 +1,124 @@
+"""Batch and layer normalisation and their gradients on the oneDNN batch_normalization and
+layer_normalization primitives.
+
+batchnorm2d runs forward_inference with use_global_stats (the running statistics); batch_norm_train
+normalises with the batch's statistics. layer_norm folds its leading dimensions into rows and its
+normalised trailing dimensions into one feature dimension: a 2-D (rows, features) layer
+normalisation. The gradient ops receive the forward input, not its statistics: the extension
+recomputes them with a cached forward_training primitive, then runs the backward primitive
+(backward_data for the input's gradient, backward with use_scale for the weight's). Bias gradients
+are plain sums, done by NumPy (see BIAS_KERNEL).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._ext import dnnl, refusal
+
+_BATCH_AXES = (0, 2, 3)
+
+
+def _c(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.ascontiguousarray(a).reshape(-1)
+
+
+# ------------------------------------------------------------------------------- batch norm
+
+
+def batchnorm2d(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray, weight: np.ndarray | None,
+                bias: np.ndarray | None, *, eps: float) -> np.ndarray:
+    """(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel."""
+    return dnnl.batch_norm(np.ascontiguousarray(x), _c(running_mean), _c(running_var), _c(weight), _c(bias), eps)
+
+
+def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
+    """Normalised with this batch's mean and biased variance over (N, H, W)."""
+    return dnnl.batch_norm(np.ascontiguousarray(x), None, None, _c(weight), _c(bias), eps)
+
+
+def batch_norm_train_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, eps: float) -> np.ndarray:
+    return dnnl.batch_norm_backward(np.ascontiguousarray(dy), np.ascontiguousarray(x), _c(weight), eps, "input")
+
+
+def batch_norm_train_grad_weight(dy: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
+    return dnnl.batch_norm_backward(np.ascontiguousarray(dy), np.ascontiguousarray(x), None, eps, "weight")
+
+
+def batch_norm_train_grad_bias(dy: np.ndarray) -> np.ndarray:
+    """dy summed over (N, H, W) (NumPy: oneDNN 3.2's reduction would run its reference kernel)."""
+    total: np.ndarray = dy.sum(axis=_BATCH_AXES)
+    return total
+
+
+# ------------------------------------------------------------------------------- layer norm
+
+
+def _rows(shape: tuple[int, ...], normalized_ndim: int) -> tuple[int, int]:
+    """(rows, features) of the 2-D view."""
+    lead = len(shape) - normalized_ndim
+    return math.prod(shape[:lead]), math.prod(shape[lead:])
+
+
+def _2d(a: np.ndarray, normalized_ndim: int) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(_rows(a.shape, normalized_ndim))
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, normalized_ndim: int,
+               eps: float) -> np.ndarray:
+    y = dnnl.layer_norm(_2d(x, normalized_ndim), _c(weight), _c(bias), eps)
+    return y.reshape(x.shape)
+
+
+def layer_norm_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, normalized_ndim: int,
+                          eps: float) -> np.ndarray:
+    dx = dnnl.layer_norm_backward(_2d(dy, normalized_ndim), _2d(x, normalized_ndim), _c(weight), eps, "input")
+    return dx.reshape(x.shape)
+
+
+def layer_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, normalized_ndim: int, eps: float) -> np.ndarray:
+    dw = dnnl.layer_norm_backward(_2d(dy, normalized_ndim), _2d(x, normalized_ndim), None, eps, "weight")
+    return dw.reshape(x.shape[x.ndim - normalized_ndim:])
+
+
+def layer_norm_grad_bias(dy: np.ndarray, *, normalized_ndim: int) -> np.ndarray:
+    """dy summed over the leading dimensions (NumPy, as for the other bias gradients)."""
+    total: np.ndarray = _2d(dy, normalized_ndim).sum(axis=0).reshape(dy.shape[dy.ndim - normalized_ndim:])
+    return total
+
+
+# ---------------------------------------------------------------------- selection and kernels
+
+
+def _plan(call: Any) -> Any:
+    op, a = call.op, call.attrs
+    if op == "batchnorm2d":
+        return dnnl.batch_norm_impl(list(call.shape("input")), True, call.shape("weight") is not None,
+                                    call.shape("bias") is not None, a["eps"])
+    if op == "batch_norm_train":
+        return dnnl.batch_norm_impl(list(call.shape("input")), False, call.shape("weight") is not None,
+                                    call.shape("bias") is not None, a["eps"])
+    if op.startswith("batch_norm_train_grad_"):
+        want = op.rsplit("_", 1)[1]
+        scale = want == "input" and call.shape("weight") is not None
+        return dnnl.batch_norm_backward_impl(list(call.shape("input")), scale, a["eps"], want)
+    rows = list(_rows(call.shape("input"), a["normalized_ndim"]))
+    if op == "layer_norm":
+        return dnnl.layer_norm_impl(rows, call.shape("weight") is not None, call.shape("bias") is not None, a["eps"])
+    want = op.rsplit("_", 1)[1]
+    scale = want == "input" and call.shape("weight") is not None
+    return dnnl.layer_norm_backward_impl(rows, scale, a["eps"], want)
+
+
+def supports(call: Any) -> bool | str:
+    """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
+    if any(0 in shape for shape in call.shapes if shape is not None):
+        return "empty arrays are not passed to oneDNN"
+    return refusal(lambda: _plan(call))
+
+
+def kernel(call: Any) -> str:
+    return str(_plan(call).impl)

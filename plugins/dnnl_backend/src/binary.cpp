@@ -1,0 +1,157 @@
+// Binary add (src1 broadcast over src0 where its dimensions are 1) and concatenation.
+#include "common.hpp"
+
+namespace algoswap_dnnl {
+namespace {
+
+// a + b: a has the output's shape; b has a's rank, each dimension equal to a's or 1. Equal shapes
+// are seen as one flat array.
+struct Add {
+    dims a, b;
+
+    memory::desc src0() const { return a == b ? plain({numel(a)}, tag::a) : dense(a); }
+    memory::desc src1() const { return a == b ? plain({numel(b)}, tag::a) : dense(b); }
+};
+
+Add parse_add(const dims &a, const dims &b) {
+    const char *where = "algoswap_dnnl add: ";
+    if (a.size() != b.size() || a.empty())
+        throw py::value_error(std::string(where) + "a and b must have one rank (>= 1): pad b's shape with leading 1s");
+    for (size_t i = 0; i < a.size(); ++i)
+        if (b[i] != a[i] && b[i] != 1)
+            throw py::value_error(std::string(where) + "b must broadcast to a's shape (oneDNN broadcasts only src1): "
+                                  "each dimension of b equal to a's or 1");
+    return Add{a, b};
+}
+
+PlanPtr add_plan(const Add &s) {
+    return cached_plan(make_key("add", {s.a, s.b}), [&] {
+        dnnl::binary::primitive_desc pd(cpu_engine(), dnnl::algorithm::binary_add, s.src0(), s.src1(), s.src0(),
+                                        user_scratchpad());
+        Plan p;
+        p.prim = dnnl::binary(pd);
+        finish(p, pd);
+        p.bind(DNNL_ARG_SRC_0, 0, false, s.src0(), pd.src_desc(0));
+        p.bind(DNNL_ARG_SRC_1, 1, false, s.src1(), pd.src_desc(1));
+        p.bind(DNNL_ARG_DST, 2, true, s.src0(), pd.dst_desc());
+        return p;
+    });
+}
+
+py::array_t<float> add(py::handle a, py::handle b) {
+    return guarded("add", [&] {
+        F32 A = check_f32(a, "add", "a"), B = check_f32(b, "add", "b");
+        Add s = parse_add(A.shape, B.shape);
+        auto out = empty_f32(A.shape);
+        if (numel(A.shape) > 0) add_plan(s)->run({A.data, B.data, out.mutable_data()});
+        return out;
+    });
+}
+
+// Concatenation of (outer, n_i, inner) arrays along dimension 1; empty inputs are left out.
+struct Concat {
+    int64_t outer, inner;
+    std::vector<int64_t> sizes;  // n_i of each non-empty input
+
+    memory::desc part(int64_t n) const { return plain({outer, n, inner}, tag::abc); }
+    int64_t total() const {
+        int64_t t = 0;
+        for (auto n : sizes) t += n;
+        return t;
+    }
+    std::string key() const { return make_key("concat", {{outer, inner}, dims(sizes.begin(), sizes.end())}); }
+};
+
+PlanPtr concat_plan(const Concat &c) {
+    return cached_plan(c.key(), [&] {
+        std::vector<memory::desc> srcs;
+        for (auto n : c.sizes) srcs.push_back(c.part(n));
+        memory::desc dst = c.part(c.total());
+        dnnl::concat::primitive_desc pd(cpu_engine(), dst, 1, srcs, user_scratchpad());
+        Plan p;
+        p.prim = dnnl::concat(pd);
+        finish(p, pd);
+        for (size_t i = 0; i < srcs.size(); ++i)
+            p.bind(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), static_cast<int>(i), false, srcs[i], pd.src_desc(static_cast<int>(i)));
+        p.bind(DNNL_ARG_DST, static_cast<int>(srcs.size()), true, dst, pd.dst_desc());
+        return p;
+    });
+}
+
+// Shapes -> (the Concat of the non-empty ones, output shape, index of each non-empty input).
+std::tuple<Concat, dims, std::vector<size_t>> parse_concat(const std::vector<dims> &shapes, int64_t axis) {
+    const char *where = "algoswap_dnnl concat: ";
+    if (shapes.empty()) throw py::value_error(std::string(where) + "needs at least one input");
+    auto rank = static_cast<int64_t>(shapes[0].size());
+    if (rank < 1 || axis < -rank || axis >= rank)
+        throw py::value_error(std::string(where) + "axis " + std::to_string(axis) + " is out of range for " +
+                              std::to_string(rank) + "-D inputs");
+    if (axis < 0) axis += rank;
+    dims out = shapes[0];
+    out[axis] = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        const dims &s = shapes[i];
+        bool same = static_cast<int64_t>(s.size()) == rank;
+        for (int64_t d = 0; same && d < rank; ++d) same = d == axis || s[d] == shapes[0][d];
+        if (!same)
+            throw py::value_error(std::string(where) + "inputs[" + std::to_string(i) + "] differs from inputs[0] "
+                                  "other than along the axis");
+        out[axis] += s[axis];
+    }
+    Concat c{1, 1, {}};
+    for (int64_t d = 0; d < axis; ++d) c.outer *= out[d];
+    for (int64_t d = axis + 1; d < rank; ++d) c.inner *= out[d];
+    std::vector<size_t> used;
+    for (size_t i = 0; i < shapes.size(); ++i)
+        if (shapes[i][axis] > 0) {
+            c.sizes.push_back(shapes[i][axis]);
+            used.push_back(i);
+        }
+    return {c, out, used};
+}
+
+py::array_t<float> concat(const std::vector<py::handle> &inputs, int64_t axis) {
+    return guarded("concat", [&] {
+        std::vector<F32> arrays;
+        std::vector<dims> shapes;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            std::string name = "inputs[" + std::to_string(i) + "]";
+            arrays.push_back(check_f32(inputs[i], "concat", name.c_str()));
+            shapes.push_back(arrays.back().shape);
+        }
+        auto [c, out_shape, used] = parse_concat(shapes, axis);
+        auto out = empty_f32(out_shape);
+        if (numel(out_shape) == 0) return out;
+        std::vector<void *> ptrs;
+        for (size_t i : used) ptrs.push_back(arrays[i].data);
+        ptrs.push_back(out.mutable_data());
+        concat_plan(c)->run(ptrs);
+        return out;
+    });
+}
+
+}  // namespace
+
+void init_binary(py::module_ &m) {
+    m.def("add", &add, "a + b, b broadcast over a (same rank, each dimension of b equal to a's or 1).", py::arg("a"),
+          py::arg("b"));
+    m.def("add_impl",
+          [](const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+              return guarded("add", [&] { return info(add_plan(parse_add(as_dims(a), as_dims(b)))); });
+          },
+          "impl_info_str() of the primitive add runs for these shapes.", py::arg("a_shape"), py::arg("b_shape"));
+    m.def("concat", &concat, "The inputs joined along axis (shapes equal elsewhere).", py::arg("inputs"), py::arg("axis") = 0);
+    m.def("concat_impl",
+          [](const std::vector<std::vector<int64_t>> &shapes, int64_t axis) {
+              return guarded("concat", [&] {
+                  std::vector<dims> ds;
+                  for (auto &s : shapes) ds.push_back(as_dims(s));
+                  auto [c, out_shape, used] = parse_concat(ds, axis);
+                  if (numel(out_shape) == 0) throw py::value_error("algoswap_dnnl concat: the output is empty (no primitive runs)");
+                  return info(concat_plan(c));
+              });
+          },
+          "impl_info_str() of the primitive concat runs for these input shapes.", py::arg("shapes"), py::arg("axis") = 0);
+}
+
+}  // namespace algoswap_dnnl
