@@ -71,14 +71,14 @@ def overhead_rows() -> list[tuple[str, float, float, float]]:
     return rows
 
 
-def model_rows(name: str, batch: int, small: bool, repeats: int) -> list[tuple[str, str, float, float]]:
+def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: list[str] | None = None) -> list[tuple[str, str, float, float]]:
     """(model, way, ms, relative error) for torch, swap_conv2d per algorithm, and swap_backend."""
     model, x = zoo.build(name), zoo.sample_input(name, batch, small=small)
     rows = []
     with torch.inference_mode():
         expected = model(x)
         rows.append((name, "torch", median_ms(lambda: model(x), repeats), 0.0))
-        for algorithm in conv_algorithms():
+        for algorithm in algorithms if algorithms is not None else conv_algorithms():
             swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
             rows.append((name, f"swap_conv2d {algorithm}", median_ms(lambda: swapped(x), repeats), relative_error(swapped(x), expected)))
     if hasattr(algoswap, "swap_backend"):
@@ -119,14 +119,17 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="standard input sizes (224x224) instead of reduced ones")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plot", help="write a bar chart of the ratios to this PNG file")
+    parser.add_argument("--algorithms", nargs="*", help="conv2d algorithms for swap_conv2d (default: every available one)")
+    parser.add_argument("--skip-overhead", action="store_true", help="only the model table")
     args = parser.parse_args()
 
-    print(f"{'swapped layer, tiny input':<22} {'swapped us':>11} {'direct us':>10} {'added us':>9} {'torch us':>9}")
-    for layer, swapped, direct, plain in overhead_rows():
-        print(f"{layer:<22} {swapped:11.1f} {direct:10.1f} {swapped - direct:9.1f} {plain:9.1f}")
+    if not args.skip_overhead:
+        print(f"{'swapped layer, tiny input':<22} {'swapped us':>11} {'direct us':>10} {'added us':>9} {'torch us':>9}")
+        for layer, swapped, direct, plain in overhead_rows():
+            print(f"{layer:<22} {swapped:11.1f} {direct:10.1f} {swapped - direct:9.1f} {plain:9.1f}")
     rows = []
     for name in progress(args.models, "benchmarking models"):
-        rows += model_rows(name, args.batch, not args.full, args.repeats)
+        rows += model_rows(name, args.batch, not args.full, args.repeats, args.algorithms)
     torch_ms = {r[0]: r[2] for r in rows if r[1] == "torch"}
     print(f"\n{'model':<11} {'way':<28} {'ms':>9} {'vs torch':>9} {'rel. error':>11}")
     for name, way, ms, error in rows:
