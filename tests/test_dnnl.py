@@ -223,3 +223,13 @@ def test_resnet18_swap_backend_runs_add_on_dnnl_and_matches_torch() -> None:
     assert len(adds) == 8  # one residual add per basic block
     assert {row.implementation for row in adds} == {"dnnl:direct"}
     assert all("jit" in row.kernel for row in adds), [row.kernel for row in adds]
+
+
+def test_layout_setting_is_read_when_the_primitive_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.ones((1, 64, 28, 28), dtype=np.float32)
+    w = np.ones((64, 64, 3, 3), dtype=np.float32)
+    kernels = {}
+    for layout in ("plain", "any"):
+        monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", layout)
+        kernels[layout] = algoswap.select("conv2d", [x.shape, w.shape, None], "float32", "dnnl:direct", padding=1).kernel
+    assert kernels["plain"].endswith("(plain layout)") and kernels["any"].endswith("(blocked layout)")

@@ -12,9 +12,11 @@ from ._padding import NO_PADDING, PadHW, fold, pad, padded_size
 
 Pair = tuple[int, int]
 
-# "auto": per primitive, oneDNN's blocked layouts (reordered per call) or plain NCHW, whichever
-# measured faster when the primitive was made; "plain" or "any" force one.
-LAYOUT = os.environ.get("ALGOSWAP_DNNL_LAYOUT", "auto")
+def layout() -> str:
+    """ALGOSWAP_DNNL_LAYOUT, read at each call: "auto" (per primitive, oneDNN's blocked layouts,
+    reordered per call, or plain NCHW, whichever measured faster when the primitive was made),
+    "plain" or "any" (forced)."""
+    return os.environ.get("ALGOSWAP_DNNL_LAYOUT", "auto")
 
 
 def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, dilation: Pair,
@@ -24,7 +26,7 @@ def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, di
         size, padding = padded_size(size, padding), NO_PADDING
     (top, bottom), (left, right) = padding
     return size, {"stride": list(stride), "padding_l": [top, left], "padding_r": [bottom, right],
-                  "dilation": list(dilation), "groups": groups, "layout": LAYOUT}
+                  "dilation": list(dilation), "groups": groups, "layout": layout()}
 
 
 def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, algorithm: str, stride: Pair, padding: PadHW,
