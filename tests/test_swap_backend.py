@@ -320,3 +320,13 @@ def test_lazy_selection_dtype_argument_and_alias() -> None:
         swap_backend(zoo_model("convnet"), dtype=torch.float16)
     with pytest.raises(ConversionError, match="fallback must be"):
         swap_backend(zoo_model("convnet"), fallback="numpy")
+
+
+def test_the_model_owns_a_copy_of_the_weights() -> None:
+    module = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    model = swap_backend(module, sample_input_shape=tuple(x.shape))
+    before = model(x)
+    with torch.no_grad():
+        module[0].weight.mul_(2)  # training the torch model afterwards
+    assert torch.equal(model(x), before)

@@ -193,13 +193,16 @@ class PlanBuilder:
         return slot
 
     def _const(self, tensor: torch.Tensor) -> int:
-        """The slot of a weight as a read-only, contiguous numpy array in the compute dtype (made once)."""
+        """The slot of a weight as a read-only, contiguous numpy array in the compute dtype (made once).
+
+        Always a copy: the Model owns its weights, so training the torch model afterwards changes
+        neither its results nor what backends cache for read-only weights."""
         if id(tensor) in self.const_slots:
             return self.const_slots[id(tensor)]
         data = tensor.detach().cpu()
         if data.is_floating_point():
             data = data.to(torch.float64 if self.dtype == "float64" else torch.float32)
-        array = np.ascontiguousarray(data.numpy())
+        array = np.array(data.numpy(), order="C", copy=True)
         array.setflags(write=False)
         slot = self.const_slots[id(tensor)] = self._new_slot()
         self.constants[slot] = array

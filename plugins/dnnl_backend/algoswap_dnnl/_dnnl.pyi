@@ -18,7 +18,7 @@ class DnnlError(RuntimeError): ...
 
 class PlanInfo:
     impl: str  # primitive_desc.impl_info_str()
-    layout: str  # "plain" (the caller's layout) or "blocked" (reordered per call)
+    layout: str  # "plain" (the caller's layout) or "blocked" (reordered per call; conv2d weights once if read-only)
     ms: float  # measured time per run when the layout was chosen by timing, else 0
 
 def cache_size() -> int: ...
@@ -29,6 +29,19 @@ def version() -> tuple[int, int, int, str, int]: ...
 # layout: "auto" (time plain and blocked once, keep the faster), "plain", "any" (oneDNN's choice), "nhwc"
 def conv2d_forward(input: F32, weight: F32, bias: Optional[F32], stride: Ints, padding_l: Ints, padding_r: Ints,
                    dilation: Ints, groups: int, algorithm: str = "direct", layout: str = "auto") -> F32: ...
+class PackedWeights:
+    """A conv2d weight reordered once into its forward primitive's layout (owned by Python)."""
+    shape: list[int]  # the plain OIHW shape
+    nbytes: int
+    key: str  # the primitive it was made for
+
+# the weight reordered for the conv2d_forward primitive of these shapes; None if it reads the plain weight
+def conv2d_pack_weights(input_size: Ints, weight: F32, bias: bool, stride: Ints, padding_l: Ints, padding_r: Ints,
+                        dilation: Ints, groups: int, algorithm: str = "direct",
+                        layout: str = "auto") -> Optional[PackedWeights]: ...
+def conv2d_forward_packed(input: F32, weight: PackedWeights, bias: Optional[F32], stride: Ints, padding_l: Ints,
+                          padding_r: Ints, dilation: Ints, groups: int, algorithm: str = "direct",
+                          layout: str = "auto") -> F32: ...
 def conv2d_backward_data(grad_output: F32, weight: F32, input_size: Ints, stride: Ints, padding_l: Ints,
                          padding_r: Ints, dilation: Ints, groups: int, algorithm: str = "direct",
                          layout: str = "auto") -> F32: ...

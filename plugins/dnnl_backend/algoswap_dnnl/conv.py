@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -29,13 +30,54 @@ def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, di
                   "dilation": list(dilation), "groups": groups, "layout": layout()}
 
 
+# Constant weights reordered once. Read-only weight arrays are taken as constant (swap_backend makes
+# the model's weights read-only and keeps them alive); writeable ones are reordered at every call.
+# (id(weight), primitive) -> (weak reference to the weight, its PackedWeights, or None when the
+# primitive reads the plain weight). An entry is used only while its reference still leads to the
+# same array (an id may be reused after garbage collection) and dropped when that array dies.
+_packed: dict[tuple[Any, ...], tuple[weakref.ref[np.ndarray], Any]] = {}
+
+
+def _drop_packed(key: tuple[Any, ...], ref: weakref.ref[np.ndarray]) -> None:
+    entry = _packed.get(key)
+    if entry is not None and entry[0] is ref:
+        _packed.pop(key, None)
+
+
+def _packed_weight(x: np.ndarray, w: np.ndarray, has_bias: bool, algorithm: str, kwargs: dict[str, Any]) -> Any:
+    """The PackedWeights of read-only ``w`` for this primitive (made at the first call), or None."""
+    key = (id(w), x.shape, w.shape, has_bias, algorithm, tuple(kwargs["stride"]), tuple(kwargs["padding_l"]),
+           tuple(kwargs["padding_r"]), tuple(kwargs["dilation"]), kwargs["groups"], kwargs["layout"])
+    entry = _packed.get(key)
+    if entry is not None and entry[0]() is w:
+        return entry[1]
+    packed = dnnl.conv2d_pack_weights(list(x.shape), w, has_bias, algorithm=algorithm, **kwargs)
+    _packed[key] = (weakref.ref(w, lambda ref, key=key: _drop_packed(key, ref)), packed)
+    return packed
+
+
+def packed_weights_count() -> int:
+    """How many (weight, primitive) pairs have their reordered weights cached (None entries included)."""
+    return len(_packed)
+
+
+def packed_weights_clear() -> None:
+    """Forget every cached reordered weight."""
+    _packed.clear()
+
+
 def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, algorithm: str, stride: Pair, padding: PadHW,
              dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
     bias = None if b is None else np.ascontiguousarray(b)
-    return dnnl.conv2d_forward(np.ascontiguousarray(x), np.ascontiguousarray(w), bias, algorithm=algorithm, **kwargs)
+    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    if not w.flags.writeable and w.dtype == np.float32 and w.ndim == 4 and x.ndim == 4:
+        packed = _packed_weight(x, w, bias is not None, algorithm, kwargs)
+        if packed is not None:
+            return dnnl.conv2d_forward_packed(x, packed, bias, algorithm=algorithm, **kwargs)
+    return dnnl.conv2d_forward(x, w, bias, algorithm=algorithm, **kwargs)
 
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,

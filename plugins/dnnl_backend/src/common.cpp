@@ -29,7 +29,13 @@ void Plan::bind(int arg, int user, bool output, const memory::desc &user_md, con
     slots.push_back(std::move(slot));
 }
 
-void Plan::run(const std::vector<void *> &ptrs) const {
+const Slot *Plan::slot_of(int arg) const {
+    for (const Slot &slot : slots)
+        if (slot.arg == arg) return &slot;
+    return nullptr;
+}
+
+void Plan::run(const std::vector<void *> &ptrs, int packed_arg, const memory *packed) const {
     auto &eng = cpu_engine();
     std::optional<py::gil_scoped_release> nogil;
     if (PyGILState_Check()) nogil.emplace();
@@ -37,6 +43,16 @@ void Plan::run(const std::vector<void *> &ptrs) const {
     std::unordered_map<int, memory> args;
     std::vector<std::pair<const Slot *, std::pair<memory, memory>>> outputs;
     for (const Slot &slot : slots) {
+        if (packed != nullptr && slot.arg == packed_arg && !slot.output) {
+            if (packed->get_desc() == slot.prim_md) {
+                args.emplace(slot.arg, *packed);
+            } else {  // the plan was remade (evicted) with another layout since packing: reorder for this run
+                memory src = *packed, inner(slot.prim_md, eng);
+                dnnl::reorder(src, inner).execute(stream, src, inner);
+                args.emplace(slot.arg, inner);
+            }
+            continue;
+        }
         void *ptr = ptrs.at(slot.user);
         if (ptr == nullptr) continue;
         memory user(slot.user_md, eng, ptr);
@@ -236,6 +252,12 @@ PYBIND11_MODULE(_dnnl, m) {
     using namespace algoswap_dnnl;
     m.doc() = "oneDNN primitives for algoswap (float32, plain NCHW arrays in and out)";
     py::register_exception<DnnlError>(m, "DnnlError", PyExc_RuntimeError);
+    py::class_<Packed>(m, "PackedWeights",
+                       "Weights reordered once into a primitive's layout; pass to the *_packed functions.")
+        .def_property_readonly("shape", [](const Packed &p) { return std::vector<int64_t>(p.shape.begin(), p.shape.end()); })
+        .def_property_readonly("nbytes", [](const Packed &p) { return p.mem.get_desc().get_size(); })
+        .def_readonly("key", &Packed::key)
+        .def("__repr__", [](const Packed &p) { return "PackedWeights(key='" + p.key + "')"; });
     py::class_<PlanInfo>(m, "PlanInfo", "A cached plan: its kernel (impl_info_str), layout and measured ms (0 if not timed).")
         .def_readonly("impl", &PlanInfo::impl)
         .def_readonly("layout", &PlanInfo::layout)

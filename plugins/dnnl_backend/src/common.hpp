@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -48,7 +49,18 @@ struct Plan {
     void bind(int arg, int user, bool output, const memory::desc &user_md, const memory::desc &prim_md);
     // Runs the primitive on the caller's buffers (one per user index; nullptr skips that slot).
     // Releases the GIL if held: the caller keeps the buffers alive.
-    void run(const std::vector<void *> &ptrs) const;
+    // packed, if given, replaces the slot of argument packed_arg: memory already in some layout
+    // (normally the primitive's own, as made by prepack; any other is reordered for this run).
+    void run(const std::vector<void *> &ptrs, int packed_arg = -1, const memory *packed = nullptr) const;
+    // The slot of argument arg, or nullptr.
+    const Slot *slot_of(int arg) const;
+};
+
+// An argument reordered once into a primitive's layout (e.g. constant conv weights), owned by Python.
+struct Packed {
+    memory mem;      // in mem.get_desc(): the layout of the primitive it was made for
+    dims shape;      // the caller's (plain) shape
+    std::string key; // the plan it was made for
 };
 
 // The candidate that runs fastest here (measured once, when the plan is made).

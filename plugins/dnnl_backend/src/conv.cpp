@@ -138,6 +138,50 @@ py::array_t<float> forward(py::handle x, py::handle w, py::handle b, const V &st
     });
 }
 
+// The weights reordered once into the layout of the forward primitive for these shapes, or None
+// when that primitive runs on the plain weights (nothing to save).
+std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias, const V &stride, const V &pad_l,
+                                   const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
+                                   const std::string &layout) {
+    return guarded("conv2d", [&]() -> std::optional<Packed> {
+        F32 W = check_f32(w, "conv2d", "weight");
+        Conv c = parse("conv2d", as_dims(input_size), W.shape, bias, stride, pad_l, pad_r, dilation, groups, algorithm, layout);
+        PlanPtr plan = forward_plan(c);
+        const Slot *slot = plan->slot_of(DNNL_ARG_WEIGHTS);
+        if (slot == nullptr || !slot->convert) return std::nullopt;
+        auto &eng = cpu_engine();
+        memory inner(slot->prim_md, eng);
+        {
+            py::gil_scoped_release nogil;  // W.array keeps the weights alive
+            memory user(slot->user_md, eng, W.data);
+            dnnl::stream stream(eng);
+            slot->convert.execute(stream, user, inner);
+            stream.wait();
+        }
+        return Packed{inner, W.shape, c.key("conv2d")};
+    });
+}
+
+// conv2d_forward with weights packed by pack_weights (not reordered again).
+py::array_t<float> forward_packed(py::handle x, const Packed &w, py::handle b, const V &stride, const V &pad_l,
+                                  const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
+                                  const std::string &layout) {
+    return guarded("conv2d", [&] {
+        F32 X = check_f32(x, "conv2d", "input");
+        float *bias = nullptr;
+        if (!b.is_none()) {
+            F32 B = check_f32(b, "conv2d", "bias");
+            if (B.shape != dims{w.shape.at(0)}) throw py::value_error("algoswap_dnnl conv2d: bias must have shape (out_channels,)");
+            bias = B.data;
+        }
+        Conv c = parse("conv2d", X.shape, w.shape, bias != nullptr, stride, pad_l, pad_r, dilation, groups, algorithm, layout);
+        auto out = empty_f32(c.y);
+        memory packed = w.mem;  // a reference of its own: the Python object may go while the GIL is released
+        forward_plan(c)->run({X.data, nullptr, bias, out.mutable_data()}, DNNL_ARG_WEIGHTS, &packed);
+        return out;
+    });
+}
+
 py::array_t<float> backward_data(py::handle dy, py::handle w, const V &input_size, const V &stride, const V &pad_l,
                                  const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
                                  const std::string &layout) {
@@ -178,6 +222,12 @@ void init_conv(py::module_ &m) {
         std::apply([&](auto... a) { m.def(name, fn, doc, a...); }, args);
     };
     def("conv2d_forward", &forward, "conv2d of NCHW input with OIHW weight (+ bias); dilation as in torch.",
+        geometry(py::arg("input"), py::arg("weight"), py::arg("bias").none(true)));
+    def("conv2d_pack_weights", &pack_weights,
+        "The weight reordered once for the conv2d_forward primitive of these shapes (a PackedWeights), "
+        "or None if that primitive reads the plain weight.",
+        geometry(py::arg("input_size"), py::arg("weight"), py::arg("bias")));
+    def("conv2d_forward_packed", &forward_packed, "conv2d_forward with a PackedWeights from conv2d_pack_weights.",
         geometry(py::arg("input"), py::arg("weight"), py::arg("bias").none(true)));
     def("conv2d_backward_data", &backward_data, "Gradient of conv2d with respect to its input.",
         geometry(py::arg("grad_output"), py::arg("weight"), py::arg("input_size")));
