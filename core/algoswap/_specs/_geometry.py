@@ -6,6 +6,8 @@ from typing import Any, Callable
 
 from ._convert import _is_int
 
+ANY_RANK = tuple(range(1, 9))  # ranks 1 to 8: ops that take arrays of any practical rank
+
 
 def shape_attr(rank: int) -> Callable[[Any], tuple[int, ...]]:
     """An attribute holding a shape of `rank` positive sizes (e.g. input_size of a gradient op)."""

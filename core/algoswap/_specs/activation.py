@@ -7,9 +7,9 @@ import numbers
 from typing import Any
 
 from .._errors import InvalidSpec
+from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
 
-_ANY_RANK = tuple(range(1, 9))
 
 
 def _same_shapes(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
@@ -28,14 +28,14 @@ def _finite_real(value: Any) -> float:
 
 def _elementwise(name: str, doc: str, gradient: GradRule, attrs: tuple[Attr, ...] = ()) -> OpSpec:
     return OpSpec(
-        name, (Input("input", _ANY_RANK),), attrs,
+        name, (Input("input", ANY_RANK),), attrs,
         shape_rule=lambda shapes, attrs: shapes["input"], family="activation", gradients=(gradient,), doc=doc,
     )
 
 
 def _gradient(name: str, second: str, doc: str, attrs: tuple[Attr, ...] = ()) -> OpSpec:
     return OpSpec(
-        f"{name}_grad", (Input("grad_output", _ANY_RANK), Input(second, _ANY_RANK)), attrs,
+        f"{name}_grad", (Input("grad_output", ANY_RANK), Input(second, ANY_RANK)), attrs,
         shape_rule=_same_shapes, family="activation", grad_of=name, doc=doc,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
+from ._geometry import ANY_RANK
 from .._spec import GradRule, Input, OpSpec, Shape
 
 
@@ -31,11 +32,10 @@ def _grad_weight_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
     return (dy[-1], x[-1])
 
 
-_ANY_RANK = tuple(range(1, 9))
 
 linear = OpSpec(
     "linear",
-    (Input("input", _ANY_RANK), Input("weight", (2,)), Input("bias", (1,), optional=True)),
+    (Input("input", ANY_RANK), Input("weight", (2,)), Input("bias", (1,), optional=True)),
     (),
     shape_rule=_linear_shape,
     family="linear",
@@ -48,7 +48,7 @@ linear = OpSpec(
 )
 linear_grad_input = OpSpec(
     "linear_grad_input",
-    (Input("grad_output", _ANY_RANK), Input("weight", (2,))),
+    (Input("grad_output", ANY_RANK), Input("weight", (2,))),
     (),
     shape_rule=_grad_input_shape,
     family="linear",
@@ -57,7 +57,7 @@ linear_grad_input = OpSpec(
 )
 linear_grad_weight = OpSpec(
     "linear_grad_weight",
-    (Input("grad_output", _ANY_RANK), Input("input", _ANY_RANK)),
+    (Input("grad_output", ANY_RANK), Input("input", ANY_RANK)),
     (),
     shape_rule=_grad_weight_shape,
     family="linear",
@@ -66,7 +66,7 @@ linear_grad_weight = OpSpec(
 )
 linear_grad_bias = OpSpec(
     "linear_grad_bias",
-    (Input("grad_output", _ANY_RANK),),
+    (Input("grad_output", ANY_RANK),),
     (),
     shape_rule=lambda shapes, attrs: (shapes["grad_output"][-1],),
     family="linear",

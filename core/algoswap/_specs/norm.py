@@ -8,10 +8,10 @@ import numbers
 from typing import Any
 
 from .._errors import InvalidSpec
+from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
 from ._convert import integer
 
-_ANY_RANK = tuple(range(1, 9))
 
 
 def _eps(value: Any) -> float:
@@ -159,7 +159,7 @@ def _ln_attrs(call: OpCall) -> dict[str, Any]:
 
 layer_norm = OpSpec(
     "layer_norm",
-    (Input("input", _ANY_RANK), Input("weight", _ANY_RANK, optional=True), Input("bias", _ANY_RANK, optional=True)),
+    (Input("input", ANY_RANK), Input("weight", ANY_RANK, optional=True), Input("bias", ANY_RANK, optional=True)),
     (_NDIM, _EPS),
     shape_rule=_layer_norm_shape,
     family="norm",
@@ -173,7 +173,7 @@ layer_norm = OpSpec(
 )
 layer_norm_grad_input = OpSpec(
     "layer_norm_grad_input",
-    (Input("grad_output", _ANY_RANK), Input("input", _ANY_RANK), Input("weight", _ANY_RANK, optional=True)),
+    (Input("grad_output", ANY_RANK), Input("input", ANY_RANK), Input("weight", ANY_RANK, optional=True)),
     (_NDIM, _EPS),
     shape_rule=_ln_grad_input_shape,
     family="norm",
@@ -182,7 +182,7 @@ layer_norm_grad_input = OpSpec(
 )
 layer_norm_grad_weight = OpSpec(
     "layer_norm_grad_weight",
-    (Input("grad_output", _ANY_RANK), Input("input", _ANY_RANK)),
+    (Input("grad_output", ANY_RANK), Input("input", ANY_RANK)),
     (_NDIM, _EPS),
     shape_rule=_ln_grad_weight_shape,
     family="norm",
@@ -191,7 +191,7 @@ layer_norm_grad_weight = OpSpec(
 )
 layer_norm_grad_bias = OpSpec(
     "layer_norm_grad_bias",
-    (Input("grad_output", _ANY_RANK),),
+    (Input("grad_output", ANY_RANK),),
     (_NDIM,),
     shape_rule=lambda shapes, attrs: _normalized_shape(shapes, attrs, "grad_output"),
     family="norm",

@@ -6,6 +6,7 @@ import math
 from typing import Any, Sequence
 
 from .._errors import InvalidSpec, OpDtypeError
+from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import _is_int, integer
 
@@ -38,7 +39,7 @@ def _flatten_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
 
 flatten = OpSpec(
     "flatten",
-    (Input("input", tuple(range(1, 9))),),
+    (Input("input", ANY_RANK),),
     (Attr("start_dim", 1, integer(), "first dimension to merge"), Attr("end_dim", -1, integer(), "last dimension to merge")),
     shape_rule=_flatten_shape,
     resolve=_resolve_flatten,
@@ -117,7 +118,7 @@ def _concat_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
 # No gradient rules: a GradRule cannot split grad_output among the variadic inputs yet.
 concat = OpSpec(
     "concat",
-    (Input("inputs", tuple(range(1, 9)), variadic=True),),
+    (Input("inputs", ANY_RANK, variadic=True),),
     (Attr("axis", 0, integer(), "the dimension to join along (negative counts from the end)"),),
     shape_rule=_concat_shape,
     resolve=_resolve_concat,

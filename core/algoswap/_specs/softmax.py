@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
+from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import integer
 
-_ANY_RANK = tuple(range(1, 9))
 _AXIS = (Attr("axis", -1, integer(), "the dimension to normalise over (negative counts from the end)"),)
 
 
@@ -29,7 +29,7 @@ def _grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
 def _forward(name: str, doc: str) -> OpSpec:
     return OpSpec(
         name,
-        (Input("input", _ANY_RANK),),
+        (Input("input", ANY_RANK),),
         _AXIS,
         shape_rule=lambda shapes, attrs: shapes["input"],
         resolve=_resolve_axis,
@@ -42,7 +42,7 @@ def _forward(name: str, doc: str) -> OpSpec:
 def _gradient(name: str, doc: str) -> OpSpec:
     return OpSpec(
         f"{name}_grad",
-        (Input("grad_output", _ANY_RANK), Input("output", _ANY_RANK)),
+        (Input("grad_output", ANY_RANK), Input("output", ANY_RANK)),
         _AXIS,
         shape_rule=_grad_shape,
         resolve=_resolve_axis,
