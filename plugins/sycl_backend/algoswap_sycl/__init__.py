@@ -1,0 +1,103 @@
+"""The SYCL backend of algoswap: OpenCL C kernels built at run time through dpctl on any SYCL device
+with an OpenCL backend (here: the CPU device of Intel's OpenCL runtime, from PyPI).
+
+Implementations are registered as "module:attribute" strings, so discovery imports neither dpctl nor
+numpy; the availability probe imports dpctl (after setting OCL_ICD_FILENAMES, if unset) and opens the
+device named by ALGOSWAP_SYCL_DEVICE or ``use_device()``, else dpctl's default device. Programs are
+built once per device and dtype, on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+__version__ = "0.1.0"
+__all__ = ["algoswap_api_version", "algoswap_register", "use_device", "USM", "SyclArray"]
+
+BACKEND = "sycl"
+DTYPES = ("float32", "float64")  # float64 only where the device has it: supports() says so otherwise
+ANY_DTYPE = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+SUPPORTS = f"{__name__}._launch:supports_dtype_and_size"
+
+
+def _lazy(module: str, name: str) -> Callable[[Any], Any]:
+    """A function of the call that imports algoswap_sycl.<module> only when first called."""
+    def call(op_call: Any) -> Any:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(op_call)
+
+    call.__name__ = f"{module}.{name}"
+    return call
+
+
+def use_device(name: str | None) -> None:
+    """Run on the SYCL device of this dpctl filter string ("opencl:cpu:0", "gpu", ...); None: back to
+    ALGOSWAP_SYCL_DEVICE, else dpctl's default device."""
+    from ._device import use_device as choose
+
+    choose(name)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "USM":
+        from ._memory import USM
+
+        return USM
+    if name == "SyclArray":
+        from ._device import SyclArray
+
+        return SyclArray
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def algoswap_api_version() -> str:
+    return ">=1,<2"
+
+
+def algoswap_register(registry: Any) -> None:
+    backend: list[Any] = []
+
+    def probe() -> bool | str:
+        from ._device import context, probe as check
+
+        answer = check()
+        if answer is True:  # `algoswap backends` then lists the device itself
+            backend[0].device = f"sycl {context().filter_string}"
+        return answer
+
+    backend.append(registry.add_backend(
+        BACKEND, device="sycl", priority=-10, probe=probe,
+        description="OpenCL C kernels through dpctl on a SYCL device (host arrays copied into USM per call)"))
+    _register_conv(registry)
+    _register_others(registry)
+
+
+def _register_conv(registry: Any) -> None:
+    add = registry.add_implementation
+    conv = f"{__name__}.conv"
+    add("conv2d", "smm", BACKEND, f"{conv}:conv2d_smm", dtypes=DTYPES, priority=20, supports=SUPPORTS,
+        kernel=_lazy("conv", "kernel"), description="im2col + tiled matrix product (local memory, vector loads)")
+    add("conv2d", "direct", BACKEND, f"{conv}:conv2d_direct", dtypes=DTYPES, priority=10, supports=SUPPORTS,
+        kernel=_lazy("conv", "kernel_direct"), description="direct convolution, 16 columns x 8 channels per work-item")
+    for op in ("conv2d_grad_input", "conv2d_grad_weight"):
+        add(op, "smm", BACKEND, f"{conv}:{op}", dtypes=DTYPES, supports=SUPPORTS, kernel=_lazy("conv", "kernel"))
+    add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=DTYPES, supports=SUPPORTS,
+        kernel=_lazy("conv", "kernel"))
+
+
+def _register_others(registry: Any) -> None:
+    add = registry.add_implementation
+    for op in ("linear", "linear_grad_input", "linear_grad_weight"):
+        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=DTYPES, supports=SUPPORTS,
+            kernel=_lazy("linear", "kernel"))
+    add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=DTYPES,
+        supports=SUPPORTS, kernel=_lazy("linear", "kernel"))
+    for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad", "adaptiveavgpool2d",
+               "adaptiveavgpool2d_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=DTYPES, supports=SUPPORTS,
+            kernel=_lazy("pool", "kernel"))
+    for op in ("relu", "relu_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=DTYPES, supports=SUPPORTS,
+            kernel=_lazy("activation", "kernel"))
+    add("flatten", "direct", BACKEND, f"{__name__}.shape:flatten", dtypes=ANY_DTYPE,
+        kernel="a reshape of the same memory (no kernel)")

@@ -1,0 +1,237 @@
+"""The SYCL device through dpctl: device selection, programs built once per device and dtype, USM arrays.
+
+Imported only when an implementation or the availability probe first runs: discovery and
+registration never import dpctl. The OpenCL runtime from PyPI shows its CPU device only when
+OCL_ICD_FILENAMES names its libintelocl.so; it is set here, if the user has not, before dpctl loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from importlib import metadata, resources
+from typing import Any, Sequence
+
+import numpy as np
+
+ENV_DEVICE = "ALGOSWAP_SYCL_DEVICE"
+_DTYPES = {"float32": "float", "float64": "double"}
+_chosen: str | None = None  # set by use_device(); wins over ALGOSWAP_SYCL_DEVICE
+_contexts: dict[str, "Context"] = {}
+_lock = threading.Lock()
+
+
+def _find_libintelocl() -> str | None:
+    """libintelocl.so of the intel-opencl-rt distribution, wherever pip put it."""
+    try:
+        dist = metadata.distribution("intel-opencl-rt")
+    except metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name == "libintelocl.so":
+            return str(dist.locate_file(file))
+    return None
+
+
+def import_dpctl() -> Any:
+    """dpctl, imported after pointing the OpenCL loader at Intel's CPU runtime (unless the user chose)."""
+    if "OCL_ICD_FILENAMES" not in os.environ:
+        library = _find_libintelocl()
+        if library:
+            os.environ["OCL_ICD_FILENAMES"] = library
+    import dpctl
+
+    return dpctl
+
+
+def use_device(name: str | None) -> None:
+    """Run on the SYCL device named by a dpctl filter string ("opencl:cpu:0", "gpu", ...); None: back
+    to ALGOSWAP_SYCL_DEVICE, else dpctl's default device. Takes effect at the next call."""
+    global _chosen
+    _chosen = name
+
+
+def device_name() -> str:
+    """The filter string asked for: use_device(), else ALGOSWAP_SYCL_DEVICE, else "default"."""
+    return _chosen or os.environ.get(ENV_DEVICE) or "default"
+
+
+def context() -> "Context":
+    """The context of the selected device (made once per device name and cached)."""
+    name = device_name()
+    found = _contexts.get(name)
+    if found is None:
+        with _lock:
+            found = _contexts.get(name)
+            if found is None:
+                found = _contexts[name] = Context.open(name)
+    return found
+
+
+def probe() -> bool | str:
+    """True if dpctl loads and the selected SYCL device exists, else why not (never raises)."""
+    try:
+        import_dpctl()
+    except Exception as exc:  # noqa: BLE001 - any failure is a reason, not a crash
+        return f"dpctl does not import: {type(exc).__name__}: {exc} (pip install 'algoswap-sycl' brings dpctl and Intel's OpenCL runtime)"
+    try:
+        ctx = context()
+    except Exception as exc:  # noqa: BLE001
+        return f"no SYCL device {device_name()!r}: {type(exc).__name__}: {exc}"
+    if ctx.backend != "opencl":
+        return f"SYCL device {ctx.filter_string} is a {ctx.backend} device; these kernels are OpenCL C (an OpenCL device is needed)"
+    return True
+
+
+@dataclass
+class SyclArray:
+    """A C-contiguous array in the device's USM (shared) memory: the backend's device-resident value."""
+
+    memory: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    context: "Context" = field(repr=False)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def host_view(self) -> np.ndarray:
+        """The USM memory seen as a numpy array, without copying (shared USM is host-accessible)."""
+        return np.frombuffer(self.memory, dtype=self.dtype, count=self.size).reshape(self.shape)
+
+    def reshape(self, shape: Sequence[int]) -> "SyclArray":
+        return SyclArray(self.memory, tuple(int(s) for s in shape), self.dtype, self.context)
+
+
+@dataclass
+class Context:
+    """One device: its in-order queue, whether it has float64, and its programs (built on first use)."""
+
+    queue: Any
+    filter_string: str
+    name: str
+    backend: str
+    fp64: bool
+    programs: dict[str, Any] = field(default_factory=dict)
+    kernels: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _resident: dict[tuple[Any, ...], tuple[Any, SyclArray]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, name: str) -> "Context":
+        dpctl = import_dpctl()
+        device = dpctl.SyclDevice() if name == "default" else dpctl.SyclDevice(name)
+        queue = dpctl.SyclQueue(device, property="in_order")
+        return cls(queue, device.filter_string, device.name, device.backend.name, bool(device.has_aspect_fp64))
+
+    def describe(self) -> str:
+        return f"{self.filter_string} ({self.name})"
+
+    def kernel(self, dtype: np.dtype, name: str) -> Any:
+        """The named kernel of this device's program for ``dtype`` (the program is built once)."""
+        key = (dtype.name, name)
+        found = self.kernels.get(key)
+        if found is None:
+            with _lock:
+                program = self.programs.get(dtype.name)
+                if program is None:
+                    program = self.programs[dtype.name] = self._build(dtype)
+                found = self.kernels[key] = program.get_sycl_kernel(name)
+        return found
+
+    def _build(self, dtype: np.dtype) -> Any:
+        import dpctl.program
+
+        source = resources.files(__package__).joinpath("kernels.cl").read_text()
+        options = f"-DREAL={_DTYPES[dtype.name]} -cl-mad-enable"
+        if dtype.name == "float64":
+            source = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
+        return dpctl.program.create_program_from_source(self.queue, source, options)
+
+    def empty(self, shape: Sequence[int], dtype: np.dtype) -> SyclArray:
+        import dpctl.memory
+
+        shape = tuple(int(s) for s in shape)
+        count = int(np.prod(shape, dtype=np.int64))
+        memory = dpctl.memory.MemoryUSMShared(max(count, 1) * dtype.itemsize, queue=self.queue)
+        return SyclArray(memory, shape, dtype, self)
+
+    def upload(self, array: np.ndarray) -> SyclArray:
+        """A device copy of a host array."""
+        array = np.ascontiguousarray(array)
+        out = self.empty(array.shape, array.dtype)
+        if array.size:
+            out.host_view()[...] = array
+        return out
+
+    def device(self, array: Any) -> SyclArray:
+        """``array`` on this device: itself when it already is, else a copy. A read-only host array
+        (swap_backend's constant weights) is copied once and kept while the array lives."""
+        if isinstance(array, SyclArray):
+            return array
+        if array.flags.writeable:
+            return self.upload(array)
+        return self.resident(array, "plain", self.upload)
+
+    def resident(self, array: np.ndarray, form: str, make: Any) -> SyclArray:
+        """A device array made from read-only ``array`` by ``make``, cached while ``array`` lives."""
+        key = (id(array), form, array.shape, array.dtype.str)
+        entry = self._resident.get(key)
+        if entry is not None and entry[0]() is array:
+            return entry[1]
+        made = make(array)
+        self._resident[key] = (weakref.ref(array, lambda ref, key=key: self._drop(key, ref)), made)
+        return made
+
+    def _drop(self, key: tuple[Any, ...], ref: Any) -> None:
+        entry = self._resident.get(key)
+        if entry is not None and entry[0] is ref:
+            self._resident.pop(key, None)
+
+    def run(self, dtype: np.dtype, name: str, args: Sequence[Any], global_range: Sequence[int],
+            local_range: Sequence[int] | None = None) -> None:
+        """Submit a kernel (asynchronously, in order); ints become cl int, floats REAL."""
+        converted = [_argument(a, dtype) for a in args]
+        self.queue.submit_async(self.kernel(dtype, name), converted, list(global_range),
+                                None if local_range is None else list(local_range))
+
+    def wait(self) -> None:
+        self.queue.wait()
+
+
+def _argument(value: Any, dtype: np.dtype) -> Any:
+    if isinstance(value, SyclArray):
+        return value.memory
+    if isinstance(value, Long):
+        return ctypes.c_longlong(int(value))
+    if isinstance(value, (int, np.integer)):
+        return ctypes.c_int(int(value))
+    return value
+
+
+class Long(int):
+    """An int passed as an OpenCL long (64-bit offsets)."""
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A host numpy array of a SyclArray (a copy, independent of the USM memory) or of a host array."""
+    if isinstance(array, SyclArray):
+        return array.host_view().copy()
+    return np.asarray(array)
+
+
+def from_host(array: np.ndarray) -> SyclArray:
+    """A host array copied into the selected device's USM memory."""
+    return context().upload(array)
+
+
+def resident_count() -> int:
+    """How many device copies of read-only host arrays the selected device keeps."""
+    return len(context()._resident)

@@ -1,0 +1,92 @@
+"""Launch helpers shared by the op modules: device inputs, results in the caller's memory, the tiled
+matrix product, transposes and sums."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._device import Context, Long, SyclArray, context
+
+# Must match kernels.cl: rows per work-item, columns per work-item, work-items per group, panel depth.
+TM, VN, WGN, KT = 8, 32, 4, 64
+INT_LIMIT = 2**31 - 1
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return ceil_div(a, b) * b
+
+
+def start(*arrays: Any) -> tuple[Context, np.dtype, list[SyclArray | None]]:
+    """The device context, the dtype, and each array on the device (None stays None)."""
+    ctx = context()
+    dtype = np.dtype(next(a for a in arrays if a is not None).dtype)
+    return ctx, dtype, [None if a is None else ctx.device(a) for a in arrays]
+
+
+def finish(ctx: Context, out: SyclArray, inputs: Sequence[Any]) -> Any:
+    """Wait for the queue; the result stays on the device if an input came as a SyclArray, else it
+    is returned as a host numpy array (a view of the shared USM memory, no copy)."""
+    ctx.wait()
+    if any(isinstance(a, SyclArray) for a in inputs):
+        return out
+    return out.host_view()
+
+
+def dummy(ctx: Context, dtype: np.dtype) -> SyclArray:
+    """A one-element buffer standing in for an absent optional argument."""
+    return ctx.resident(_DUMMIES.setdefault(dtype.str, np.zeros(1, dtype)), "dummy", ctx.upload)
+
+
+_DUMMIES: dict[str, np.ndarray] = {}
+for _array in (np.zeros(1, np.float32), np.zeros(1, np.float64)):
+    _array.setflags(write=False)
+    _DUMMIES[_array.dtype.str] = _array
+
+
+def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray, *, m: int, n: int, k: int,
+         sam: int, sak: int, ldb: int, ldc: int, groups: int = 1, batches: int = 1, a_g: int = 0, b_n: int = 0,
+         b_g: int = 0, c_n: int = 0, c_g: int = 0, bias: SyclArray | None = None, bias_mode: int = 0,
+         b_padded: bool = False) -> None:
+    """C = A @ B (+ bias) per (batch, group) on the tiled matrix-product kernel (see kernels.cl)."""
+    columns = round_up(ceil_div(n, VN), WGN)
+    ctx.run(dtype, "gemm",
+            [a, b, c, bias if bias is not None else dummy(ctx, dtype), m, n, k, sam, sak, ldb, ldc, groups,
+             Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g), bias_mode, int(b_padded)],
+            [batches * groups, ceil_div(m, TM), columns], [1, 1, WGN])
+
+
+def swap01(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int) -> SyclArray:
+    """out[b, a, c] = x[a, b, c]."""
+    out = ctx.empty((b, a, c), dtype)
+    ctx.run(dtype, "swap01", [x, out, a, b, c], [a, b, c])
+    return out
+
+
+def sum02(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int) -> SyclArray:
+    """out[b] = x[a, b, c] summed over a and c."""
+    out = ctx.empty((b,), dtype)
+    ctx.run(dtype, "sum02", [x, out, a, b, c], [b])
+    return out
+
+
+def gemm_kernel_name(ctx: Context) -> str:
+    return (f"gemm: {TM}x{VN} register tile per work-item (vload16 rows of B), {WGN} work-items "
+            f"sharing a {TM}x{KT} local-memory panel of A, on {ctx.describe()}")
+
+
+def supports_dtype_and_size(call: Any) -> bool | str:
+    """float64 only where the device has it; every array indexable with 32-bit ints."""
+    ctx = context()
+    if call.dtype == "float64" and not ctx.fp64:
+        return f"the SYCL device {ctx.describe()} has no float64 (cl_khr_fp64)"
+    for shape in list(call.shapes) + [call.out_shape]:
+        if shape is not None and math.prod(shape) > INT_LIMIT // 16:
+            return f"arrays of more than {INT_LIMIT // 16} elements (these kernels index with 32-bit ints)"
+    return True

@@ -1,0 +1,210 @@
+"""conv2d (direct and im2col + matrix product) and its gradients on OpenCL C kernels, NCHW / OIHW.
+
+Every padding form of the spec is served: the input is first padded on the device (zeros, reflect,
+replicate, circular), and the input gradient is folded back through the adjoint of that padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._device import Context, SyclArray
+from ._launch import ceil_div, finish, gemm, gemm_kernel_name, round_up, start, sum02, swap01
+
+Pair = tuple[int, int]
+PadHW = tuple[Pair, Pair]
+MODES = {"zeros": 0, "reflect": 1, "replicate": 2, "circular": 3}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Sizes of one convolution: input, weight, padded input and output."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    cg: int
+    kh: int
+    kw: int
+    groups: int
+    stride: Pair
+    dilation: Pair
+    padding: PadHW
+    mode: int
+
+    @classmethod
+    def of(cls, x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Pair, padding: PadHW,
+           dilation: Pair, groups: int, padding_mode: str) -> "Geometry":
+        n, c, h, w = x_shape
+        o, cg, kh, kw = w_shape
+        return cls(n, c, h, w, o, cg, kh, kw, groups, tuple(stride), tuple(dilation),  # type: ignore[arg-type]
+                   (tuple(padding[0]), tuple(padding[1])), MODES[padding_mode])  # type: ignore[arg-type]
+
+    @property
+    def hp(self) -> int:
+        return self.h + sum(self.padding[0])
+
+    @property
+    def wp(self) -> int:
+        return self.w + sum(self.padding[1])
+
+    @property
+    def oh(self) -> int:
+        return (self.hp - self.dilation[0] * (self.kh - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.wp - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def og(self) -> int:
+        return self.o // self.groups
+
+    @property
+    def taps(self) -> int:
+        """Rows of the im2col matrix per group: cg * kh * kw."""
+        return self.cg * self.kh * self.kw
+
+    @property
+    def pixels(self) -> int:
+        return self.oh * self.ow
+
+    @property
+    def unpadded(self) -> bool:
+        return self.padding == ((0, 0), (0, 0))
+
+    def window(self) -> list[int]:
+        return [self.kh, self.kw, self.oh, self.ow, *self.stride, *self.dilation]
+
+
+def _pad(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry, width: int) -> SyclArray:
+    """The input padded to (hp, width) columns: the spec's padding, then zeros up to ``width``."""
+    if g.unpadded and width == g.w:
+        return x
+    xp = ctx.empty((g.n, g.c, g.hp, width), dtype)
+    (top, _), (left, _) = g.padding
+    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, width, top, left, g.mode], [g.n * g.c, g.hp, width])
+    return xp
+
+
+def _geometry(x: Any, w_shape: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+              padding_mode: str) -> Geometry:
+    return Geometry.of(tuple(x), w_shape, stride, padding, dilation, groups, padding_mode)
+
+
+def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+               padding_mode: str) -> Any:
+    """im2col into rows padded to 32 columns, then the tiled matrix product, bias added in its epilogue."""
+    ctx, dtype, (xd, wd, bd) = start(x, w, b)
+    g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
+    y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
+    pointwise = g.kh == g.kw == 1 and g.stride == (1, 1) and g.unpadded
+    if pointwise:  # a 1x1 convolution reads the input itself as its im2col matrix
+        col, ldb = xd, g.pixels
+    else:
+        ldb = round_up(g.pixels, 32)
+        xp = _pad(ctx, dtype, xd, g, g.wp)
+        col = ctx.empty((g.n * g.groups, g.taps, ldb), dtype)
+        ctx.run(dtype, "im2col", [xp, col, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
+                [g.n * g.groups, g.taps, ldb])
+    gemm(ctx, dtype, wd, col, y, m=g.og, n=g.pixels, k=g.taps, sam=g.taps, sak=1, ldb=ldb, ldc=g.pixels,
+         groups=g.groups, batches=g.n, a_g=g.og * g.taps, b_n=g.groups * g.taps * ldb, b_g=g.taps * ldb,
+         c_n=g.o * g.pixels, c_g=g.og * g.pixels, bias=bd, bias_mode=0 if bd is None else 1, b_padded=not pointwise)
+    return finish(ctx, y, (x, w, b))
+
+
+DIRECT_BLOCK = 8  # output channels per work-item (OB in kernels.cl)
+
+
+def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+                  padding_mode: str) -> Any:
+    """Direct convolution: each work-item accumulates 16 output columns x 8 output channels tap by tap."""
+    ctx, dtype, (xd, wd, bd) = start(x, w, b)
+    g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
+    columns = ceil_div(g.ow, 16)
+    sw = g.stride[1]
+    # every vector load of the last column block must stay inside the padded rows
+    reach = (columns * 16 - 1) * sw + (g.kw - 1) * g.dilation[1] + 1 + (1 if sw == 2 else 0)
+    xp = _pad(ctx, dtype, xd, g, max(g.wp, reach))
+    y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
+    blocks = ceil_div(g.og, DIRECT_BLOCK)
+    ctx.run(dtype, "conv_direct",
+            [xp, wd, bd if bd is not None else wd, y, g.c, g.hp, xp.shape[3], g.o, g.oh, g.ow, g.cg, g.og, g.kh, g.kw,
+             *g.stride, *g.dilation, g.groups, int(bd is not None)],
+            [g.n * g.groups * blocks, g.oh, columns])
+    return finish(ctx, y, (x, w, b))
+
+
+def conv2d_grad_input(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                      dilation: Pair, groups: int, padding_mode: str) -> Any:
+    """W^T @ dy per group (the tiled matrix product), col2im onto the padded grid, then the padding's adjoint."""
+    ctx, dtype, (dyd, wd) = start(dy, w)
+    g = _geometry(input_size, w.shape, stride, padding, dilation, groups, padding_mode)
+    dcol = ctx.empty((g.n * g.groups, g.taps, g.pixels), dtype)
+    gemm(ctx, dtype, wd, dyd, dcol, m=g.taps, n=g.pixels, k=g.og, sam=1, sak=g.taps, ldb=g.pixels, ldc=g.pixels,
+         groups=g.groups, batches=g.n, a_g=g.og * g.taps, b_n=g.o * g.pixels, b_g=g.og * g.pixels,
+         c_n=g.groups * g.taps * g.pixels, c_g=g.taps * g.pixels)
+    dxp = ctx.empty((g.n, g.c, g.hp, g.wp), dtype)
+    ctx.run(dtype, "col2im", [dcol, dxp, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups], [g.n * g.c, g.hp, g.wp])
+    return finish(ctx, _unpad(ctx, dtype, dxp, g), (dy, w))
+
+
+def _unpad(ctx: Context, dtype: np.dtype, dxp: SyclArray, g: Geometry) -> SyclArray:
+    """The gradient w.r.t. the unpadded input: each padded cell's gradient summed onto its source."""
+    if g.unpadded:
+        return dxp
+    (top, _), (left, _) = g.padding
+    rows = ctx.empty((g.n, g.c, g.h, g.wp), dtype)
+    ctx.run(dtype, "fold_axis", [dxp, rows, g.h, g.hp, g.wp, top, g.mode], [g.n * g.c, g.h, g.wp])
+    dx = ctx.empty((g.n, g.c, g.h, g.w), dtype)
+    ctx.run(dtype, "fold_axis", [rows, dx, g.w, g.wp, 1, left, g.mode], [g.n * g.c * g.h, g.w, 1])
+    return dx
+
+
+def conv2d_grad_weight(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                       dilation: Pair, groups: int, padding_mode: str) -> Any:
+    """dy (batch moved behind the channels) @ transposed im2col, per group, summing over the batch in K."""
+    ctx, dtype, (dyd, xd) = start(dy, x)
+    g = _geometry(x.shape, tuple(weight_size), stride, padding, dilation, groups, padding_mode)
+    xp = _pad(ctx, dtype, xd, g, g.wp)
+    rows = g.n * g.pixels
+    col_t = ctx.empty((g.groups, rows, g.taps), dtype)
+    ctx.run(dtype, "im2col_t", [xp, col_t, g.n, g.c, g.hp, g.wp, g.cg, *g.window()], [g.groups, rows, g.taps])
+    dy_t = dyd if g.n == 1 else swap01(ctx, dtype, dyd, g.n, g.o, g.pixels)
+    dw = ctx.empty(tuple(weight_size), dtype)
+    gemm(ctx, dtype, dy_t, col_t, dw, m=g.og, n=g.taps, k=rows, sam=rows, sak=1, ldb=g.taps, ldc=g.taps,
+         groups=g.groups, a_g=g.og * rows, b_g=rows * g.taps, c_g=g.og * g.taps)
+    return finish(ctx, dw, (dy, x))
+
+
+def conv2d_grad_bias(dy: Any) -> Any:
+    """dy summed over the batch and the pixels, one work-item per channel."""
+    ctx, dtype, (dyd,) = start(dy)
+    n, o, h, w = dy.shape
+    return finish(ctx, sum02(ctx, dtype, dyd, n, o, h * w), (dy,))
+
+
+def kernel(call: Any) -> str:
+    from ._device import context
+
+    ctx = context()
+    if call.op == "conv2d_grad_bias":
+        return f"sum02: one work-item per channel, on {ctx.describe()}"
+    fold = "" if call.attrs["padding"] == ((0, 0), (0, 0)) else ", pad2d"
+    if call.op == "conv2d_grad_input":
+        return f"{gemm_kernel_name(ctx)} + col2im{', fold_axis' if fold else ''}"
+    if call.op == "conv2d_grad_weight":
+        return f"im2col_t{fold} + {gemm_kernel_name(ctx)}"
+    return f"im2col{fold} + {gemm_kernel_name(ctx)}"
+
+
+def kernel_direct(call: Any) -> str:
+    from ._device import context
+
+    return (f"conv_direct: 16 output columns (one vector) x {DIRECT_BLOCK} output channels per work-item, "
+            f"after pad2d, on {context().describe()}")
