@@ -42,7 +42,9 @@ def _identity(array: Any) -> Any:
 def _host_array(array: Any) -> Any:
     import numpy
 
-    return numpy.ascontiguousarray(array)
+    if type(array).__module__.startswith("scipy.sparse"):  # a CSR input stays as it is
+        return array
+    return numpy.asarray(array, order="C")  # unlike ascontiguousarray, keeps 0-D arrays 0-D
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ class Input:
     """One array input: its name, allowed ranks (None: any) and whether it may be None.
 
     The last input may be ``variadic``: it then takes one or more arrays, and the shape rule
-    sees a tuple of their shapes under its name.
+    sees a tuple of their shapes under its name. ``format`` is "dense" (an array) or "csr"
+    (a ``scipy.sparse`` CSR matrix: rules see its shape and dtype like an array's).
     """
 
     name: str
@@ -39,6 +40,7 @@ class Input:
     optional: bool = False
     doc: str = ""
     variadic: bool = False
+    format: str = "dense"
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,11 @@ def same_float_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]
 
 @dataclass(frozen=True)
 class OpSpec:
-    """The declaration of an op. See `algoswap.ops_specs()` for every registered one."""
+    """The declaration of an op. See `algoswap.ops_specs()` for every registered one.
+
+    ``in_place`` names the inputs the op updates in place (optimizer updates); such an op returns
+    its first input, updated.
+    """
 
     name: str
     inputs: tuple[Input, ...]
@@ -120,6 +126,7 @@ class OpSpec:
     doc: str = ""
     grad_of: str | None = None
     gradients: tuple[GradRule, ...] = ()
+    in_place: tuple[str, ...] = ()
     _attr_index: Mapping[str, Attr] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -218,4 +225,5 @@ class OpSpec:
     @staticmethod
     def _input_text(spec: Input) -> str:
         ranks = "" if spec.ranks is None else "/".join(f"{r}-D" for r in spec.ranks)
-        return f"{spec.name}{'?' if spec.optional else ''}{' ' + ranks if ranks else ''}"
+        storage = "" if spec.format == "dense" else f" {spec.format}"
+        return f"{spec.name}{'?' if spec.optional else ''}{' ' + ranks if ranks else ''}{storage}"

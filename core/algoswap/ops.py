@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._errors import OpArgumentError
 from ._global import get_registry
 from ._select import select
 from ._trace import record
@@ -28,22 +29,63 @@ __all__ = ["call"]
 _CACHE_LIMIT = 8192
 
 
+def is_sparse(array: Any) -> bool:
+    """Whether ``array`` is a ``scipy.sparse`` matrix or array (checked without importing scipy)."""
+    return type(array).__module__.startswith("scipy.sparse")
+
+
+def _as_input(array: Any) -> Any:
+    if array is None or type(array) is np.ndarray or is_sparse(array):
+        return array
+    return np.asarray(array)
+
+
+def _check_formats(op: str, arrays: tuple[Any, ...]) -> tuple[int, ...]:
+    """Refuse a sparse matrix for a dense input and anything but CSR for a CSR input; return the
+    positions of the inputs the op updates in place."""
+    spec = get_registry().spec(op)
+    formats = {i.name: i.format for i in spec.inputs}
+    names = spec.flat_input_names(max(len(arrays), len(spec.inputs)))
+    for name, array in zip(names, arrays):
+        if array is None:
+            continue
+        csr = is_sparse(array) and getattr(array, "format", None) == "csr"
+        if formats[name] == "csr" and not csr:
+            raise OpArgumentError(op, name, f"a {type(array).__name__}", "a scipy.sparse CSR matrix (csr_matrix or csr_array)")
+        if formats[name] != "csr" and is_sparse(array):
+            raise OpArgumentError(op, name, f"a sparse {type(array).__name__}", "a dense numpy array")
+    return tuple(names.index(name) for name in spec.in_place)
+
+
+def _check_updatable(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], positions: tuple[int, ...]) -> None:
+    for position in positions:
+        array = arrays[position]
+        if type(array) is not np.ndarray or not (array.flags.c_contiguous and array.flags.writeable):
+            raise OpArgumentError(op, names[position], "an array that is not C-contiguous and writeable",
+                                  "a C-contiguous, writeable numpy array (the op updates it in place)")
+
+
 def _prepare(op: str, arrays: tuple[Any, ...], algorithm: str, transfer: bool, attrs: dict[str, Any]) -> tuple[Any, ...]:
     registry = get_registry()
+    updated = _check_formats(op, arrays)
     memory = None if transfer or algorithm == "auto" else "host"
     shapes = [None if a is None else a.shape for a in arrays]
     dtypes = [None if a is None else str(a.dtype) for a in arrays]
     selection = select(registry, op, shapes, dtypes, attrs, algorithm, memory)
     space = selection.backend.memory
     moves = None if space.is_host else space
-    return (selection.impl.callable, dict(selection.call.attrs), moves, selection)
+    return (selection.impl.callable, dict(selection.call.attrs), moves, selection, updated)
 
 
 def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = False, **attrs: Any) -> Any:
-    """Run ``op`` on numpy arrays (``None`` for an absent optional input) through the registry."""
-    arrays = tuple(a if a is None or type(a) is np.ndarray else np.asarray(a) for a in arrays)
+    """Run ``op`` on numpy arrays (``None`` for an absent optional input) through the registry.
+
+    CSR inputs take ``scipy.sparse`` CSR matrices; inputs an op updates in place (optimizer
+    state) must be C-contiguous, writeable numpy arrays, and are updated even through ``transfer``.
+    """
+    arrays = tuple(_as_input(a) for a in arrays)
     cache = get_registry().selection_cache
-    key: Any = ("ops", op, algorithm, transfer, tuple(None if a is None else (a.shape, a.dtype) for a in arrays), tuple(attrs.items()))
+    key: Any = ("ops", op, algorithm, transfer, tuple(None if a is None else (type(a), a.shape, a.dtype) for a in arrays), tuple(attrs.items()))
     try:
         entry = cache.get(key)
     except TypeError:  # an unhashable attribute value (a list): validate on every call
@@ -54,13 +96,18 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
             if len(cache) > _CACHE_LIMIT:
                 cache.clear()
             cache[key] = entry
-    fn, canonical, moves, selection = entry
+    fn, canonical, moves, selection, updated = entry
     record(selection)
+    if updated:
+        _check_updatable(op, selection.call.input_names, arrays, updated)
     if moves is None:
-        arrays = tuple(a if a is None or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays)
+        arrays = tuple(a if type(a) is not np.ndarray or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays)
         return fn(*arrays, **canonical)
-    result = fn(*(None if a is None else moves.upload(a) for a in arrays), **canonical)
-    return moves.download(result)
+    moved = tuple(None if a is None else moves.upload(a) for a in arrays)
+    result = fn(*moved, **canonical)
+    for position in updated:
+        np.copyto(arrays[position], moves.download(moved[position]))
+    return arrays[updated[0]] if updated else moves.download(result)
 
 
 def _op_function(op: str) -> Callable[..., Any]:
