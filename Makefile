@@ -19,7 +19,7 @@ setup: $(BIN)/python
 	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend))
 
 setup-test: setup
-	$(PIP) install "pytest>=8" "mypy>=1.10"
+	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11"
 
 demo: setup
 	$(BIN)/algoswap demo

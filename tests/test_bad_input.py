@@ -89,6 +89,52 @@ BAD_CALLS = [
     ("batch_norm_train", ((2, 3, 4, 4),), {"eps": 0.0}, "eps", "> 0"),
     ("batch_norm_train_grad_input", ((2, 3, 4, 4), (2, 3, 4, 4)), {"eps": -0.5}, "eps", "> 0"),
     ("batch_norm_train_grad_weight", ((2, 3, 4, 4), (2, 3, 4, 5)), {}, "grad_output", "like 'input'"),
+    ("sub", ((2, 3), (4, 3)), {}, "b", "broadcastable"),
+    ("mul_grad", ((2, 3), (3,)), {"shape": (4,)}, "shape", "broadcastable with 'other' (3,)"),
+    ("div_grad_b", ((2, 3), (2, 3), (3,)), {"shape": (2, 3)}, "shape", "the shape (3,) of 'b'"),
+    ("sqrt_grad", ((2, 3), (3, 2)), {}, "grad_output", "(3, 2) like 'output'"),
+    ("add_scalar", ((2, 3),), {}, "value", "no default"),
+    ("mul_scalar", ((2, 3),), {"value": "2"}, "value", "a finite real number"),
+    ("pow_scalar", ((2, 3),), {"exponent": float("inf")}, "exponent", "a finite real number"),
+    ("matmul", ((3, 4), (5, 6)), {}, "b", "4 rows in op(b)"),
+    ("matmul", ((3, 4, 2), (4, 5)), {}, "a", "2-D"),
+    ("matmul", ((3, 4), (4, 5)), {"trans_a": 1}, "trans_a", "True or False"),
+    ("batch_matmul", ((2, 3, 4), (3, 4, 5)), {}, "b", "batch dimensions broadcastable"),
+    ("batch_matmul_grad_a", ((2, 3, 6), (2, 4, 5)), {"a_size": (2, 3, 4)}, "grad_output", "(2, 3, 5)"),
+    ("reduce_sum", ((2, 3),), {"axes": 2}, "axes", "[-2, 1]"),
+    ("reduce_sum", ((2, 3),), {"axes": (0, -2)}, "axes", "distinct"),
+    ("reduce_mean", ((2, 3),), {"keepdims": "yes"}, "keepdims", "True or False"),
+    ("reduce_sum_grad", ((3,),), {"axes": 1, "input_size": (2, 3)}, "grad_output", "(2,)"),
+    ("broadcast_to", ((3, 2),), {"shape": (3, 4)}, "shape", "a shape the input (3, 2) broadcasts to"),
+    ("sum_to_shape", ((3, 4),), {"shape": (2, 4)}, "shape", "broadcasts to the input (3, 4)"),
+    ("slice", ((4, 5),), {"begin": (1, 2), "size": (4, 1)}, "size", "within the input (4, 5)"),
+    ("slice", ((4, 5),), {"begin": (1,), "size": (2, 2)}, "begin", "2 entries"),
+    ("split", ((4, 6),), {"sections": 4, "index": 0, "axis": 1}, "sections", "a divisor of the size 6"),
+    ("split", ((4, 6),), {"sections": (2, 3), "index": 0}, "sections", "adding up to the size 4"),
+    ("split", ((4, 6),), {"sections": 2, "index": 2}, "index", "[0, 1]"),
+    ("pad", ((3, 4),), {"pads": ((1, 1), (1, 1), (1, 1))}, "pads", "at most 2 pairs"),
+    ("pad", ((3, 4),), {"pads": ((4, 0),), "mode": "reflect"}, "pads", "smaller than the input"),
+    ("pad", ((3, 4),), {"pads": ((1, -1),)}, "pads", "pairs of ints >= 0"),
+    ("pad", ((3, 4),), {"pads": ((1, 1),), "mode": "circular"}, "mode", "'reflect'"),
+    ("transpose", ((2, 3, 4),), {"perm": (0, 1)}, "perm", "a permutation of 0..2"),
+    ("where", ((3,), (3,), (3,)), {}, "condition", "expected bool"),
+    ("embedding", ((5, 3), (4,)), {}, "indices", "an integer dtype"),
+    ("one_hot", ((4,),), {"num_classes": 3}, "indices", "an integer dtype"),
+    ("instance_norm", ((2, 3, 4, 4), (4,), None), {}, "weight", "(3,), one per channel"),
+    ("dropout", ((3, 4),), {}, "seed", "no default"),
+    ("dropout", ((3, 4),), {"p": 1.0, "seed": 0}, "p", "< 1"),
+    ("dropout", ((3, 4),), {"seed": -1}, "seed", ">= 0"),
+    ("softmax_cross_entropy", ((4, 5), (4, 4)), {}, "labels", "(4,) (class indices) or (4, 5)"),
+    ("softmax_cross_entropy", ((4, 5), (4, 5)), {"reduction": "avg"}, "reduction", "'mean'"),
+    ("binary_cross_entropy", ((4, 5), (4, 4)), {}, "target", "like 'input'"),
+    ("binary_cross_entropy_grad", ((4,), (4, 5), (4, 5)), {}, "grad_output", "(), the shape of the loss"),
+    ("csrmv", ((5, 4), (4,)), {}, "matrix", "a scipy.sparse CSR matrix"),
+    ("sgd_update", ((3, 4), (3, 5)), {"lr": 0.1}, "grad", "like 'param'"),
+    ("sgd_update", ((3, 4), (3, 4)), {}, "lr", "no default"),
+    ("momentum_update", ((3, 4), (3, 4), (3, 4)), {"lr": -0.1}, "lr", ">= 0"),
+    ("adam_update", ((3, 4),) * 4, {"lr": 0.1}, "step", "no default"),
+    ("adam_update", ((3, 4),) * 4, {"lr": 0.1, "step": 1, "beta1": 1.0}, "beta1", "< 1"),
+    ("sgd_update_sparse", ((6, 3), (4,), (4, 3)), {"lr": 0.1}, "indices", "an integer dtype"),
 ]
 
 
@@ -148,3 +194,35 @@ def test_errors_are_never_assertion_errors() -> None:
         except algoswap.AlgoswapError:
             continue
         pytest.fail(f"{op} {shapes} {attrs} was accepted")
+
+
+def _csr(rows: int, cols: int) -> object:
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    return scipy_sparse.random(rows, cols, density=0.5, format="csr", dtype=np.float32, rng=0)
+
+
+SPARSE_AND_INDEX_CALLS = [
+    # (op, arrays builder, attrs, argument named, words expected)
+    ("csrmv", lambda: (_csr(5, 4), np.ones(5, np.float32)), {}, "vector", "(4,) for the matrix (5, 4)"),
+    ("csrmm", lambda: (_csr(5, 4), np.ones((5, 3), np.float32)), {}, "dense", "4 rows in op(dense)"),
+    ("csrmm", lambda: (_csr(5, 4).tocoo(), np.ones((4, 3), np.float32)), {}, "matrix", "a scipy.sparse CSR matrix"),
+    ("relu", lambda: (_csr(5, 4),), {}, "input", "a dense numpy array"),
+    ("embedding", lambda: (np.ones((5, 3), np.float32), np.array([0, 5])), {}, "indices", "values in [0, 4]"),
+    ("one_hot", lambda: (np.array([[0, -1]]),), {"num_classes": 3}, "indices", "values in [0, 2]"),
+    ("softmax_cross_entropy", lambda: (np.ones((2, 3)), np.array([1, 3])), {}, "labels", "values in [0, 2]"),
+    ("softmax_cross_entropy", lambda: (np.ones((2, 3)), np.ones((2, 3), np.float32)), {}, "labels", "float64, the dtype of 'logits'"),
+    ("embedding_grad", lambda: (np.ones((3, 4)), np.array([0, 1])), {"num_embeddings": 5}, "grad_output", "the shape of 'indices'"),
+    ("sgd_update_sparse", lambda: (np.ones((6, 3)), np.array([0, 1]), np.ones((2, 4))), {"lr": 0.1}, "rows", "one row of param"),
+    ("adagrad_update_sparse", lambda: (np.ones((6, 3)), np.array([0, 6]), np.ones((2, 3)), np.ones((6, 3))), {"lr": 0.1}, "indices", "values in [0, 5]"),
+    ("sgd_update", lambda: (np.ones((4, 3)).T, np.ones((3, 4))), {"lr": 0.1}, "param", "C-contiguous, writeable"),
+    ("adam_update", lambda: (np.ones(3), np.ones(3), np.ones(3), np.ones(3)[::-1]), {"lr": 0.1, "step": 1}, "v", "updates it in place"),
+]
+
+
+@pytest.mark.parametrize("op, arrays, attrs, argument, words", SPARSE_AND_INDEX_CALLS,
+                         ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(SPARSE_AND_INDEX_CALLS)])
+def test_bad_sparse_index_or_in_place_call_is_a_clear_error(op: str, arrays: object, attrs: dict, argument: str, words: str) -> None:
+    with pytest.raises(algoswap.OpArgumentError) as caught:
+        ops.call(op, *arrays(), **attrs)  # type: ignore[operator]
+    assert (caught.value.op, caught.value.argument) == (op, argument)
+    assert words in str(caught.value), str(caught.value)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import algoswap
-from op_cases import cases_for, reference_name
+from op_cases import bind, cases_for, draw, reference_name
 
 
 def _ops_with_gradients() -> list[str]:
@@ -33,8 +33,8 @@ def test_gradient_rules_match_finite_differences(op: str, rng: np.random.Generat
     spec = algoswap.registry().spec(op)
     checked = 0
     for shapes, attrs in cases_for(op):
-        call = spec.bind(shapes, ["float64" if s else None for s in shapes], attrs)
-        inputs = [None if s is None else rng.standard_normal(s) for s in shapes]
+        call = bind(op, shapes, "float64", attrs)
+        inputs = [draw(rng, s, "float64") for s in shapes]
         grad_output = rng.standard_normal(call.out_shape)
         output = _forward(op, inputs, attrs)
         by_name = dict(zip(spec.input_names, inputs), grad_output=grad_output, output=output)

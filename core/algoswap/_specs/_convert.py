@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable
 
@@ -100,3 +101,48 @@ def output_size(value: Any) -> tuple[int | None, int | None]:
         if entry is not None and (not _is_int(entry) or entry < 1):
             raise ValueError(what)
     return (None if value[0] is None else int(value[0]), None if value[1] is None else int(value[1]))
+
+
+def real(minimum: float | None = None, maximum: float | None = None, *, open_min: bool = False,
+         open_max: bool = False) -> Callable[[Any], float]:
+    """A finite real number (not a bool) within the given bounds; canonical form: a float."""
+    bounds = []
+    if minimum is not None:
+        bounds.append(f"{'>' if open_min else '>='} {minimum:g}")
+    if maximum is not None:
+        bounds.append(f"{'<' if open_max else '<='} {maximum:g}")
+    what = "a finite real number" + (f" {' and '.join(bounds)}" if bounds else "")
+
+    def convert(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(what)
+        value = float(value)
+        if minimum is not None and (value < minimum or (open_min and value == minimum)):
+            raise ValueError(what)
+        if maximum is not None and (value > maximum or (open_max and value == maximum)):
+            raise ValueError(what)
+        return float(value)
+
+    return convert
+
+
+def shape(value: Any) -> tuple[int, ...]:
+    """A shape of any rank (an int or a tuple of ints >= 1; () is a scalar's shape)."""
+    what = "a shape: an int >= 1 or a tuple of them"
+    if _is_int(value):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= 1 for v in value):
+        raise ValueError(what)
+    return tuple(int(v) for v in value)
+
+
+def axes(value: Any) -> tuple[int, ...] | None:
+    """None (every axis), an int, or a tuple of distinct ints (negative counts from the end)."""
+    what = "None, an int or a tuple of ints"
+    if value is None:
+        return None
+    if _is_int(value):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
+        raise ValueError(what)
+    return tuple(int(v) for v in value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import InvalidSpec
-from .._spec import Input, OpSpec, Shape
+from .._spec import GradRule, Input, OpSpec, Shape
 
 
 def broadcast_shape(a: Shape, b: Shape) -> Shape:
@@ -24,14 +24,17 @@ def _add_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
     return broadcast_shape(shapes["a"], shapes["b"])
 
 
-# No gradient rules: the gradient of a broadcast operand is grad_output summed over its broadcast
-# dimensions, which a plain reshape (GradRule op=None) would get wrong; an add_grad op comes later.
+# The gradient of a broadcast operand is grad_output summed over its broadcast dimensions (sum_to_shape).
 add = OpSpec(
     "add",
     (Input("a"), Input("b")),
     (),
     shape_rule=_add_shape,
     family="elementwise",
+    gradients=(
+        GradRule("a", "sum_to_shape", attrs=lambda call: {"shape": call.shape("a")}),
+        GradRule("b", "sum_to_shape", attrs=lambda call: {"shape": call.shape("b")}),
+    ),
     doc="a + b elementwise with NumPy broadcasting (like torch.add without alpha).",
 )
 

@@ -1,5 +1,5 @@
 """Normalisation: inference batch norm (batchnorm2d), training batch norm with batch statistics
-(batch_norm_train) and layer norm, with the gradients of the last two."""
+(batch_norm_train), layer norm and instance norm, with the gradients of the last three."""
 
 from __future__ import annotations
 
@@ -78,47 +78,62 @@ def _bn_grad_input_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape
     return _per_channel(shapes, ("weight",))
 
 
-batch_norm_train = OpSpec(
-    "batch_norm_train",
-    (Input("input", (4,)), Input("weight", (1,), optional=True), Input("bias", (1,), optional=True)),
-    (_TRAIN_EPS,),
-    shape_rule=lambda shapes, attrs: _per_channel(shapes, ("weight", "bias")),
-    family="norm",
-    gradients=(
-        GradRule("input", "batch_norm_train_grad_input", ("grad_output", "input", "weight"), _bn_attrs),
-        GradRule("weight", "batch_norm_train_grad_weight", ("grad_output", "input"), _bn_attrs),
-        GradRule("bias", "batch_norm_train_grad_bias"),
-    ),
-    doc="(input - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), with the mean and biased "
+def _channel_norm(name: str, eps: Attr, statistics: str, doc: str) -> tuple[OpSpec, OpSpec, OpSpec, OpSpec]:
+    """A per-channel normalisation of NCHW input (batch_norm_train, instance_norm) and its three gradients."""
+    forward = OpSpec(
+        name,
+        (Input("input", (4,)), Input("weight", (1,), optional=True), Input("bias", (1,), optional=True)),
+        (eps,),
+        shape_rule=lambda shapes, attrs: _per_channel(shapes, ("weight", "bias")),
+        family="norm",
+        gradients=(
+            GradRule("input", f"{name}_grad_input", ("grad_output", "input", "weight"), _bn_attrs),
+            GradRule("weight", f"{name}_grad_weight", ("grad_output", "input"), _bn_attrs),
+            GradRule("bias", f"{name}_grad_bias"),
+        ),
+        doc=doc,
+    )
+    grad_input = OpSpec(
+        f"{name}_grad_input",
+        (Input("grad_output", (4,)), Input("input", (4,)), Input("weight", (1,), optional=True)),
+        (eps,),
+        shape_rule=_bn_grad_input_shape,
+        family="norm",
+        grad_of=name,
+        doc=f"Gradient of {name} with respect to its input (through the {statistics}).",
+    )
+    grad_weight = OpSpec(
+        f"{name}_grad_weight",
+        (Input("grad_output", (4,)), Input("input", (4,))),
+        (eps,),
+        shape_rule=lambda shapes, attrs: (_check_grad(shapes)[1],),
+        family="norm",
+        grad_of=name,
+        doc=f"Gradient of {name} with respect to its weight: grad_output * normalised input, summed over N, H, W.",
+    )
+    grad_bias = OpSpec(
+        f"{name}_grad_bias",
+        (Input("grad_output", (4,)),),
+        (),
+        shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
+        family="norm",
+        grad_of=name,
+        doc=f"Gradient of {name} with respect to its bias: grad_output summed over N, H and W.",
+    )
+    return forward, grad_input, grad_weight, grad_bias
+
+
+batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight, batch_norm_train_grad_bias = _channel_norm(
+    "batch_norm_train", _TRAIN_EPS, "batch statistics",
+    "(input - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), with the mean and biased "
     "variance of this batch over (N, H, W), like torch.nn.BatchNorm2d in training mode. Only the "
     "normalised output is returned: updating running statistics is the caller's business.",
 )
-batch_norm_train_grad_input = OpSpec(
-    "batch_norm_train_grad_input",
-    (Input("grad_output", (4,)), Input("input", (4,)), Input("weight", (1,), optional=True)),
-    (_TRAIN_EPS,),
-    shape_rule=_bn_grad_input_shape,
-    family="norm",
-    grad_of="batch_norm_train",
-    doc="Gradient of batch_norm_train with respect to its input (through the batch statistics).",
-)
-batch_norm_train_grad_weight = OpSpec(
-    "batch_norm_train_grad_weight",
-    (Input("grad_output", (4,)), Input("input", (4,))),
-    (_TRAIN_EPS,),
-    shape_rule=lambda shapes, attrs: (_check_grad(shapes)[1],),
-    family="norm",
-    grad_of="batch_norm_train",
-    doc="Gradient of batch_norm_train with respect to its weight: grad_output * normalised input, summed over N, H, W.",
-)
-batch_norm_train_grad_bias = OpSpec(
-    "batch_norm_train_grad_bias",
-    (Input("grad_output", (4,)),),
-    (),
-    shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
-    family="norm",
-    grad_of="batch_norm_train",
-    doc="Gradient of batch_norm_train with respect to its bias: grad_output summed over N, H and W.",
+instance_norm, instance_norm_grad_input, instance_norm_grad_weight, instance_norm_grad_bias = _channel_norm(
+    "instance_norm", _EPS, "per-sample statistics",
+    "(input - mean) / sqrt(var + eps) * weight + bias, with the mean and biased variance of each "
+    "sample and channel over (H, W), and weight and bias per channel, like torch.nn.functional.instance_norm "
+    "without running statistics.",
 )
 
 # ------------------------------------------------------------------------------- layer_norm
@@ -203,4 +218,5 @@ SPECS = (
     batchnorm2d,
     batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight, batch_norm_train_grad_bias,
     layer_norm, layer_norm_grad_input, layer_norm_grad_weight, layer_norm_grad_bias,
+    instance_norm, instance_norm_grad_input, instance_norm_grad_weight, instance_norm_grad_bias,
 )

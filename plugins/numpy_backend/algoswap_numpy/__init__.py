@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import activation, conv, elementwise, linear, norm, pool, shape, softmax
+from . import (
+    activation, arith, conv, dropout, elementwise, indexing, linear, loss, matmul, norm, optim, pool, reduce, shape,
+    slicing, softmax, sparse,
+)
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
@@ -29,6 +32,7 @@ def algoswap_register(registry: Any) -> None:
     registry.add_backend(BACKEND, device="cpu", priority=0, description="NumPy reference implementations (host memory)")
     _register_conv(registry)
     _register_simple(registry)
+    _register_modules(registry)
 
 
 def _register_conv(registry: Any) -> None:
@@ -84,3 +88,35 @@ def _register_simple(registry: Any) -> None:
     registry.add_implementation("flatten", "direct", BACKEND, shape.flatten, dtypes=_ALL_DTYPES, kernel="numpy reshape")
     registry.add_implementation("reshape", "direct", BACKEND, shape.reshape, dtypes=_ALL_DTYPES, kernel="numpy reshape")
     registry.add_implementation("concat", "direct", BACKEND, shape.concat, dtypes=_ALL_DTYPES, kernel="numpy concatenate")
+
+
+# Ops of these modules are registered by name: each op's function is the module attribute of the
+# same name ("slice" is slicing.slice_), as the "direct" algorithm (matmul's as "gemm").
+_MODULES = {
+    arith: ("sub", "sub_grad_b", "mul", "mul_grad", "div", "div_grad_a", "div_grad_b", "neg", "sqrt", "sqrt_grad",
+            "rsqrt", "rsqrt_grad", "add_scalar", "mul_scalar", "rdiv_scalar", "rdiv_scalar_grad", "pow_scalar",
+            "pow_scalar_grad"),
+    matmul: ("matmul", "matmul_grad_a", "matmul_grad_b", "batch_matmul", "batch_matmul_grad_a", "batch_matmul_grad_b"),
+    reduce: ("reduce_sum", "reduce_sum_grad", "reduce_mean", "reduce_mean_grad", "broadcast_to", "sum_to_shape"),
+    slicing: ("slice_grad", "pad", "pad_grad"),
+    norm: ("instance_norm", "instance_norm_grad_input", "instance_norm_grad_weight", "instance_norm_grad_bias"),
+    dropout: ("dropout", "dropout_grad"),
+    loss: ("softmax_cross_entropy", "softmax_cross_entropy_grad", "binary_cross_entropy", "binary_cross_entropy_grad"),
+    indexing: ("where", "where_grad", "embedding", "embedding_grad"),
+    sparse: ("csrmv", "csrmm", "csrmm_grad_dense"),
+    optim: tuple(f"{name}_update{kind}" for kind in ("", "_sparse") for name in ("sgd", "momentum", "nesterov", "adagrad", "adam")),
+}
+_ANY_DTYPE = {"slice": slicing.slice_, "split": slicing.split, "transpose": slicing.transpose,
+              "zeros_like": arith.zeros_like, "ones_like": arith.ones_like}
+_INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _register_modules(registry: Any) -> None:
+    add = registry.add_implementation
+    for module, ops in _MODULES.items():
+        for op in ops:
+            algorithm = "gemm" if module is matmul else "direct"
+            add(op, algorithm, BACKEND, getattr(module, op), kernel=f"numpy {op}")
+    for op, fn in _ANY_DTYPE.items():
+        add(op, "direct", BACKEND, fn, dtypes=_ALL_DTYPES, kernel=f"numpy {op}")
+    add("one_hot", "direct", BACKEND, indexing.one_hot, dtypes=_INT_DTYPES, kernel="numpy eye[indices]")

@@ -46,6 +46,14 @@ def _channel(v: np.ndarray | None) -> np.ndarray | None:
     return None if v is None else v[:, None, None]
 
 
+def _per_channel_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, eps: float,
+                            axes: Axes) -> np.ndarray:
+    """Gradient with respect to x of a normalisation over ``axes`` with a per-channel weight."""
+    xhat, rstd = _normalise(x, axes, eps)
+    dxhat = dy if weight is None else dy * weight[:, None, None]
+    return _normalise_grad(dxhat, xhat, rstd, axes)
+
+
 def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *,
                      eps: float) -> np.ndarray:
     """Per-channel normalisation with this batch's mean and biased variance over (N, H, W)."""
@@ -56,9 +64,7 @@ def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray 
 def batch_norm_train_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *,
                                 eps: float) -> np.ndarray:
     """Gradient of batch_norm_train with respect to x, through the batch mean and variance."""
-    xhat, rstd = _normalise(x, _BATCH_AXES, eps)
-    dxhat = dy if weight is None else dy * weight[:, None, None]
-    return _normalise_grad(dxhat, xhat, rstd, _BATCH_AXES)
+    return _per_channel_grad_input(dy, x, weight, eps, _BATCH_AXES)
 
 
 def batch_norm_train_grad_weight(dy: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
@@ -107,3 +113,28 @@ def layer_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, normalized_ndim: in
 def layer_norm_grad_bias(dy: np.ndarray, *, normalized_ndim: int) -> np.ndarray:
     """sum over the leading dimensions of dy."""
     return np.sum(dy, axis=_leading(dy, normalized_ndim))
+
+
+# ------------------------------------------------------------------------------ instance_norm
+
+_SPATIAL = (2, 3)
+
+
+def instance_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
+    """Normalisation of each sample and channel over (H, W), then per-channel weight and bias."""
+    xhat, _ = _normalise(x, _SPATIAL, eps)
+    return _affine(xhat, _channel(weight), _channel(bias))
+
+
+def instance_norm_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, eps: float) -> np.ndarray:
+    """Gradient of instance_norm with respect to x, through each sample's mean and variance."""
+    return _per_channel_grad_input(dy, x, weight, eps, _SPATIAL)
+
+
+def instance_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
+    """sum over (N, H, W) of dy * normalised x."""
+    xhat, _ = _normalise(x, _SPATIAL, eps)
+    return np.sum(dy * xhat, axis=_BATCH_AXES)
+
+
+instance_norm_grad_bias = batch_norm_train_grad_bias  # the same sum over (N, H, W)

@@ -1,0 +1,244 @@
+"""The NumPy reference kernels of the operator set (arithmetic, matmul, reductions, slicing,
+indexing, instance norm, losses, CSR products, optimizer updates) against PyTorch: every forward op
+on its conformance cases, and every gradient rule against torch autograd. Dropout, whose mask is
+ours, is checked for its defining properties instead."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import algoswap  # noqa: E402
+from helpers import relative_error  # noqa: E402
+from op_cases import FORWARD, OPTIMIZER_ATTRS, Arg, draw, reference_name  # noqa: E402
+
+TOL = {"float32": 2e-6, "float64": 1e-11}
+
+
+def _t(x: Any) -> Any:
+    return x.mT if x is not None else None
+
+
+def _dims(x: Any, axes: Any) -> tuple[int, ...]:
+    return tuple(range(x.ndim)) if axes is None else ((axes,) if isinstance(axes, int) else tuple(axes))
+
+
+def _pad(x: Any, pads: Any, mode: str = "constant", value: float = 0.0) -> Any:
+    flat = [p for pair in reversed(pads) for p in pair]
+    if mode == "constant":
+        return F.pad(x, flat, value=value)
+    if x.ndim > len(pads):
+        return F.pad(x, flat, mode=mode)
+    return F.pad(x.unsqueeze(0), flat, mode=mode).squeeze(0)  # torch's reflect/replicate want a batch dimension
+
+
+def _split(x: Any, sections: Any, index: int, axis: int = 0) -> Any:
+    parts = torch.tensor_split(x, sections, dim=axis) if isinstance(sections, int) else torch.split(x, list(sections), dim=axis)
+    return parts[index]
+
+
+def _slice(x: Any, begin: Any, size: Any) -> Any:
+    begin, size = np.atleast_1d(begin), np.atleast_1d(size)
+    return x[tuple(slice(b, None if s == -1 else b + s) for b, s in zip(begin, size))]
+
+
+def _matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False) -> Any:
+    return (a.mT if trans_a else a) @ (b.mT if trans_b else b)
+
+
+def _reduce(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda x, axes=None, keepdims=False: fn(x, dim=_dims(x, axes), keepdim=keepdims)
+
+
+def _cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Any:
+    return F.cross_entropy(logits, labels, reduction=reduction)
+
+
+TORCH: dict[str, Callable[..., Any]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "neg": torch.neg,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "add_scalar": lambda x, value: x + value,
+    "mul_scalar": lambda x, value: x * value,
+    "rdiv_scalar": lambda x, value: value / x,
+    "pow_scalar": lambda x, exponent: x**exponent,
+    "zeros_like": torch.zeros_like,
+    "ones_like": torch.ones_like,
+    "matmul": _matmul,
+    "batch_matmul": _matmul,
+    "reduce_sum": _reduce(torch.sum),
+    "reduce_mean": _reduce(torch.mean),
+    "broadcast_to": lambda x, shape: x.broadcast_to(shape),
+    "sum_to_shape": lambda x, shape: x.sum_to_size(shape) if shape else x.sum(),
+    "slice": _slice,
+    "split": _split,
+    "pad": _pad,
+    "transpose": lambda x, perm=None: x.permute(perm or tuple(reversed(range(x.ndim)))),
+    "one_hot": lambda i, num_classes, dtype="float32": F.one_hot(i, num_classes).to(getattr(torch, dtype)),
+    "where": torch.where,
+    "embedding": lambda w, i: F.embedding(i, w),
+    "instance_norm": lambda x, w, b, eps=1e-5: F.instance_norm(x, weight=w, bias=b, eps=eps),
+    "softmax_cross_entropy": _cross_entropy,
+    "binary_cross_entropy": lambda x, t, reduction="mean": F.binary_cross_entropy(x, t, reduction=reduction),
+    "csrmv": lambda a, v, trans=False: (a.T if trans else a) @ v,
+    "csrmm": lambda a, b, trans_a=False, trans_b=False: (a.T if trans_a else a) @ (b.T if trans_b else b),
+}
+CASES = [(op, i, dtype) for op in TORCH for i in range(len(FORWARD[op])) for dtype in ("float32", "float64")]
+
+
+def _to_torch(array: Any, differentiable: bool) -> Any:
+    if array is None:
+        return None
+    if not isinstance(array, np.ndarray):  # a CSR matrix: torch sees it dense
+        return torch.from_numpy(array.toarray().astype(np.float64))
+    if array.dtype.kind == "f":
+        return torch.tensor(array.astype(np.float64), requires_grad=differentiable)
+    return torch.from_numpy(array)
+
+
+@pytest.mark.parametrize("op, index, dtype", CASES, ids=[f"{op}-{i}-{d}" for op, i, d in CASES])
+def test_forward_and_gradients_match_torch(rng, op, index, dtype):
+    shapes, attrs = FORWARD[op][index]
+    spec = algoswap.registry().spec(op)
+    inputs = [draw(rng, s, dtype) for s in shapes]
+    wanted = {rule.wrt for rule in spec.gradients}
+    tensors = [_to_torch(a, name in wanted) for name, a in zip(spec.input_names, inputs)]
+    expected = TORCH[op](*tensors, **attrs)
+    out = algoswap.ops.call(op, *inputs, algorithm=reference_name(op), **attrs)
+    assert out.shape == tuple(expected.shape)
+    assert relative_error(out, expected.detach().numpy()) <= TOL[str(out.dtype)] if out.dtype.kind == "f" else np.array_equal(out, expected)
+    if not wanted:
+        return
+    dy = np.asarray(rng.standard_normal(out.shape)).astype(dtype)
+    expected.backward(torch.from_numpy(dy.astype(np.float64)))
+    call = spec.bind([getattr(a, "shape", None) for a in inputs], [None if a is None else str(a.dtype) for a in inputs], attrs)
+    by_name = dict(zip(spec.input_names, inputs), grad_output=dy, output=out)
+    for rule in spec.gradients:
+        tensor = tensors[spec.input_names.index(rule.wrt)]
+        if tensor is None:
+            continue
+        if rule.op is None:
+            got = dy.reshape(tensor.shape)
+        else:
+            got = algoswap.ops.call(rule.op, *(by_name[n] for n in rule.inputs), algorithm=reference_name(rule.op), **rule.attrs(call))
+        assert got.dtype == np.dtype(dtype) and got.shape == tuple(tensor.shape), (rule.wrt, got.dtype, got.shape)
+        assert relative_error(got, tensor.grad.numpy()) <= TOL[dtype] * 10, rule.wrt
+
+
+# ------------------------------------------------------------------------------------- dropout
+
+
+def test_dropout_is_reproducible_unbiased_and_its_gradient_uses_the_same_mask(rng):
+    x = rng.standard_normal((400, 500))
+    y = algoswap.ops.dropout(x, p=0.3, seed=11)
+    assert np.array_equal(y, algoswap.ops.dropout(x, p=0.3, seed=11))
+    assert not np.array_equal(y, algoswap.ops.dropout(x, p=0.3, seed=12))
+    kept = y != 0
+    assert abs(kept.mean() - 0.7) < 0.005
+    np.testing.assert_allclose(y[kept], x[kept] / 0.7)
+    dy = rng.standard_normal(x.shape)
+    np.testing.assert_array_equal(algoswap.ops.dropout_grad(dy, p=0.3, seed=11) != 0, kept)
+    np.testing.assert_array_equal(algoswap.ops.dropout(x, p=0.3, seed=11, training=False), x)
+
+
+def test_dropout_mask_is_the_documented_hash():
+    from algoswap_numpy.dropout import keep_mask
+
+    def splitmix64(z: int) -> int:
+        z = (z + 0x9E3779B97F4A7C15) % 2**64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+        return z ^ (z >> 31)
+
+    key = splitmix64(2**63 + 5)
+    expected = [(splitmix64((key + i) % 2**64) >> 11) / 2**53 >= 0.4 for i in range(24)]
+    assert keep_mask((2, 3, 4), 0.4, 2**63 + 5).ravel().tolist() == expected
+
+
+# ---------------------------------------------------------------------------------- optimizers
+
+TORCH_OPTIMIZERS: dict[str, Callable[..., Any]] = {
+    "sgd": lambda p, lr: torch.optim.SGD(p, lr=lr),
+    "momentum": lambda p, lr, momentum=0.9: torch.optim.SGD(p, lr=lr, momentum=momentum),
+    "nesterov": lambda p, lr, momentum=0.9: torch.optim.SGD(p, lr=lr, momentum=momentum, nesterov=True),
+    "adagrad": lambda p, lr, eps=1e-10: torch.optim.Adagrad(p, lr=lr, eps=eps),
+    "adam": lambda p, lr, beta1=0.9, beta2=0.999, eps=1e-8: torch.optim.Adam(p, lr=lr, betas=(beta1, beta2), eps=eps),
+}
+STATE = {"sgd": 0, "momentum": 1, "nesterov": 1, "adagrad": 1, "adam": 2}
+OPTIMIZER_CASES = [(name, attrs) for name in TORCH_OPTIMIZERS for attrs in OPTIMIZER_ATTRS[name]]
+
+
+@pytest.mark.parametrize("name, attrs", OPTIMIZER_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZER_CASES)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dense_updates_follow_torch_over_several_steps(rng, name, attrs, dtype):
+    param = rng.standard_normal((5, 4)).astype(dtype)
+    state = [np.zeros_like(param) for _ in range(STATE[name])]
+    weight = torch.nn.Parameter(torch.from_numpy(param.astype(np.float64)))
+    options = {k: v for k, v in attrs.items() if k != "step"}
+    optimizer = TORCH_OPTIMIZERS[name]([weight], **options)
+    for step in range(1, 5):
+        grad = rng.standard_normal(param.shape).astype(dtype)
+        extra = {"step": step} if name == "adam" else {}
+        returned = algoswap.ops.call(f"{name}_update", param, grad, *state, **options, **extra)
+        assert returned is param
+        weight.grad = torch.from_numpy(grad.astype(np.float64))
+        optimizer.step()
+    assert relative_error(param, weight.detach().numpy()) <= TOL[dtype] * 10
+
+
+@pytest.mark.parametrize("name, attrs", OPTIMIZER_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZER_CASES)])
+def test_sparse_updates_are_the_dense_update_of_the_named_rows(rng, name, attrs):
+    param = rng.standard_normal((8, 3))
+    state = [rng.uniform(0.5, 2.0, param.shape) for _ in range(STATE[name])]
+    indices = np.array([[1, 5, 1], [6, 5, 1]])
+    rows = rng.standard_normal(indices.shape + (3,))
+    named = np.unique(indices)
+    dense_grad = algoswap.ops.embedding_grad(rows, indices, num_embeddings=8)[named]
+    expected_param, expected_state = param[named].copy(), [s[named].copy() for s in state]
+    algoswap.ops.call(f"{name}_update", expected_param, dense_grad, *expected_state, **attrs)
+    untouched = [a.copy() for a in [param] + state]
+    algoswap.ops.call(f"{name}_update_sparse", param, indices, rows, *state, **attrs)
+    for got, expected, before in zip([param] + state, [expected_param] + expected_state, untouched):
+        np.testing.assert_allclose(got[named], expected, rtol=1e-12)
+        others = np.setdiff1d(np.arange(8), named)
+        np.testing.assert_array_equal(got[others], before[others])
+
+
+def test_sparse_adagrad_and_adam_follow_torch_sparse_optimizers(rng):
+    table = rng.standard_normal((10, 4))
+    indices = np.array([2, 7, 2, 0])
+    for name, make, attrs in [
+        ("adagrad", lambda p: torch.optim.Adagrad(p, lr=0.1), {"lr": 0.1}),
+        # SparseAdam adds eps before the bias correction, Adam (and adam_update_sparse) after: a tiny eps hides that
+        ("adam", lambda p: torch.optim.SparseAdam(p, lr=0.01, eps=1e-15), {"lr": 0.01, "eps": 1e-15}),
+    ]:
+        param, state = table.copy(), [np.zeros_like(table) for _ in range(STATE[name])]
+        weight = torch.nn.Parameter(torch.from_numpy(table.copy()))
+        optimizer = make([weight])
+        for step in range(1, 4):
+            rows = rng.standard_normal((4, 4))
+            extra = {"step": step} if name == "adam" else {}
+            algoswap.ops.call(f"{name}_update_sparse", param, indices, rows, *state, **attrs, **extra)
+            weight.grad = torch.sparse_coo_tensor(torch.from_numpy(indices)[None], torch.from_numpy(rows), table.shape)
+            optimizer.step()
+        assert relative_error(param, weight.detach().numpy()) <= 1e-12, name
+
+
+def test_embedding_sparse_gradient_is_indices_and_grad_output(rng):
+    weight = torch.nn.Parameter(torch.from_numpy(rng.standard_normal((6, 3))))
+    indices = np.array([[0, 4], [4, 5]])
+    dy = rng.standard_normal((2, 2, 3))
+    F.embedding(torch.from_numpy(indices), weight, sparse=True).backward(torch.from_numpy(dy))
+    grad = weight.grad.coalesce()
+    dense = algoswap.ops.embedding_grad(dy, indices, num_embeddings=6)
+    np.testing.assert_allclose(dense, grad.to_dense().numpy(), rtol=1e-12)
+    assert Arg((1,), "int", 1).kind == "int"  # the case helpers draw the indices the same way
