@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned to the CPU wheel this machine keeps; a bare `torch` would pull a CUDA build.
 TORCH := torch==2.13.0
 # Every backend that can run on this machine.
-BACKENDS := plugins/numpy_backend plugins/dnnl_backend
+BACKENDS := plugins/numpy_backend plugins/dnnl_backend plugins/sycl_backend
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
 .PHONY: demo test setup setup-test bench clean

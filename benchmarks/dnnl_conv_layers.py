@@ -82,7 +82,9 @@ def gflop(layer: nn.Conv2d, shape: tuple[int, ...], out: torch.Tensor) -> float:
     return per_output * out.numel() / 1e9
 
 
-def measure(batch: int, runs: int) -> list[dict[str, Any]]:
+def measure(batch: int, runs: int, algorithms: tuple[str, ...] = ALGORITHMS,
+            show: Callable[[dict[str, Any]], str] | None = None) -> list[dict[str, Any]]:
+    """One row per distinct layer: torch and each of ``algorithms`` (swapped layers), printed by ``show``."""
     rows = []
     for layer, shape in distinct_layers(batch):
         x = torch.randn(shape)
@@ -93,14 +95,14 @@ def measure(batch: int, runs: int) -> list[dict[str, Any]]:
             row["gflop"] = gflop(layer, shape, y)
             calls: dict[str, Callable[[], Any]] = {
                 "torch": lambda: F.conv2d(x, w, b, layer.stride, layer.padding, layer.dilation, layer.groups)}
-            for algorithm in ALGORITHMS:
+            for algorithm in algorithms:
                 swapped = algoswap.swap_conv2d(copy.deepcopy(layer), algorithm, sample_input_shape=shape)
                 assert torch.allclose(swapped(x), y, rtol=1e-3, atol=1e-3)
                 calls[algorithm] = functools.partial(swapped, x)
                 row[f"{algorithm} kernel"] = algoswap.explain(swapped)[0].kernel
             row.update(median_ms(calls, runs))
         rows.append(row)
-        print(_format(row), flush=True)
+        print((show or _format)(row), flush=True)
     return rows
 
 

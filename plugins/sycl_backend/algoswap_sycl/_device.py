@@ -21,7 +21,9 @@ ENV_DEVICE = "ALGOSWAP_SYCL_DEVICE"
 _DTYPES = {"float32": "float", "float64": "double"}
 _chosen: str | None = None  # set by use_device(); wins over ALGOSWAP_SYCL_DEVICE
 _contexts: dict[str, "Context"] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()
+POOL_PER_SIZE = 4  # free allocations kept per size
+POOL_LARGEST = 512 * 2**20  # larger scratch allocations are freed, not kept
 
 
 def _find_libintelocl() -> str | None:
@@ -123,6 +125,8 @@ class Context:
     programs: dict[str, Any] = field(default_factory=dict)
     kernels: dict[tuple[str, str], Any] = field(default_factory=dict)
     _resident: dict[tuple[Any, ...], tuple[Any, SyclArray]] = field(default_factory=dict, repr=False)
+    _pool: dict[int, list[Any]] = field(default_factory=dict, repr=False)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
     def open(cls, name: str) -> "Context":
@@ -155,18 +159,44 @@ class Context:
             source = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
         return dpctl.program.create_program_from_source(self.queue, source, options)
 
-    def empty(self, shape: Sequence[int], dtype: np.dtype) -> SyclArray:
+    def empty(self, shape: Sequence[int], dtype: np.dtype, temporary: bool = False) -> SyclArray:
+        """A new device array; a ``temporary`` one comes from (and goes back to, at ``release()``) a pool
+        of allocations, so that scratch memory is not allocated and faulted in at every call."""
         import dpctl.memory
 
         shape = tuple(int(s) for s in shape)
-        count = int(np.prod(shape, dtype=np.int64))
-        memory = dpctl.memory.MemoryUSMShared(max(count, 1) * dtype.itemsize, queue=self.queue)
+        nbytes = max(int(np.prod(shape, dtype=np.int64)), 1) * dtype.itemsize
+        memory = None
+        if temporary:
+            with _lock:
+                free = self._pool.get(nbytes)
+                memory = free.pop() if free else None
+        if memory is None:
+            memory = dpctl.memory.MemoryUSMShared(nbytes, queue=self.queue)
+        if temporary:
+            self._temporaries().append(memory)
         return SyclArray(memory, shape, dtype, self)
 
-    def upload(self, array: np.ndarray) -> SyclArray:
+    def _temporaries(self) -> list[Any]:
+        if not hasattr(self._local, "temporaries"):
+            self._local.temporaries = []
+        found: list[Any] = self._local.temporaries
+        return found
+
+    def release(self) -> None:
+        """Give this thread's temporaries back to the pool (after ``wait()``: no kernel reads them)."""
+        temporaries = self._temporaries()
+        with _lock:
+            for memory in temporaries:
+                free = self._pool.setdefault(memory.nbytes, [])
+                if len(free) < POOL_PER_SIZE and memory.nbytes <= POOL_LARGEST:
+                    free.append(memory)
+        temporaries.clear()
+
+    def upload(self, array: np.ndarray, temporary: bool = False) -> SyclArray:
         """A device copy of a host array."""
         array = np.ascontiguousarray(array)
-        out = self.empty(array.shape, array.dtype)
+        out = self.empty(array.shape, array.dtype, temporary)
         if array.size:
             out.host_view()[...] = array
         return out
@@ -177,7 +207,7 @@ class Context:
         if isinstance(array, SyclArray):
             return array
         if array.flags.writeable:
-            return self.upload(array)
+            return self.upload(array, temporary=True)
         return self.resident(array, "plain", self.upload)
 
     def resident(self, array: np.ndarray, form: str, make: Any) -> SyclArray:
@@ -204,6 +234,7 @@ class Context:
 
     def wait(self) -> None:
         self.queue.wait()
+        self.release()
 
 
 def _argument(value: Any, dtype: np.dtype) -> Any:

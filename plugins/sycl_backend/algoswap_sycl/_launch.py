@@ -31,7 +31,7 @@ def start(*arrays: Any) -> tuple[Context, np.dtype, list[SyclArray | None]]:
 
 
 def finish(ctx: Context, out: SyclArray, inputs: Sequence[Any]) -> Any:
-    """Wait for the queue; the result stays on the device if an input came as a SyclArray, else it
+    """Wait for the queue (temporaries go back to the pool); the result stays on the device if an input came as a SyclArray, else it
     is returned as a host numpy array (a view of the shared USM memory, no copy)."""
     ctx.wait()
     if any(isinstance(a, SyclArray) for a in inputs):
@@ -62,9 +62,9 @@ def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray
             [batches * groups, ceil_div(m, TM), columns], [1, 1, WGN])
 
 
-def swap01(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int) -> SyclArray:
+def swap01(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int, temporary: bool = True) -> SyclArray:
     """out[b, a, c] = x[a, b, c]."""
-    out = ctx.empty((b, a, c), dtype)
+    out = ctx.empty((b, a, c), dtype, temporary)
     ctx.run(dtype, "swap01", [x, out, a, b, c], [a, b, c])
     return out
 

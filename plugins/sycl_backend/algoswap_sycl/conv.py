@@ -86,7 +86,7 @@ def _pad(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry, width: int) -
     """The input padded to (hp, width) columns: the spec's padding, then zeros up to ``width``."""
     if g.unpadded and width == g.w:
         return x
-    xp = ctx.empty((g.n, g.c, g.hp, width), dtype)
+    xp = ctx.empty((g.n, g.c, g.hp, width), dtype, temporary=True)
     (top, _), (left, _) = g.padding
     ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, width, top, left, g.mode], [g.n * g.c, g.hp, width])
     return xp
@@ -109,9 +109,9 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
     else:
         ldb = round_up(g.pixels, 32)
         xp = _pad(ctx, dtype, xd, g, g.wp)
-        col = ctx.empty((g.n * g.groups, g.taps, ldb), dtype)
+        col = ctx.empty((g.n * g.groups, g.taps, ldb), dtype, temporary=True)
         ctx.run(dtype, "im2col", [xp, col, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
-                [g.n * g.groups, g.taps, ldb])
+                [g.n * g.groups * g.taps, g.oh, g.ow])
     gemm(ctx, dtype, wd, col, y, m=g.og, n=g.pixels, k=g.taps, sam=g.taps, sak=1, ldb=ldb, ldc=g.pixels,
          groups=g.groups, batches=g.n, a_g=g.og * g.taps, b_n=g.groups * g.taps * ldb, b_g=g.taps * ldb,
          c_n=g.o * g.pixels, c_g=g.og * g.pixels, bias=bd, bias_mode=0 if bd is None else 1, b_padded=not pointwise)
@@ -145,11 +145,11 @@ def conv2d_grad_input(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: P
     """W^T @ dy per group (the tiled matrix product), col2im onto the padded grid, then the padding's adjoint."""
     ctx, dtype, (dyd, wd) = start(dy, w)
     g = _geometry(input_size, w.shape, stride, padding, dilation, groups, padding_mode)
-    dcol = ctx.empty((g.n * g.groups, g.taps, g.pixels), dtype)
+    dcol = ctx.empty((g.n * g.groups, g.taps, g.pixels), dtype, temporary=True)
     gemm(ctx, dtype, wd, dyd, dcol, m=g.taps, n=g.pixels, k=g.og, sam=1, sak=g.taps, ldb=g.pixels, ldc=g.pixels,
          groups=g.groups, batches=g.n, a_g=g.og * g.taps, b_n=g.o * g.pixels, b_g=g.og * g.pixels,
          c_n=g.groups * g.taps * g.pixels, c_g=g.taps * g.pixels)
-    dxp = ctx.empty((g.n, g.c, g.hp, g.wp), dtype)
+    dxp = ctx.empty((g.n, g.c, g.hp, g.wp), dtype, temporary=not g.unpadded)
     ctx.run(dtype, "col2im", [dcol, dxp, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups], [g.n * g.c, g.hp, g.wp])
     return finish(ctx, _unpad(ctx, dtype, dxp, g), (dy, w))
 
@@ -159,7 +159,7 @@ def _unpad(ctx: Context, dtype: np.dtype, dxp: SyclArray, g: Geometry) -> SyclAr
     if g.unpadded:
         return dxp
     (top, _), (left, _) = g.padding
-    rows = ctx.empty((g.n, g.c, g.h, g.wp), dtype)
+    rows = ctx.empty((g.n, g.c, g.h, g.wp), dtype, temporary=True)
     ctx.run(dtype, "fold_axis", [dxp, rows, g.h, g.hp, g.wp, top, g.mode], [g.n * g.c, g.h, g.wp])
     dx = ctx.empty((g.n, g.c, g.h, g.w), dtype)
     ctx.run(dtype, "fold_axis", [rows, dx, g.w, g.wp, 1, left, g.mode], [g.n * g.c * g.h, g.w, 1])
@@ -173,7 +173,7 @@ def conv2d_grad_weight(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride:
     g = _geometry(x.shape, tuple(weight_size), stride, padding, dilation, groups, padding_mode)
     xp = _pad(ctx, dtype, xd, g, g.wp)
     rows = g.n * g.pixels
-    col_t = ctx.empty((g.groups, rows, g.taps), dtype)
+    col_t = ctx.empty((g.groups, rows, g.taps), dtype, temporary=True)
     ctx.run(dtype, "im2col_t", [xp, col_t, g.n, g.c, g.hp, g.wp, g.cg, *g.window()], [g.groups, rows, g.taps])
     dy_t = dyd if g.n == 1 else swap01(ctx, dtype, dyd, g.n, g.o, g.pixels)
     dw = ctx.empty(tuple(weight_size), dtype)
@@ -195,12 +195,17 @@ def kernel(call: Any) -> str:
     ctx = context()
     if call.op == "conv2d_grad_bias":
         return f"sum02: one work-item per channel, on {ctx.describe()}"
-    fold = "" if call.attrs["padding"] == ((0, 0), (0, 0)) else ", pad2d"
+    a = call.attrs
+    padded = a["padding"] != ((0, 0), (0, 0))
+    pad = "pad2d + " if padded else ""
     if call.op == "conv2d_grad_input":
-        return f"{gemm_kernel_name(ctx)} + col2im{', fold_axis' if fold else ''}"
+        return f"{gemm_kernel_name(ctx)} + col2im{' + fold_axis' if padded else ''}"
     if call.op == "conv2d_grad_weight":
-        return f"im2col_t{fold} + {gemm_kernel_name(ctx)}"
-    return f"im2col{fold} + {gemm_kernel_name(ctx)}"
+        return f"{pad}im2col_t + swap01 + {gemm_kernel_name(ctx)}"
+    weight = call.shape("weight")
+    if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded:
+        return f"{gemm_kernel_name(ctx)} (a 1x1 convolution: the input is the im2col matrix)"
+    return f"{pad}im2col + {gemm_kernel_name(ctx)}"
 
 
 def kernel_direct(call: Any) -> str:

@@ -140,20 +140,18 @@ __kernel void fold_axis(__global const REAL *in, __global REAL *out, int L, int 
     out[((long)r * L + l) * S + s] = total;
 }
 
-// col[nb, g][k, p] (rows of ldc >= P, zero past P) from the padded input xp[n, c, Hp, Wpa];
-// k = (c * KH + kh) * KW + kw over the group's channels, p = oh * OW + ow.
+// col[nb, g][k, p] from the padded input xp[n, c, Hp, Wpa]: k = (c * KH + kh) * KW + kw over the group's
+// channels, p = oh * OW + ow, rows ldc >= P apart (the columns past P are never written: the product
+// reads them only into output lanes it does not store).
 __kernel void im2col(__global const REAL *xp, __global REAL *col, int C, int Hp, int Wpa, int Cg, int KH, int KW,
                      int OH, int OW, int sh, int sw, int dh, int dw, int G, int ldc) {
-    int p = get_global_id(0), k = get_global_id(1), batch = get_global_id(2);
-    int g = batch % G, n = batch / G;
+    int ow = get_global_id(0), oh = get_global_id(1), row = get_global_id(2);
     int Kg = Cg * KH * KW;
-    REAL v = 0;
-    if (p < OH * OW) {
-        int kw = k % KW, kh = (k / KW) % KH, c = k / (KW * KH);
-        int oh = p / OW, ow = p % OW;
-        v = xp[(((long)n * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + ow * sw + kw * dw];
-    }
-    col[((long)batch * Kg + k) * ldc + p] = v;
+    int k = row % Kg, batch = row / Kg;
+    int g = batch % G, n = batch / G;
+    int kw = k % KW, kh = (k / KW) % KH, c = k / (KW * KH);
+    col[(long)row * ldc + oh * OW + ow] =
+        xp[(((long)n * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + ow * sw + kw * dw];
 }
 
 // colT[g][(n * P + p), k]: im2col transposed, the right-hand side of the weight gradient.

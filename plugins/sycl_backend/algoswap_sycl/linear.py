@@ -13,12 +13,12 @@ from ._launch import finish, gemm, gemm_kernel_name, start, sum02, swap01
 
 def _transposed(ctx: Context, dtype: np.dtype, w: Any) -> SyclArray:
     """w.T on the device; for read-only host weights (a Model's), made once and kept while w lives."""
-    def make(array: Any) -> SyclArray:
-        return swap01(ctx, dtype, ctx.device(array), array.shape[0], array.shape[1], 1)
+    def make(array: Any, temporary: bool = False) -> SyclArray:
+        return swap01(ctx, dtype, ctx.device(array), array.shape[0], array.shape[1], 1, temporary)
 
     if isinstance(w, np.ndarray) and not w.flags.writeable:
         return ctx.resident(w, "transposed", make)
-    return make(w)
+    return make(w, temporary=True)
 
 
 def linear(x: Any, w: Any, b: Any) -> Any:

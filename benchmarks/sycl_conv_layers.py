@@ -1,0 +1,69 @@
+"""Every distinct conv layer of zoo resnet18 (224x224): the SYCL backend's "sycl:direct" and "sycl:smm"
+against the oneDNN backend's "dnnl:direct" and torch.nn.functional.conv2d, in one run.
+
+    .venv/bin/python benchmarks/sycl_conv_layers.py
+    .venv/bin/python benchmarks/sycl_conv_layers.py --batch 1 8 --runs 20
+    ALGOSWAP_SYCL_DEVICE=opencl:cpu:0 .venv/bin/python benchmarks/sycl_conv_layers.py
+
+Each layer is swapped with swap_conv2d (as users call it: CPU tensors in and out, copied into USM per
+call). Median of timed runs after warm-up, taken in turns. Target: sycl time <= 2x dnnl's.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # before torch loads libgomp: see algoswap._cli.quiet_openmp_spinning
+
+import argparse
+from typing import Any
+
+import torch
+
+import algoswap
+from dnnl_conv_layers import measure
+
+ALGORITHMS = ("dnnl:direct", "sycl:direct", "sycl:smm")
+
+
+HEADER = (f"{'N':>2} {'layer':<24} {'GFLOP':>6} {'torch':>7} {'dnnl':>7} {'direct':>7} {'smm':>7}"
+          f" {'direct/dnnl':>12} {'smm/dnnl':>9} {'smm GFLOP/s':>12}   (ms)")
+
+
+def _format(row: dict[str, Any]) -> str:
+    dnnl, direct, smm = row["dnnl:direct"], row["sycl:direct"], row["sycl:smm"]
+    return (f"{row['batch']:>2} {row['layer']:<24} {row['gflop']:>6.3f} {row['torch']:>7.2f} {dnnl:>7.2f} "
+            f"{direct:>7.2f} {smm:>7.2f} {direct / dnnl:>12.2f} {smm / dnnl:>9.2f} {row['gflop'] / smm * 1e3:>12.0f}")
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for batch in sorted({r["batch"] for r in rows}):
+        mine = [r for r in rows if r["batch"] == batch]
+        total = {name: sum(r[name] for r in mine) for name in ("torch",) + ALGORITHMS}
+        lines.append(f"batch {batch}, all distinct layers: torch {total['torch']:.2f} ms, "
+                     + ", ".join(f"{a} {total[a]:.2f} ms" for a in ALGORITHMS)
+                     + f"; sycl:direct/dnnl {total['sycl:direct'] / total['dnnl:direct']:.2f}x,"
+                     + f" sycl:smm/dnnl {total['sycl:smm'] / total['dnnl:direct']:.2f}x")
+        best = [min(r["sycl:direct"], r["sycl:smm"]) / r["dnnl:direct"] for r in mine]
+        lines.append(f"  best SYCL algorithm per layer / dnnl: {min(best):.2f}x to {max(best):.2f}x;"
+                     f" layers within 2x: {sum(b <= 2 for b in best)} of {len(best)}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1])
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement (after 3 warm-up runs)")
+    args = parser.parse_args()
+    sycl = algoswap.registry().backends["sycl"]
+    if sycl.availability() is not True:
+        raise SystemExit(f"the sycl backend is unavailable: {sycl.availability()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; SYCL device: {sycl.device}")
+    print(HEADER)
+    rows = [row for batch in args.batch for row in measure(batch, args.runs, ALGORITHMS, _format)]
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()

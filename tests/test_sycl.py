@@ -1,0 +1,283 @@
+"""The SYCL backend (algoswap-sycl) on this machine's SYCL device (the CPU device of Intel's OpenCL runtime).
+
+Correctness of every sycl implementation against the reference is tested by test_conformance.py, and
+every zoo model through swap_conv2d by test_zoo_swap_conv2d.py; here: the device and its programs,
+availability without dpctl or a device, the device-resident path (SyclArray in, SyclArray out), kept
+weights, whole models through swap_backend, gradients and threads.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+import algoswap
+from helpers import relative_error
+from test_conformance import check_conformance
+
+algoswap_sycl = pytest.importorskip("algoswap_sycl", reason="algoswap-sycl is not installed")
+
+_backends = algoswap.registry().backends
+_available = _backends["sycl"].availability() if "sycl" in _backends else "not loaded"
+pytestmark = pytest.mark.skipif(_available is not True, reason=f"sycl backend unavailable: {_available}")
+
+SYCL_OPS = ("conv2d", "linear", "maxpool2d", "avgpool2d", "adaptiveavgpool2d", "relu", "flatten")
+CONV = {"stride": (1, 1), "padding": ((1, 1), (1, 1)), "dilation": (1, 1), "groups": 1, "padding_mode": "zeros"}
+
+
+def device() -> Any:
+    from algoswap_sycl._device import context
+
+    return context()
+
+
+def _run_python(code: str, **env: str | None) -> str:
+    """Run ``code`` in a fresh interpreter with these environment changes (None removes a variable)."""
+    environment = dict(os.environ)
+    for name, value in env.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_backends_lists_the_device() -> None:
+    out = _run_python("import algoswap._cli as c; c.main(['backends', '--json'])")
+    rows = {row["backend"]: row for row in json.loads(out)["backends"]}
+    assert rows["sycl"]["status"] == "available" and rows["sycl"]["distribution"] == "algoswap-sycl"
+    assert rows["sycl"]["device"] == f"sycl {device().filter_string}"
+
+
+def test_kernel_names_say_what_runs() -> None:
+    shapes = [(1, 64, 28, 28), (64, 64, 3, 3), None]
+    smm = algoswap.select("conv2d", shapes, algorithm="sycl:smm", padding=1).kernel
+    direct = algoswap.select("conv2d", shapes, algorithm="sycl:direct", padding=1).kernel
+    assert smm.startswith("pad2d + im2col + gemm") and "local-memory panel" in smm and "vload16" in smm
+    assert direct.startswith("conv_direct") and device().filter_string in direct
+    grad = algoswap.select("conv2d_grad_input", [(1, 64, 28, 28), (64, 64, 3, 3)], algorithm="sycl:default",
+                           input_size=(1, 64, 28, 28), padding=1).kernel
+    assert "col2im" in grad
+
+
+def test_sycl_is_chosen_only_when_asked_for() -> None:
+    shapes = [(1, 3, 16, 16), (4, 3, 3, 3), None]
+    assert algoswap.select("conv2d", shapes).impl.backend != "sycl"
+    assert algoswap.select("conv2d", shapes, algorithm="smm").impl.backend != "sycl"
+    assert algoswap.select("conv2d", shapes, algorithm="sycl:default").impl.qualified == "sycl:smm"
+
+
+def test_programs_are_built_once_per_device_and_dtype(rng: np.random.Generator) -> None:
+    ctx = device()
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    algoswap.ops.relu(x, algorithm="sycl:direct")
+    program = ctx.programs["float32"]
+    kernel = ctx.kernel(np.dtype(np.float32), "relu")
+    for _ in range(3):
+        algoswap.ops.conv2d(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32), None, algorithm="sycl:smm")
+        algoswap.ops.relu(x, algorithm="sycl:direct")
+    assert ctx.programs["float32"] is program and ctx.kernel(np.dtype(np.float32), "relu") is kernel
+    assert set(ctx.programs) <= {"float32", "float64"}
+
+
+def test_float64_only_where_the_device_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    shapes = [(1, 3, 8, 8), (4, 3, 3, 3), None]
+    if device().fp64:
+        assert algoswap.select("conv2d", shapes, "float64", "sycl:smm").impl.backend == "sycl"
+    monkeypatch.setattr(device(), "fp64", False)
+    algoswap.registry().selection_cache.clear()
+    with pytest.raises(algoswap.NoImplementationError, match=r"has no float64 \(cl_khr_fp64\)"):
+        algoswap.select("conv2d", shapes, "float64", "sycl:smm")
+    algoswap.registry().selection_cache.clear()
+
+
+def test_the_device_is_chosen_by_environment_or_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    from algoswap_sycl import _device
+
+    name = device().filter_string
+    monkeypatch.setenv("ALGOSWAP_SYCL_DEVICE", name)
+    assert _device.context().filter_string == name and _device.probe() is True
+    monkeypatch.setenv("ALGOSWAP_SYCL_DEVICE", "opencl:gpu:7")
+    answer = _device.probe()
+    assert isinstance(answer, str) and answer.startswith("no SYCL device 'opencl:gpu:7'")
+    algoswap_sycl.use_device(name)  # the option wins over the environment
+    try:
+        assert _device.probe() is True and _device.context().filter_string == name
+    finally:
+        algoswap_sycl.use_device(None)
+
+
+def test_unavailable_without_dpctl_and_nothing_crashes() -> None:
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'dpctl': raise ImportError('dpctl is blocked for this test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import numpy as np, algoswap\n"
+        "reason = algoswap.registry().backends['sycl'].availability()\n"
+        "print(reason)\n"
+        "x = np.ones((1, 2, 4, 4), np.float32)\n"
+        "print(algoswap.ops.relu(x).sum())\n"
+        "try:\n"
+        "    algoswap.ops.relu(x, algorithm='sycl:direct')\n"
+        "except algoswap.NoImplementationError as exc:\n"
+        "    print('refused:', 'backend unavailable: dpctl does not import' in str(exc))\n"
+    )
+    lines = _run_python(code).splitlines()
+    assert lines[0].startswith("dpctl does not import: ImportError: dpctl is blocked")
+    assert lines[1:] == ["32.0", "refused: True"]
+
+
+def test_the_plugin_points_opencl_at_intels_runtime_unless_the_user_did() -> None:
+    code = ("import os, algoswap\n"
+            "print(algoswap.registry().backends['sycl'].availability())\n"
+            "print(os.environ.get('OCL_ICD_FILENAMES', ''))\n")
+    available, library = _run_python(code, OCL_ICD_FILENAMES=None).splitlines()
+    assert available == "True" and library.endswith("libintelocl.so") and os.path.exists(library)
+    available, library = _run_python(code, OCL_ICD_FILENAMES="/nonexistent/libnothing.so").splitlines()
+    assert library == "/nonexistent/libnothing.so" and available.startswith("no SYCL device 'default'")
+
+
+def _through_usm(impl: algoswap.ImplRecord) -> algoswap.ImplRecord:
+    """``impl`` fed SyclArrays (uploaded through the USM memory space) and checked to return one."""
+    from algoswap_sycl import USM, SyclArray
+
+    def run(*arrays: Any, **attrs: Any) -> np.ndarray:
+        out = impl.callable(*(None if a is None else USM.upload(a) for a in arrays), **attrs)
+        assert isinstance(out, SyclArray), f"{impl.op} returned {type(out).__name__} for device inputs"
+        return np.asarray(USM.download(out))
+
+    return algoswap.ImplRecord(impl.op, impl.algorithm, impl.backend, run, impl.dtypes, impl.supports)
+
+
+@pytest.mark.parametrize("impl", algoswap.registry().implementations(backend="sycl") if "sycl" in _backends else [],
+                         ids=lambda impl: f"{impl.op}-{impl.algorithm}")
+def test_device_resident_arrays_in_and_out(impl: algoswap.ImplRecord, rng: np.random.Generator) -> None:
+    ran, failures = check_conformance(_through_usm(impl), "float32", rng)
+    assert ran and not failures, failures
+
+
+def test_usm_memory_space_moves_arrays(rng: np.random.Generator) -> None:
+    from algoswap_sycl import USM, SyclArray
+
+    x = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    moved = USM.upload(x)
+    assert isinstance(moved, SyclArray) and moved.shape == x.shape and moved.memory.sycl_device is not None
+    back = USM.download(moved)
+    assert np.array_equal(back, x) and not np.shares_memory(back, moved.host_view())
+    assert USM.name == "sycl" and not USM.is_host
+
+
+def test_read_only_weights_are_copied_to_the_device_once(rng: np.random.Generator) -> None:
+    import gc
+
+    from algoswap_sycl import conv
+    from algoswap_sycl._device import resident_count
+
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    values = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    before = resident_count()
+    expected = conv.conv2d_smm(x, values, None, **CONV)
+    assert resident_count() == before  # writeable: uploaded at every call, never kept
+    w = values.copy()
+    w.setflags(write=False)
+    for _ in range(3):
+        np.testing.assert_array_equal(conv.conv2d_smm(x, w, None, **CONV), expected)
+    assert resident_count() == before + 1
+    del w
+    gc.collect()
+    assert resident_count() == before
+
+
+def test_writeable_weights_changed_in_place_are_seen(rng: np.random.Generator) -> None:
+    from algoswap_sycl import conv
+
+    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    first = conv.conv2d_direct(x, w, None, **CONV)
+    w *= 2
+    np.testing.assert_allclose(conv.conv2d_direct(x, w, None, **CONV), 2 * first, rtol=1e-5, atol=1e-5)
+
+
+def test_resnet18_swap_backend_on_sycl_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap import zoo
+
+    model, x = zoo.build("resnet18"), zoo.sample_input("resnet18", 2, small=True)
+    with torch.no_grad():
+        expected = model(x)
+    algos = {op: "sycl:default" for op in SYCL_OPS}
+    probe = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
+    present = {op: request for op, request in algos.items() if op in probe.op_counts()}
+    converted = algoswap.swap_backend(model, present, sample_input_shape=tuple(x.shape))
+    with torch.no_grad():
+        got = converted(x)
+    assert relative_error(got, expected) <= 1e-4
+    rows = [row for row in converted.explain() if row.op in present]
+    assert len(rows) >= 20 and {row.implementation.split(":")[0] for row in rows} == {"sycl"}
+
+
+def test_gradients_run_on_sycl_and_match_torch() -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap._torch.bridge import gradient_choices
+
+    conv = torch.nn.Conv2d(6, 8, 3, stride=2, padding=(1, 2), groups=2, padding_mode="reflect")
+    for algorithm in ("sycl:smm", "sycl:direct"):
+        swapped = algoswap.swap_conv2d(copy.deepcopy(conv), algorithm)
+        x = torch.randn(2, 6, 11, 9, requires_grad=True)
+        theirs, mine = (torch.autograd.grad(m(x).square().sum(), [x, *m.parameters()]) for m in (conv, swapped))
+        assert all(relative_error(a, b) <= 1e-5 for a, b in zip(mine, theirs)), algorithm
+    call = algoswap.select("conv2d", [(2, 6, 11, 9), (8, 3, 3, 3), (8,)], algorithm="sycl:smm",
+                           stride=2, padding=(1, 2), groups=2, padding_mode="reflect")
+    assert all(choice.selection.impl.backend == "sycl" for choice in gradient_choices(call))
+
+
+def test_a_small_cnn_trains_through_sycl_layers() -> None:
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.ReLU(), nn.AvgPool2d(2), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 5))
+    reference = copy.deepcopy(model)
+    for op in ("conv2d", "relu", "maxpool2d", "avgpool2d", "adaptiveavgpool2d", "flatten", "linear"):
+        algoswap.swap_operation(op, model, "sycl:default")
+    x = torch.randn(4, 3, 12, 12)
+    model(x).logsumexp(1).sum().backward()
+    reference(x).logsumexp(1).sum().backward()
+    rows = algoswap.explain(model)
+    assert len(rows) == 9 and all(row.implementation.startswith("sycl:") for row in rows)
+    backward = [label for row in rows for label in row.backward if "reshape" not in label]
+    assert len(backward) == 14 and all(" sycl:" in label and "fallback" not in label for label in backward), backward
+    for mine, theirs in zip(model.parameters(), reference.parameters()):
+        assert relative_error(mine.grad, theirs.grad) <= 1e-5
+
+
+def test_one_model_on_sycl_from_four_threads() -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap import zoo
+
+    model = zoo.build("convnet")
+    for op in ("conv2d", "relu", "maxpool2d", "linear"):
+        algoswap.swap_operation(op, model, "sycl:default")
+    batches = [torch.randn(zoo.input_shape("convnet", 2, small=True)) for _ in range(4)]
+    with torch.no_grad():
+        expected = [model(x) for x in batches]
+
+    def work(i: int) -> list[Any]:
+        with torch.no_grad():  # per thread
+            return [model(batches[i]) for _ in range(5)]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    for got, want in zip(results, expected):
+        assert all(relative_error(g, want) <= 1e-6 for g in got)
