@@ -213,6 +213,7 @@ def test_sparse_updates_are_the_dense_update_of_the_named_rows(rng, name, attrs)
         np.testing.assert_array_equal(got[others], before[others])
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
 def test_sparse_adagrad_and_adam_follow_torch_sparse_optimizers(rng):
     table = rng.standard_normal((10, 4))
     indices = np.array([2, 7, 2, 0])
