@@ -88,6 +88,8 @@ DROPOUT: list[Case] = [
     (((3, 3),), {"p": 0.0, "seed": 0}),
 ]
 
+DROPOUT2D: list[Case] = [(((2, 3, 4, 5),), {"seed": 5}), (((3, 2, 2, 2),), {"p": 0.3, "seed": 2, "training": False})]
+
 SOFTMAX_CROSS_ENTROPY: list[Case] = [
     (((4, 5), Arg((4,), "int", 5)), {}),
     (((3, 4), Arg((3, 4), "unit")), {"reduction": "sum"}),
@@ -151,6 +153,7 @@ OPS_FORWARD: dict[str, list[Case]] = {
     "embedding": EMBEDDING,
     "instance_norm": INSTANCE_NORM,
     "dropout": DROPOUT,
+    "dropout2d": DROPOUT2D,
     "softmax_cross_entropy": SOFTMAX_CROSS_ENTROPY,
     "binary_cross_entropy": BINARY_CROSS_ENTROPY,
     "csrmv": CSRMV,
@@ -187,6 +190,7 @@ OPS_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "instance_norm_grad_weight": ("instance_norm", lambda s, a, y: ((y, s[0]), a)),
     "instance_norm_grad_bias": ("instance_norm", lambda s, a, y: ((y,), {})),
     "dropout_grad": ("dropout", lambda s, a, y: ((y,), a)),
+    "dropout2d_grad": ("dropout2d", lambda s, a, y: ((y,), a)),
     "softmax_cross_entropy_grad": ("softmax_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),
     "binary_cross_entropy_grad": ("binary_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),
     "csrmm_grad_dense": ("csrmm", lambda s, a, y: ((s[0], y), a)),

@@ -150,6 +150,18 @@ def test_dropout_is_reproducible_unbiased_and_its_gradient_uses_the_same_mask(rn
     np.testing.assert_array_equal(algoswap.ops.dropout(x, p=0.3, seed=11, training=False), x)
 
 
+def test_dropout2d_drops_whole_channels_with_dropouts_mask(rng):
+    from algoswap_numpy.dropout import keep_mask
+
+    x = rng.standard_normal((40, 50, 3, 2))
+    y = algoswap.ops.dropout2d(x, p=0.4, seed=9)
+    kept = keep_mask((40, 50), 0.4, 9)
+    np.testing.assert_allclose(y, np.where(kept[:, :, None, None], x / 0.6, 0))
+    assert abs(kept.mean() - 0.6) < 0.03
+    dy = rng.standard_normal(x.shape)
+    np.testing.assert_allclose(algoswap.ops.dropout2d_grad(dy, p=0.4, seed=9), np.where(kept[:, :, None, None], dy / 0.6, 0))
+
+
 def test_dropout_mask_is_the_documented_hash():
     from algoswap_numpy.dropout import keep_mask
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
+from .._spec import Attr, GradRule, Input, OpCall, OpSpec
 from ._convert import boolean, integer, real
 
 
@@ -28,26 +28,33 @@ _ATTRS = (
 )
 
 
-def _grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
-    shape: Shape = shapes["grad_output"]
-    return shape
-
-
 def _same(call: OpCall) -> dict[str, Any]:
     return dict(call.attrs)
 
 
-dropout = OpSpec(
-    "dropout", (Input("input"),), _ATTRS,
-    shape_rule=lambda shapes, attrs: shapes["input"], family="dropout",
-    gradients=(GradRule("input", "dropout_grad", ("grad_output",), _same),),
-    doc="Each element zeroed with probability p, the others scaled by 1 / (1 - p), like torch's dropout "
+def _pair(name: str, ranks: tuple[int, ...] | None, what: str, doc: str) -> tuple[OpSpec, OpSpec]:
+    forward = OpSpec(
+        name, (Input("input", ranks),), _ATTRS,
+        shape_rule=lambda shapes, attrs: shapes["input"], family="dropout",
+        gradients=(GradRule("input", f"{name}_grad", ("grad_output",), _same),), doc=doc,
+    )
+    gradient = OpSpec(
+        f"{name}_grad", (Input("grad_output", ranks),), _ATTRS,
+        shape_rule=lambda shapes, attrs: shapes["grad_output"], family="dropout", grad_of=name,
+        doc=f"Gradient of {name}: grad_output through the same {what} and scale (recomputed from the seed).",
+    )
+    return forward, gradient
+
+
+dropout, dropout_grad = _pair(
+    "dropout", None, "mask",
+    "Each element zeroed with probability p, the others scaled by 1 / (1 - p), like torch's dropout "
     "in training mode; the mask is a function of seed and position only (see algoswap._specs.dropout).",
 )
-dropout_grad = OpSpec(
-    "dropout_grad", (Input("grad_output"),), _ATTRS,
-    shape_rule=_grad_shape, family="dropout", grad_of="dropout",
-    doc="Gradient of dropout: grad_output through the same mask and scale (recomputed from the seed).",
+dropout2d, dropout2d_grad = _pair(
+    "dropout2d", (4,), "channel mask",
+    "Each channel of each sample of NCHW input zeroed with probability p, the others scaled by 1 / (1 - p), "
+    "like torch.nn.functional.dropout2d; channel (n, c) is kept as element n * C + c of dropout's mask.",
 )
 
-SPECS = (dropout, dropout_grad)
+SPECS = (dropout, dropout_grad, dropout2d, dropout2d_grad)

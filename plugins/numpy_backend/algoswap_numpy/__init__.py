@@ -100,7 +100,7 @@ _MODULES = {
     reduce: ("reduce_sum", "reduce_sum_grad", "reduce_mean", "reduce_mean_grad", "broadcast_to", "sum_to_shape"),
     slicing: ("slice_grad", "pad", "pad_grad"),
     norm: ("instance_norm", "instance_norm_grad_input", "instance_norm_grad_weight", "instance_norm_grad_bias"),
-    dropout: ("dropout", "dropout_grad"),
+    dropout: ("dropout", "dropout_grad", "dropout2d", "dropout2d_grad"),
     loss: ("softmax_cross_entropy", "softmax_cross_entropy_grad", "binary_cross_entropy", "binary_cross_entropy_grad"),
     indexing: ("where", "where_grad", "embedding", "embedding_grad"),
     sparse: ("csrmv", "csrmm", "csrmm_grad_dense"),

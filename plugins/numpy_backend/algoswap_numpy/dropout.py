@@ -32,3 +32,15 @@ def dropout(x: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray
 def dropout_grad(dy: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray:
     """The same mask and scale applied to dy (dropout is linear in its input)."""
     return dropout(dy, p=p, seed=seed, training=training)
+
+
+def dropout2d(x: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray:
+    """Whole channels of NCHW input zeroed: channel (n, c) follows element n * C + c of the mask."""
+    if not training or p == 0:
+        return x.copy()
+    scale = x.dtype.type(1 / (1 - p))
+    return np.where(keep_mask(x.shape[:2], p, seed)[:, :, None, None], x * scale, x.dtype.type(0))
+
+
+def dropout2d_grad(dy: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray:
+    return dropout2d(dy, p=p, seed=seed, training=training)

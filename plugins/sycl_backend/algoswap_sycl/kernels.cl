@@ -12,10 +12,16 @@
 // Each work-item keeps a TM x 32 register tile (two REAL16 per row): B rows are read with vload16,
 // A values are broadcast. The work-group's WGN work-items share one TM x KT panel of A, staged in
 // local memory. b_padded: B rows may be read up to the next multiple of 32 columns (im2col pads).
+#ifndef TM
 #define TM 8
+#endif
 #define VN 32
+#ifndef KT
 #define KT 64
+#endif
+#ifndef WGN
 #define WGN 4
+#endif
 
 inline REAL16 load16_guarded(__global const REAL *row, int n0, int N) {
     REAL tmp[16];
@@ -49,8 +55,8 @@ __kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL
     for (int i = 0; i < TM; i++) { acc0[i] = (REAL16)(0); acc1[i] = (REAL16)(0); }
     for (int k0 = 0; k0 < K; k0 += KT) {
         int kt = min(KT, K - k0);
-        for (int e = lid; e < KT * TM; e += WGN) {
-            int kk = e / TM, i = e % TM;
+        for (int e = lid; e < KT * TM; e += WGN) {  // along k first: A rows are read in order
+            int i = e / KT, kk = e % KT;
             int m = min(m0 + i, M - 1);
             panel[kk][i] = kk < kt ? A[(long)m * sam + (long)(k0 + kk) * sak] : (REAL)0;
         }
