@@ -63,7 +63,7 @@ def test_kernel_names_say_what_runs() -> None:
     shapes = [(1, 64, 28, 28), (64, 64, 3, 3), None]
     smm = algoswap.select("conv2d", shapes, algorithm="sycl:smm", padding=1).kernel
     direct = algoswap.select("conv2d", shapes, algorithm="sycl:direct", padding=1).kernel
-    assert smm.startswith("pad2d + im2col + gemm") and "local-memory panel" in smm and "vload16" in smm
+    assert smm.startswith("pad2d + im2col + gemm") and "A read in place" in smm and "vload16" in smm
     assert direct.startswith("conv_direct") and device().filter_string in direct
     grad = algoswap.select("conv2d_grad_input", [(1, 64, 28, 28), (64, 64, 3, 3)], algorithm="sycl:default",
                            input_size=(1, 64, 28, 28), padding=1).kernel
@@ -147,6 +147,23 @@ def test_the_plugin_points_opencl_at_intels_runtime_unless_the_user_did() -> Non
     assert available == "True" and library.endswith("libintelocl.so") and os.path.exists(library)
     available, library = _run_python(code, OCL_ICD_FILENAMES="/nonexistent/libnothing.so").splitlines()
     assert library == "/nonexistent/libnothing.so" and available.startswith("no SYCL device 'default'")
+
+
+def test_the_local_memory_matrix_product_is_correct_too(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
+    """The variant built for devices with on-chip local memory (GPUs), run here on the CPU device."""
+    import dataclasses
+
+    from algoswap_sycl import _device
+
+    ctx = _device.context()
+    staged = dataclasses.replace(ctx, local_panel=True, programs={}, kernels={}, _resident={}, _pool={})
+    monkeypatch.setitem(_device._contexts, _device.device_name(), staged)
+    assert "local-memory panel" in algoswap.select("linear", [(4, 8), (3, 8), None], algorithm="sycl:gemm").kernel
+    for impl in algoswap.registry().implementations(backend="sycl"):
+        if impl.algorithm in ("smm", "gemm"):
+            ran, failures = check_conformance(impl, "float32", rng)
+            assert ran and not failures, (impl.op, failures)
+    assert "-DLOCAL_PANEL=1" in staged._options(np.dtype(np.float32))
 
 
 def _through_usm(impl: algoswap.ImplRecord) -> algoswap.ImplRecord:

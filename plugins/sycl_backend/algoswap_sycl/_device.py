@@ -122,6 +122,7 @@ class Context:
     name: str
     backend: str
     fp64: bool
+    local_panel: bool  # stage the matrix product's A panel in local memory (devices with on-chip local memory)
     programs: dict[str, Any] = field(default_factory=dict)
     kernels: dict[tuple[str, str], Any] = field(default_factory=dict)
     _resident: dict[tuple[Any, ...], tuple[Any, SyclArray]] = field(default_factory=dict, repr=False)
@@ -133,7 +134,8 @@ class Context:
         dpctl = import_dpctl()
         device = dpctl.SyclDevice() if name == "default" else dpctl.SyclDevice(name)
         queue = dpctl.SyclQueue(device, property="in_order")
-        return cls(queue, device.filter_string, device.name, device.backend.name, bool(device.has_aspect_fp64))
+        on_chip = bool(device.is_gpu or device.is_accelerator)
+        return cls(queue, device.filter_string, device.name, device.backend.name, bool(device.has_aspect_fp64), on_chip)
 
     def describe(self) -> str:
         return f"{self.filter_string} ({self.name})"
@@ -154,10 +156,12 @@ class Context:
         import dpctl.program
 
         source = resources.files(__package__).joinpath("kernels.cl").read_text()
-        options = f"-DREAL={_DTYPES[dtype.name]} -cl-mad-enable"
         if dtype.name == "float64":
             source = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
-        return dpctl.program.create_program_from_source(self.queue, source, options)
+        return dpctl.program.create_program_from_source(self.queue, source, self._options(dtype))
+
+    def _options(self, dtype: np.dtype) -> str:
+        return f"-DREAL={_DTYPES[dtype.name]} -DLOCAL_PANEL={int(self.local_panel)} -cl-mad-enable"
 
     def empty(self, shape: Sequence[int], dtype: np.dtype, temporary: bool = False) -> SyclArray:
         """A new device array; a ``temporary`` one comes from (and goes back to, at ``release()``) a pool

@@ -77,8 +77,9 @@ def sum02(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int) -
 
 
 def gemm_kernel_name(ctx: Context) -> str:
-    return (f"gemm: {TM}x{VN} register tile per work-item (vload16 rows of B), {WGN} work-items "
-            f"sharing a {TM}x{KT} local-memory panel of A, on {ctx.describe()}")
+    panel = (f"{WGN} work-items sharing a {TM}x{KT} local-memory panel of A" if ctx.local_panel
+             else f"A read in place (CPU device: no local-memory staging), {WGN}-work-item groups")
+    return f"gemm: {TM}x{VN} register tile per work-item (vload16 rows of B), {panel}, on {ctx.describe()}"
 
 
 def supports_dtype_and_size(call: Any) -> bool | str:

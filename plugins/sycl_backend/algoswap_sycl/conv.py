@@ -111,7 +111,7 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
         xp = _pad(ctx, dtype, xd, g, g.wp)
         col = ctx.empty((g.n * g.groups, g.taps, ldb), dtype, temporary=True)
         ctx.run(dtype, "im2col", [xp, col, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
-                [g.n * g.groups * g.taps, g.oh, g.ow])
+                [g.n * g.groups * g.taps, g.oh])
     gemm(ctx, dtype, wd, col, y, m=g.og, n=g.pixels, k=g.taps, sam=g.taps, sak=1, ldb=ldb, ldc=g.pixels,
          groups=g.groups, batches=g.n, a_g=g.og * g.taps, b_n=g.groups * g.taps * ldb, b_g=g.taps * ldb,
          c_n=g.o * g.pixels, c_g=g.og * g.pixels, bias=bd, bias_mode=0 if bd is None else 1, b_padded=not pointwise)

@@ -10,8 +10,11 @@
 // ----------------------------------------------------------------------------- matrix product
 // C[m, n] = sum_k A[m*sam + k*sak] * B[k*ldb + n] (+ bias), batched over get_global_id(2) = nb*G + g.
 // Each work-item keeps a TM x 32 register tile (two REAL16 per row): B rows are read with vload16,
-// A values are broadcast. The work-group's WGN work-items share one TM x KT panel of A, staged in
-// local memory. b_padded: B rows may be read up to the next multiple of 32 columns (im2col pads).
+// A values are broadcast. With LOCAL_PANEL (devices whose local memory is on-chip: GPUs), the
+// work-group's WGN work-items share one TM x KT panel of A staged in local memory. On a CPU device
+// local memory is ordinary cached memory, and the barriers staging needs cost more than they save
+// (measured on the OpenCL CPU device: 38 against 141 GFLOP/s for 64x3136x576): A is read in place.
+// b_padded: B rows may be read up to the next multiple of 32 columns (im2col pads them).
 #ifndef TM
 #define TM 8
 #endif
@@ -49,18 +52,28 @@ __kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL
     int m0 = get_global_id(1) * TM;
     int n0 = get_global_id(0) * VN;
     int lid = get_local_id(0);
+    (void)lid;
     bool vector_b = b_padded || n0 + VN <= N;
+#if LOCAL_PANEL
     __local REAL panel[KT][TM];
+#define A_AT(i, kk) panel[kk][i]
+#else
+    __global const REAL *arow[TM];  // rows past M repeat the last one (computed, never stored)
+    for (int i = 0; i < TM; i++) arow[i] = A + (long)min(m0 + i, M - 1) * sam;
+#define A_AT(i, kk) arow[i][(long)(k0 + kk) * sak]
+#endif
     REAL16 acc0[TM], acc1[TM];
     for (int i = 0; i < TM; i++) { acc0[i] = (REAL16)(0); acc1[i] = (REAL16)(0); }
     for (int k0 = 0; k0 < K; k0 += KT) {
         int kt = min(KT, K - k0);
+#if LOCAL_PANEL
         for (int e = lid; e < KT * TM; e += WGN) {  // along k first: A rows are read in order
             int i = e / KT, kk = e % KT;
             int m = min(m0 + i, M - 1);
             panel[kk][i] = kk < kt ? A[(long)m * sam + (long)(k0 + kk) * sak] : (REAL)0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         if (n0 < N) {
             __global const REAL *brow = B + (long)k0 * ldb;
             for (int kk = 0; kk < kt; kk++, brow += ldb) {
@@ -68,13 +81,15 @@ __kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL
                 if (vector_b) { b0 = vload16(0, brow + n0); b1 = vload16(0, brow + n0 + 16); }
                 else { b0 = load16_guarded(brow, n0, N); b1 = load16_guarded(brow, n0 + 16, N); }
                 for (int i = 0; i < TM; i++) {
-                    REAL16 a = (REAL16)(panel[kk][i]);
+                    REAL16 a = (REAL16)(A_AT(i, kk));
                     acc0[i] = fma(a, b0, acc0[i]);
                     acc1[i] = fma(a, b1, acc1[i]);
                 }
             }
         }
+#if LOCAL_PANEL
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     }
     if (n0 >= N) return;
     for (int i = 0; i < TM && m0 + i < M; i++) {
@@ -148,16 +163,27 @@ __kernel void fold_axis(__global const REAL *in, __global REAL *out, int L, int 
 
 // col[nb, g][k, p] from the padded input xp[n, c, Hp, Wpa]: k = (c * KH + kh) * KW + kw over the group's
 // channels, p = oh * OW + ow, rows ldc >= P apart (the columns past P are never written: the product
-// reads them only into output lanes it does not store).
+// reads them only into output lanes it does not store). A work-item copies one output row (k, oh),
+// 16 columns at a time.
+__attribute__((vec_type_hint(REAL16)))
 __kernel void im2col(__global const REAL *xp, __global REAL *col, int C, int Hp, int Wpa, int Cg, int KH, int KW,
                      int OH, int OW, int sh, int sw, int dh, int dw, int G, int ldc) {
-    int ow = get_global_id(0), oh = get_global_id(1), row = get_global_id(2);
+    int oh = get_global_id(0), row = get_global_id(1);
     int Kg = Cg * KH * KW;
     int k = row % Kg, batch = row / Kg;
     int g = batch % G, n = batch / G;
     int kw = k % KW, kh = (k / KW) % KH, c = k / (KW * KH);
-    col[(long)row * ldc + oh * OW + ow] =
-        xp[(((long)n * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + ow * sw + kw * dw];
+    __global const REAL *src = xp + (((long)n * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + kw * dw;
+    __global REAL *dst = col + (long)row * ldc + oh * OW;
+    int ow = 0;
+    if (sw == 1)
+        for (; ow + 16 <= OW; ow += 16) vstore16(vload16(0, src + ow), 0, dst + ow);
+    else if (sw == 2)
+        for (; ow + 16 <= OW; ow += 16) {
+            REAL16 lo = vload16(0, src + 2 * ow), hi = vload16(0, src + 2 * ow + 16);
+            vstore16((REAL16)(lo.even, hi.even), 0, dst + ow);
+        }
+    for (; ow < OW; ow++) dst[ow] = src[ow * sw];
 }
 
 // colT[g][(n * P + p), k]: im2col transposed, the right-hand side of the weight gradient.
@@ -199,7 +225,9 @@ __kernel void col2im(__global const REAL *dcol, __global REAL *dxp, int C, int H
 // ----------------------------------------------------------------------------- direct convolution
 // Each work-item: 16 consecutive output columns (one REAL16) x OB output channels of one group, one row.
 // xp is padded (and wide enough that every vector load stays inside it).
+#ifndef OB
 #define OB 8
+#endif
 __attribute__((vec_type_hint(REAL16)))
 __kernel void conv_direct(__global const REAL *xp, __global const REAL *w, __global const REAL *bias, __global REAL *y,
                           int C, int Hp, int Wpa, int O, int OH, int OW, int Cg, int Og, int KH, int KW,
@@ -209,24 +237,23 @@ __kernel void conv_direct(__global const REAL *xp, __global const REAL *w, __glo
     int ob = item % blocks, g = (item / blocks) % G, n = item / (blocks * G);
     int o0 = g * Og + ob * OB;
     int count = min(OB, Og - ob * OB);
+    int taps = Cg * KH * KW;
+    __global const REAL *wrow[OB];  // the weights of each output channel (the last repeated past count)
+    for (int j = 0; j < OB; j++) wrow[j] = w + (long)(o0 + min(j, count - 1)) * taps;
     REAL16 acc[OB];
     for (int j = 0; j < OB; j++) acc[j] = (REAL16)(0);
-    int wstride = Cg * KH * KW;
+    int tap = 0;
     for (int c = 0; c < Cg; c++) {
-        __global const REAL *plane = xp + ((long)n * C + g * Cg + c) * Hp * Wpa;
+        __global const REAL *plane = xp + ((long)n * C + g * Cg + c) * Hp * Wpa + (long)oh * sh * Wpa + ow0 * sw;
         for (int kh = 0; kh < KH; kh++) {
-            __global const REAL *row = plane + (long)(oh * sh + kh * dh) * Wpa + ow0 * sw;
-            for (int kw = 0; kw < KW; kw++) {
+            __global const REAL *row = plane + (long)kh * dh * Wpa;
+            for (int kw = 0; kw < KW; kw++, tap++) {
                 __global const REAL *p = row + kw * dw;
                 REAL16 v;
                 if (sw == 1) v = vload16(0, p);
                 else if (sw == 2) { REAL16 lo = vload16(0, p), hi = vload16(0, p + 16); v = (REAL16)(lo.even, hi.even); }
                 else { REAL t[16]; for (int l = 0; l < 16; l++) t[l] = p[l * sw]; v = vload16(0, t); }
-                int tap = (c * KH + kh) * KW + kw;
-                for (int j = 0; j < OB; j++) {
-                    int o = o0 + min(j, count - 1);
-                    acc[j] = fma((REAL16)(w[(long)o * wstride + tap]), v, acc[j]);
-                }
+                for (int j = 0; j < OB; j++) acc[j] = fma((REAL16)(wrow[j][tap]), v, acc[j]);
             }
         }
     }
