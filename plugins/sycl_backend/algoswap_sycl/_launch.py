@@ -55,11 +55,12 @@ def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray
          b_g: int = 0, c_n: int = 0, c_g: int = 0, bias: SyclArray | None = None, bias_mode: int = 0,
          b_padded: bool = False) -> None:
     """C = A @ B (+ bias) per (batch, group) on the tiled matrix-product kernel (see kernels.cl)."""
-    columns = round_up(ceil_div(n, VN), WGN)
-    ctx.run(dtype, "gemm",
-            [a, b, c, bias if bias is not None else dummy(ctx, dtype), m, n, k, sam, sak, ldb, ldc, groups,
-             Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g), bias_mode, int(b_padded)],
-            [batches * groups, ceil_div(m, TM), columns], [1, 1, WGN])
+    args = [a, b, c, bias if bias is not None else dummy(ctx, dtype), m, n, k, sam, sak, ldb, ldc, groups,
+            Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g), bias_mode, int(b_padded)]
+    if ctx.local_panel:  # work-groups of WGN work-items along the columns share a panel of A
+        ctx.run(dtype, "gemm", args, [batches * groups, ceil_div(m, TM), round_up(ceil_div(n, VN), WGN)], [1, 1, WGN])
+    else:  # row blocks fastest: the blocks that read the same columns of B run one after another
+        ctx.run(dtype, "gemm", args, [batches * groups, ceil_div(n, VN), ceil_div(m, TM)])
 
 
 def swap01(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int, temporary: bool = True) -> SyclArray:

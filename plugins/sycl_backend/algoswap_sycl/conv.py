@@ -99,22 +99,26 @@ def _geometry(x: Any, w_shape: tuple[int, ...], stride: Pair, padding: PadHW, di
 
 def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                padding_mode: str) -> Any:
-    """im2col into rows padded to 32 columns, then the tiled matrix product, bias added in its epilogue."""
+    """im2col with the batch side by side (rows padded to 32 columns), one tiled matrix product per
+    group with the bias in its epilogue, then (batch > 1) the batch moved back in front."""
     ctx, dtype, (xd, wd, bd) = start(x, w, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
-    pointwise = g.kh == g.kw == 1 and g.stride == (1, 1) and g.unpadded
-    if pointwise:  # a 1x1 convolution reads the input itself as its im2col matrix
-        col, ldb = xd, g.pixels
+    columns = g.n * g.pixels
+    if g.kh == g.kw == 1 and g.stride == (1, 1) and g.unpadded and g.n == 1:
+        col, ldb, padded = xd, g.pixels, False  # a 1x1 convolution of one image: the input is the im2col matrix
     else:
-        ldb = round_up(g.pixels, 32)
+        ldb, padded = round_up(columns, 32), True
         xp = _pad(ctx, dtype, xd, g, g.wp)
-        col = ctx.empty((g.n * g.groups, g.taps, ldb), dtype, temporary=True)
-        ctx.run(dtype, "im2col", [xp, col, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
+        col = ctx.empty((g.groups, g.taps, ldb), dtype, temporary=True)
+        ctx.run(dtype, "im2col", [xp, col, g.n, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
                 [g.n * g.groups * g.taps, g.oh])
-    gemm(ctx, dtype, wd, col, y, m=g.og, n=g.pixels, k=g.taps, sam=g.taps, sak=1, ldb=ldb, ldc=g.pixels,
-         groups=g.groups, batches=g.n, a_g=g.og * g.taps, b_n=g.groups * g.taps * ldb, b_g=g.taps * ldb,
-         c_n=g.o * g.pixels, c_g=g.og * g.pixels, bias=bd, bias_mode=0 if bd is None else 1, b_padded=not pointwise)
+    product = y if g.n == 1 else ctx.empty((g.o, g.n, g.pixels), dtype, temporary=True)
+    gemm(ctx, dtype, wd, col, product, m=g.og, n=columns, k=g.taps, sam=g.taps, sak=1, ldb=ldb, ldc=columns,
+         groups=g.groups, a_g=g.og * g.taps, b_g=g.taps * ldb, c_g=g.og * columns, bias=bd,
+         bias_mode=0 if bd is None else 1, b_padded=padded)
+    if g.n > 1:
+        ctx.run(dtype, "swap01", [product, y, g.o, g.n, g.pixels], [g.o, g.n, g.pixels])
     return finish(ctx, y, (x, w, b))
 
 
@@ -202,10 +206,10 @@ def kernel(call: Any) -> str:
         return f"{gemm_kernel_name(ctx)} + col2im{' + fold_axis' if padded else ''}"
     if call.op == "conv2d_grad_weight":
         return f"{pad}im2col_t + swap01 + {gemm_kernel_name(ctx)}"
-    weight = call.shape("weight")
-    if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded:
+    batch, weight = call.shape("input")[0], call.shape("weight")
+    if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded and batch == 1:
         return f"{gemm_kernel_name(ctx)} (a 1x1 convolution: the input is the im2col matrix)"
-    return f"{pad}im2col + {gemm_kernel_name(ctx)}"
+    return f"{pad}im2col + {gemm_kernel_name(ctx)}{' + swap01' if batch > 1 else ''}"
 
 
 def kernel_direct(call: Any) -> str:

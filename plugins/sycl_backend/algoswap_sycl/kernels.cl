@@ -39,7 +39,14 @@ inline void store16_guarded(__global REAL *row, int n0, int N, REAL16 v) {
     for (int j = 0; j < 16 && n0 + j < N; j++) row[n0 + j] = tmp[j];
 }
 
+#if LOCAL_PANEL
+#define M_BLOCK get_global_id(1)
+#define N_BLOCK get_global_id(0)
 __attribute__((reqd_work_group_size(WGN, 1, 1)))
+#else  // row blocks vary fastest: consecutive work-groups share the same columns of B while they are in cache
+#define M_BLOCK get_global_id(0)
+#define N_BLOCK get_global_id(1)
+#endif
 __attribute__((vec_type_hint(REAL16)))
 __kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL *C, __global const REAL *bias,
                    int M, int N, int K, int sam, int sak, int ldb, int ldc, int G,
@@ -49,8 +56,8 @@ __kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL
     A += g * a_g;
     B += nb * b_n + g * b_g;
     C += nb * c_n + g * c_g;
-    int m0 = get_global_id(1) * TM;
-    int n0 = get_global_id(0) * VN;
+    int m0 = M_BLOCK * TM;
+    int n0 = N_BLOCK * VN;
     int lid = get_local_id(0);
     (void)lid;
     bool vector_b = b_padded || n0 + VN <= N;
@@ -161,12 +168,13 @@ __kernel void fold_axis(__global const REAL *in, __global REAL *out, int L, int 
     out[((long)r * L + l) * S + s] = total;
 }
 
-// col[nb, g][k, p] from the padded input xp[n, c, Hp, Wpa]: k = (c * KH + kh) * KW + kw over the group's
-// channels, p = oh * OW + ow, rows ldc >= P apart (the columns past P are never written: the product
-// reads them only into output lanes it does not store). A work-item copies one output row (k, oh),
+// col[g, k][n * P + p] from the padded input xp[n, c, Hp, Wpa]: k = (c * KH + kh) * KW + kw over the
+// group's channels, p = oh * OW + ow; the batch is laid side by side, so that one product per group
+// covers it. Rows are ldc >= N * P apart (columns past N * P are never written: the product reads
+// them only into output lanes it does not store). A work-item copies one output row (k, n, oh),
 // 16 columns at a time.
 __attribute__((vec_type_hint(REAL16)))
-__kernel void im2col(__global const REAL *xp, __global REAL *col, int C, int Hp, int Wpa, int Cg, int KH, int KW,
+__kernel void im2col(__global const REAL *xp, __global REAL *col, int N, int C, int Hp, int Wpa, int Cg, int KH, int KW,
                      int OH, int OW, int sh, int sw, int dh, int dw, int G, int ldc) {
     int oh = get_global_id(0), row = get_global_id(1);
     int Kg = Cg * KH * KW;
@@ -174,7 +182,7 @@ __kernel void im2col(__global const REAL *xp, __global REAL *col, int C, int Hp,
     int g = batch % G, n = batch / G;
     int kw = k % KW, kh = (k / KW) % KH, c = k / (KW * KH);
     __global const REAL *src = xp + (((long)n * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + kw * dw;
-    __global REAL *dst = col + (long)row * ldc + oh * OW;
+    __global REAL *dst = col + ((long)g * Kg + k) * ldc + ((long)n * OH + oh) * OW;
     int ow = 0;
     if (sw == 1)
         for (; ow + 16 <= OW; ow += 16) vstore16(vload16(0, src + ow), 0, dst + ow);
