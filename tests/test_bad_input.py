@@ -214,6 +214,8 @@ SPARSE_AND_INDEX_CALLS = [
     ("embedding_grad", lambda: (np.ones((3, 4)), np.array([0, 1])), {"num_embeddings": 5}, "grad_output", "the shape of 'indices'"),
     ("sgd_update_sparse", lambda: (np.ones((6, 3)), np.array([0, 1]), np.ones((2, 4))), {"lr": 0.1}, "rows", "one row of param"),
     ("adagrad_update_sparse", lambda: (np.ones((6, 3)), np.array([0, 6]), np.ones((2, 3)), np.ones((6, 3))), {"lr": 0.1}, "indices", "values in [0, 5]"),
+    ("binary_cross_entropy", lambda: (np.array([0.5, 1.5]), np.ones(2)), {}, "input", "probabilities in [0, 1]"),
+    ("binary_cross_entropy_grad", lambda: (np.ones(()), np.array([np.nan, 0.5]), np.ones(2)), {}, "input", "or NaN"),
     ("sgd_update", lambda: (np.ones((4, 3)).T, np.ones((3, 4))), {"lr": 0.1}, "param", "C-contiguous, writeable"),
     ("adam_update", lambda: (np.ones(3), np.ones(3), np.ones(3), np.ones(3)[::-1]), {"lr": 0.1, "step": 1}, "v", "updates it in place"),
 ]

@@ -1,6 +1,7 @@
 """Reference softmax_cross_entropy and binary_cross_entropy with their gradients."""
 
 import numpy as np
+from algoswap import OpArgumentError
 
 from .indexing import check_indices
 from .softmax import log_softmax, softmax
@@ -40,14 +41,22 @@ def _clamped_log(x: np.ndarray) -> np.ndarray:
         return np.maximum(np.log(x), x.dtype.type(-100))
 
 
+def _check_probabilities(op: str, x: np.ndarray) -> None:
+    """Probabilities are data, so their range is checked when the op runs (NaN included)."""
+    if not np.all((x >= 0) & (x <= 1)):
+        raise OpArgumentError(op, "input", f"values in [{np.nanmin(x):.4g}, {np.nanmax(x):.4g}] or NaN", "probabilities in [0, 1] (apply sigmoid first)")
+
+
 def binary_cross_entropy(x: np.ndarray, target: np.ndarray, *, reduction: str) -> np.ndarray:
     """-(t log(x) + (1 - t) log(1 - x)), each log clamped at -100."""
+    _check_probabilities("binary_cross_entropy", x)
     losses = -(target * _clamped_log(x) + (1 - target) * _clamped_log(1 - x))
     return _reduce(losses, reduction)
 
 
 def binary_cross_entropy_grad(dy: np.ndarray, x: np.ndarray, target: np.ndarray, *, reduction: str) -> np.ndarray:
     """dy * (x - t) / max(x (1 - x), 1e-12), / size for 'mean'."""
+    _check_probabilities("binary_cross_entropy_grad", x)
     grad = (x - target) / np.maximum(x * (1 - x), x.dtype.type(1e-12))
     scale = dy / x.size if reduction == "mean" else dy
     return (grad * scale).astype(x.dtype, copy=False)
