@@ -74,7 +74,7 @@ def _sparse_shape(state: tuple[str, ...]) -> Any:
 
 def _update(name: str, sparse: bool) -> OpSpec:
     state = _STATE[name]
-    grads = (Input("indices", ANY_RANK), Input("rows", tuple(range(1, 9)))) if sparse else (Input("grad"),)
+    grads = (Input("indices", ANY_RANK), Input("rows", ANY_RANK)) if sparse else (Input("grad"),)
     return OpSpec(
         f"{name}_update{'_sparse' if sparse else ''}",
         (Input("param", ANY_RANK if sparse else None),) + grads + tuple(Input(s) for s in state),
