@@ -8,12 +8,13 @@ OCL_ICD_FILENAMES names its libintelocl.so; it is set here, if the user has not,
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import weakref
 from dataclasses import dataclass, field
 from importlib import metadata, resources
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -214,14 +215,15 @@ class Context:
             return self.upload(array, temporary=True)
         return self.resident(array, "plain", self.upload)
 
-    def resident(self, array: np.ndarray, form: str, make: Any) -> SyclArray:
-        """A device array made from read-only ``array`` by ``make``, cached while ``array`` lives."""
+    def resident(self, array: np.ndarray, form: str, make: Callable[[np.ndarray], SyclArray]) -> SyclArray:
+        """A device array made from read-only ``array`` by ``make``, cached while ``array`` lives (keyed by
+        its id, checked through a weak reference: an id reused after garbage collection never matches)."""
         key = (id(array), form, array.shape, array.dtype.str)
         entry = self._resident.get(key)
         if entry is not None and entry[0]() is array:
             return entry[1]
         made = make(array)
-        self._resident[key] = (weakref.ref(array, lambda ref, key=key: self._drop(key, ref)), made)
+        self._resident[key] = (weakref.ref(array, functools.partial(self._drop, key)), made)
         return made
 
     def _drop(self, key: tuple[Any, ...], ref: Any) -> None:
@@ -262,9 +264,9 @@ def to_host(array: Any) -> np.ndarray:
     return np.asarray(array)
 
 
-def from_host(array: np.ndarray) -> SyclArray:
-    """A host array copied into the selected device's USM memory."""
-    return context().upload(array)
+def from_host(array: Any) -> SyclArray:
+    """A host array copied into the selected device's USM memory (a SyclArray is returned as it is)."""
+    return array if isinstance(array, SyclArray) else context().upload(array)
 
 
 def resident_count() -> int:

@@ -23,11 +23,15 @@ def round_up(a: int, b: int) -> int:
     return ceil_div(a, b) * b
 
 
-def start(*arrays: Any) -> tuple[Context, np.dtype, list[SyclArray | None]]:
-    """The device context, the dtype, and each array on the device (None stays None)."""
+def start(*arrays: Any) -> tuple[Context, np.dtype, list[SyclArray]]:
+    """The device context, the dtype of the first array, and each array on the device."""
     ctx = context()
-    dtype = np.dtype(next(a for a in arrays if a is not None).dtype)
-    return ctx, dtype, [None if a is None else ctx.device(a) for a in arrays]
+    return ctx, np.dtype(arrays[0].dtype), [ctx.device(a) for a in arrays]
+
+
+def optional(ctx: Context, array: Any) -> SyclArray | None:
+    """An optional input (a bias) on the device, or None."""
+    return None if array is None else ctx.device(array)
 
 
 def finish(ctx: Context, out: SyclArray, inputs: Sequence[Any]) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._device import Context, SyclArray
-from ._launch import ceil_div, finish, gemm, gemm_kernel_name, round_up, start, sum02, swap01
+from ._launch import ceil_div, finish, gemm, gemm_kernel_name, optional, round_up, start, sum02, swap01
 
 Pair = tuple[int, int]
 PadHW = tuple[Pair, Pair]
@@ -101,7 +101,8 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
                padding_mode: str) -> Any:
     """im2col with the batch side by side (rows padded to 32 columns), one tiled matrix product per
     group with the bias in its epilogue, then (batch > 1) the batch moved back in front."""
-    ctx, dtype, (xd, wd, bd) = start(x, w, b)
+    ctx, dtype, (xd, wd) = start(x, w)
+    bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
     columns = g.n * g.pixels
@@ -128,7 +129,8 @@ DIRECT_BLOCK = 8  # output channels per work-item (OB in kernels.cl)
 def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                   padding_mode: str) -> Any:
     """Direct convolution: each work-item accumulates 16 output columns x 8 output channels tap by tap."""
-    ctx, dtype, (xd, wd, bd) = start(x, w, b)
+    ctx, dtype, (xd, wd) = start(x, w)
+    bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
     columns = ceil_div(g.ow, 16)
     sw = g.stride[1]

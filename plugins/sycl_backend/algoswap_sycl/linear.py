@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._device import Context, SyclArray, context
-from ._launch import finish, gemm, gemm_kernel_name, start, sum02, swap01
+from ._launch import finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
 
 
 def _transposed(ctx: Context, dtype: np.dtype, w: Any) -> SyclArray:
@@ -23,7 +23,8 @@ def _transposed(ctx: Context, dtype: np.dtype, w: Any) -> SyclArray:
 
 def linear(x: Any, w: Any, b: Any) -> Any:
     """x @ w.T + b: the weight transposed on the device, the bias added in the product's epilogue."""
-    ctx, dtype, (xd, _, bd) = start(x, None, b)
+    ctx, dtype, (xd,) = start(x)
+    bd = optional(ctx, b)
     rows, features, outputs = math.prod(x.shape[:-1]), x.shape[-1], w.shape[0]
     y = ctx.empty(tuple(x.shape[:-1]) + (outputs,), dtype)
     gemm(ctx, dtype, xd, _transposed(ctx, dtype, w), y, m=rows, n=outputs, k=features, sam=features, sak=1,
