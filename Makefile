@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 # Every backend that can run on this machine.
 BACKENDS := plugins/numpy_backend plugins/dnnl_backend plugins/sycl_backend
+# The CUDA backend without a GPU: CuPy (137 MB wheel; no cuDNN, no frontend) lets the tests prove that it
+# loads, says why it is unavailable and is never chosen. On a GPU: pip install "plugins/cuda_backend[cu12]".
+CUDA_CI := -e plugins/cuda_backend cupy-cuda12x==14.2.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
 .PHONY: demo test setup setup-test bench clean
@@ -16,7 +19,7 @@ $(BIN)/python:
 # torch first and pinned, so that nothing later pulls another build of it.
 setup: $(BIN)/python
 	$(PIP) install $(TORCH)
-	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend))
+	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend)) $(CUDA_CI)
 
 setup-test: setup
 	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11"

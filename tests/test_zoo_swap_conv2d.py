@@ -15,7 +15,9 @@ from helpers import relative_error  # noqa: E402
 
 def conv_algorithms() -> list[str]:
     registry = algoswap.registry()
-    return [i.qualified for i in registry.implementations("conv2d") if registry.backends[i.backend].availability() is True]
+    # host-memory backends only: these models run on the CPU (tests/test_cuda.py runs them on a GPU)
+    return [i.qualified for i in registry.implementations("conv2d")
+            if registry.backends[i.backend].availability() is True and registry.backends[i.backend].memory.is_host]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,119 @@
+"""The CUDA backend of algoswap: cuDNN convolution engines through NVIDIA's cuDNN frontend, cuBLAS
+through CuPy, and our own CuPy raw kernels, on CuPy arrays in GPU memory.
+
+Implementations are registered as "module:attribute" strings: discovery imports neither CuPy nor
+cuDNN. The availability probe imports CuPy, once, when the backend is first considered; without a
+GPU it answers "no CUDA GPU is visible" and nothing else runs. Torch CUDA tensors cross zero-copy
+through DLPack. TF32 is off for float32 unless ``set_tf32(True)`` or ALGOSWAP_CUDA_TF32=1.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from algoswap import MemorySpace
+
+__version__ = "0.1.0"
+__all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register", "set_tf32"]
+
+BACKEND = "cuda"
+F32 = ("float32",)
+OWN = ("float32", "float64")
+# Legacy cuDNN algorithm name -> cuDNN engine id of a forward convolution graph (kept in sync with _cudnn.ENGINES;
+# here so that listing them imports nothing).
+ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, "fft_tiling": 4,
+           "winograd": 5, "winograd_nonfused": 6}
+CUDA_MEMORY = MemorySpace(
+    "cuda", "cupy.ndarray",
+    to_host=f"{__name__}._runtime:to_host", from_host=f"{__name__}._runtime:from_host",
+    from_dlpack=f"{__name__}._runtime:from_dlpack",
+    description="C-contiguous CuPy arrays in the memory of the current CUDA device",
+)
+_TF32_NOTE = " TF32 when enabled."
+FUSED_WINOGRAD_REASON = ("cuDNN 9 builds no fused Winograd engine (engine 5, the legacy WINOGRAD) for float32 on "
+                         "Hopper GPUs (H200, cuDNN 9.19: refused for every layer tried; benchmarks/cuda_engines.py); "
+                         "winograd_nonfused is offered")
+
+
+def set_tf32(enabled: bool | None) -> None:
+    """Allow TF32 tensor cores for float32 (True), forbid them (False) or follow ALGOSWAP_CUDA_TF32 (None)."""
+    from ._runtime import set_tf32 as set_
+
+    set_(enabled)
+
+
+def _lazy(module: str, name: str, *args: Any) -> Callable[[Any], Any]:
+    """A function of the call that imports algoswap_cuda.<module> only when first called."""
+    def call(op_call: Any) -> Any:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(op_call, *args)
+
+    call.__name__ = f"{module}.{name}"
+    return call
+
+
+def probe() -> bool | str:
+    try:
+        from ._runtime import probe as run_probe
+    except ImportError as exc:
+        return f"CuPy is not installed (install algoswap-cuda[cu12] or algoswap-cuda[cu13]): {exc}"
+    return run_probe()
+
+
+def algoswap_api_version() -> str:
+    return ">=1,<2"
+
+
+def algoswap_register(registry: Any) -> None:
+    registry.add_backend(BACKEND, device="cuda", memory=CUDA_MEMORY, priority=30, probe=probe,
+                         description="cuDNN engines, cuBLAS and CuPy kernels on an NVIDIA GPU (CuPy arrays)")
+    _register_conv(registry)
+    _register_others(registry)
+
+
+def _register_conv(registry: Any) -> None:
+    add = registry.add_implementation
+    conv = f"{__name__}.conv"
+    add("conv2d", "guess", BACKEND, f"{conv}:conv2d_guess", dtypes=F32, priority=20,
+        supports=_lazy("conv", "supports_cudnn", "guess"), kernel=_lazy("conv", "kernel_cudnn", "guess"),
+        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE)
+    add("conv2d", "find", BACKEND, f"{conv}:conv2d_find", dtypes=F32, priority=15,
+        supports=_lazy("conv", "supports_cudnn", "find"), kernel=_lazy("conv", "kernel_cudnn", "find"),
+        description="cuDNN's first eight ranked engines timed once per layer, the fastest kept (like cudnnFind)." + _TF32_NOTE)
+    for name, engine in ENGINES.items():
+        if name == "winograd":
+            registry.declare_unsupported("conv2d", name, BACKEND, FUSED_WINOGRAD_REASON)
+            continue
+        add("conv2d", name, BACKEND, f"{conv}:conv2d_{name}", dtypes=F32, priority=10,
+            supports=_lazy("conv", "supports_cudnn", name), kernel=_lazy("conv", "kernel_cudnn", name),
+            description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)")
+    add("conv2d", "smm", BACKEND, f"{conv}:conv2d_smm", dtypes=OWN, priority=5, kernel=_lazy("conv", "kernel_smm"),
+        description="im2col gather + cuBLAS batched GEMM." + _TF32_NOTE)
+    add("conv2d", "direct", BACKEND, f"{conv}:conv2d_direct", dtypes=OWN, priority=0,
+        kernel="CuPy raw kernel conv2d_direct (one thread per output)", description="our direct-convolution CUDA kernel")
+    for op in ("conv2d_grad_input", "conv2d_grad_weight"):
+        add(op, "guess", BACKEND, f"{conv}:{op}", dtypes=F32, priority=20, supports=_lazy("conv", "supports_cudnn", "guess"),
+            kernel=_lazy("conv", "kernel_cudnn", "guess"), description="cuDNN's heuristic pick." + _TF32_NOTE)
+        add(op, "smm", BACKEND, f"{conv}:{op}_smm", dtypes=OWN, priority=5, kernel=_lazy("conv", "kernel_smm"),
+            description="cuBLAS batched GEMM with im2col / col2im as a gather / scatter-add." + _TF32_NOTE)
+    add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=OWN, kernel="CuPy sum reduction")
+
+
+def _register_others(registry: Any) -> None:
+    add = registry.add_implementation
+    for op in ("linear", "linear_grad_input", "linear_grad_weight"):
+        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=OWN, kernel=_lazy("linear", "kernel"),
+            description="cuBLAS GEMM." + _TF32_NOTE)
+    add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=OWN, kernel="CuPy sum reduction")
+    for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad", "adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=OWN, kernel=_lazy("pool", "kernel"))
+    for op in ("relu", "relu_grad", "sigmoid", "sigmoid_grad", "tanh", "tanh_grad", "leaky_relu", "leaky_relu_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=OWN, kernel="CuPy element-wise kernel")
+    for op in ("batchnorm2d", "batch_norm_train", "batch_norm_train_grad_input", "batch_norm_train_grad_weight",
+               "batch_norm_train_grad_bias", "layer_norm", "layer_norm_grad_input", "layer_norm_grad_weight",
+               "layer_norm_grad_bias"):
+        add(op, "direct", BACKEND, f"{__name__}.norm:{op}", dtypes=OWN, kernel="CuPy element-wise kernels and reductions")
+    for op in ("softmax", "softmax_grad", "log_softmax", "log_softmax_grad"):
+        add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=OWN, kernel="CuPy element-wise kernels and reductions")
+    for op in ("add", "concat", "flatten", "reshape"):
+        add(op, "direct", BACKEND, f"{__name__}.shape:{op}", dtypes=OWN, kernel="CuPy")

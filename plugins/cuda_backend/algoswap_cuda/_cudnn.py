@@ -1,0 +1,293 @@
+"""Convolution graphs on cuDNN through NVIDIA's cuDNN frontend (module ``cudnn``).
+
+A plan is one graph (fprop, dgrad or wgrad of one layer geometry) with one engine built, cached per
+geometry, engine and TF32 setting. A named algorithm builds the cuDNN engine its legacy algorithm
+became (``ENGINES``, read off the engines' numerical notes and workspaces: README, "CUDA backend");
+``guess`` walks cuDNN's heuristic ranking and builds the first engine that qualifies; ``find`` times
+the first eight that qualify and the legacy FFT and Winograd engines, and keeps the fastest (as
+cudnnFind and torch's cudnn.benchmark do).
+Without TF32, engines with the TENSOR_CORE or DOWN_CONVERT_INPUTS note do not qualify for float32.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import cudnn
+import cupy as cp
+
+from . import _runtime
+
+Shape = tuple[int, ...]
+
+# Legacy cudnnConvolutionFwdAlgo_t names -> cuDNN 9 engine global index of a forward convolution
+# graph. DIRECT was never implemented, so the engines after GEMM are the legacy values minus one.
+ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, "fft_tiling": 4,
+           "winograd": 5, "winograd_nonfused": 6}
+# What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
+EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
+TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
+_DTYPES = {"float32": "FLOAT", "float16": "HALF", "float64": "DOUBLE"}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One convolution as cuDNN sees it: direction, the three shapes, and the window."""
+
+    kind: str  # "fprop", "dgrad" or "wgrad"
+    x: Shape
+    w: Shape
+    y: Shape
+    stride: tuple[int, int]
+    pre: tuple[int, int]
+    post: tuple[int, int]
+    dilation: tuple[int, int]
+    dtype: str = "float32"
+
+
+class NotServed(Exception):
+    """cuDNN has no engine (of the requested kind) for this geometry."""
+
+
+@dataclass
+class Plan:
+    """A built execution plan: run(a, b, out) launches it on the null stream."""
+
+    geometry: Geometry
+    engine: int
+    name: str
+    workspace: int
+    run: Callable[[Any, Any, Any], None]
+
+    @property
+    def label(self) -> str:
+        return f"cuDNN {cudnn.backend_version()} {self.name} (engine {self.engine}, workspace {self.workspace} B)"
+
+
+_lock = threading.RLock()  # find builds the legacy plans through plan() while holding it
+_plans: dict[tuple[Any, ...], Plan | str] = {}
+_state: dict[str, Any] = {}
+
+
+def handle() -> Any:
+    if "handle" not in _state:
+        _state["handle"] = cudnn.create_handle()
+    return _state["handle"]
+
+
+def workspace(size: int) -> int:
+    """A device pointer to at least ``size`` bytes, shared by every plan (all run on one stream)."""
+    buffer = _state.get("workspace")
+    if size and (buffer is None or buffer.nbytes < size):
+        buffer = _state["workspace"] = cp.empty(size, dtype=cp.uint8)
+    return 0 if buffer is None else int(buffer.data.ptr)
+
+
+def _strides(shape: Shape) -> list[int]:
+    out: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        out.insert(0, step)
+        step *= size
+    return out
+
+
+def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[Any, Any, Any]]:
+    dtype = getattr(cudnn.data_type, _DTYPES[g.dtype])
+    compute = cudnn.data_type.DOUBLE if g.dtype == "float64" else cudnn.data_type.FLOAT
+    graph = cudnn.pygraph(io_data_type=dtype, intermediate_data_type=compute, compute_data_type=compute, handle=handle())
+    window = dict(pre_padding=list(g.pre), post_padding=list(g.post), stride=list(g.stride),
+                  dilation=list(g.dilation), compute_data_type=compute)
+
+    def tensor(name: str, shape: Shape) -> Any:
+        return graph.tensor(name=name, dim=list(shape), stride=_strides(shape), data_type=dtype)
+
+    if g.kind == "fprop":
+        a, b = tensor("x", g.x), tensor("w", g.w)
+        out, shape = graph.conv_fprop(image=a, weight=b, **window), g.y
+    elif g.kind == "dgrad":
+        a, b = tensor("dy", g.y), tensor("w", g.w)
+        out, shape = graph.conv_dgrad(loss=a, filter=b, **window), g.x
+    else:
+        a, b = tensor("x", g.x), tensor("dy", g.y)
+        out, shape = graph.conv_wgrad(image=a, loss=b, **window), g.w
+    out.set_output(True).set_dim(list(shape)).set_stride(_strides(shape)).set_data_type(dtype)
+    for note in select_notes:
+        graph.select_numeric_notes([getattr(cudnn.numerical_note, note)])
+    graph.validate()
+    graph.build_operation_graph()
+    return graph, (a, b, out)
+
+
+NOTES = ("FFT", "WINOGRAD", "TENSOR_CORE", "DOWN_CONVERT_INPUTS")
+_notes: dict[tuple[Geometry, int], frozenset[str] | None] = {}
+
+
+def _builds(g: Geometry, engine: int, select_notes: tuple[str, ...] = ()) -> bool:
+    try:
+        graph, _ = _graph(g, select_notes)
+        graph.create_execution_plan(engine, {})
+        graph.build_plan_at_index(graph.get_execution_plan_count() - 1)
+    except Exception:  # noqa: BLE001 - a refusal is the answer
+        return False
+    return True
+
+
+def notes(g: Geometry, engine: int) -> frozenset[str] | None:
+    """The numerical notes cuDNN gives ``engine`` for ``g`` (of NOTES), None if it does not build.
+
+    Read the one way the frontend offers: a graph told to keep only engines with a note builds the
+    engine exactly when the engine has it. Notes belong to the engine, not to its knob settings."""
+    key = (g, engine)
+    if key not in _notes:
+        _notes[key] = frozenset(n for n in NOTES if _builds(g, engine, (n,))) if _builds(g, engine) else None
+    return _notes[key]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _finish(g: Geometry, graph: Any, tensors: tuple[Any, Any, Any], index: int, engine: int) -> Plan:
+    size = int(graph.get_workspace_size_plan_at_index(index))
+    name = str(graph.get_plan_name_at_index(index))
+    uids = [t.uid for t in tensors]
+    raw, lowered = handle().backend_handle, getattr(graph, "_lowered_graph", None)
+    cpp_index = getattr(graph.plans[index], "cpp_index", None) if hasattr(graph, "plans") else None
+
+    if lowered is not None and cpp_index is not None and hasattr(lowered, "_execute_plan_at_index"):
+        # the frontend's own backend call without its per-call argument normalisation (~25 us less)
+        def run(a: Any, b: Any, out: Any) -> None:
+            pack = {uids[0]: a.data.ptr, uids[1]: b.data.ptr, uids[2]: out.data.ptr}
+            lowered._execute_plan_at_index(pack, workspace(size), cpp_index, raw)
+    else:
+        def run(a: Any, b: Any, out: Any) -> None:
+            pack = {tensors[0]: a.data.ptr, tensors[1]: b.data.ptr, tensors[2]: out.data.ptr}
+            graph.execute_plan_at_index(pack, workspace(size), index, handle())
+
+    return Plan(g, engine, name, size, run)
+
+
+def _engine_id(name: str) -> int:
+    """The engine index in a plan name such as "eng38_k2=1_k13=0"."""
+    head = name.split("_")[0]
+    return int(head[3:]) if head.startswith("eng") and head[3:].isdigit() else -1
+
+
+def _named(g: Geometry, algorithm: str) -> Plan:
+    engine = ENGINES[algorithm]
+    try:
+        graph, tensors = _graph(g)
+        graph.create_execution_plan(engine, {})
+        index = graph.get_execution_plan_count() - 1
+        graph.build_plan_at_index(index)
+    except Exception as exc:  # noqa: BLE001 - a refusal is the reason the algorithm does not apply
+        raise NotServed(f"cuDNN has no engine {engine} ({algorithm}) for this {g.kind} layer: {_first_line(exc)}") from None
+    plan = _finish(g, graph, tensors, index, engine)
+    if _engine_id(plan.name) != engine:
+        raise NotServed(f"cuDNN built {plan.name} when asked for engine {engine} ({algorithm})")
+    return plan
+
+
+def _qualifies(g: Geometry, engine: int, tf32: bool) -> bool:
+    if not 0 <= engine < 10_000:  # only cuDNN's own engines (the frontend's Python engines are others)
+        return False
+    if tf32 or g.dtype != "float32":
+        return True
+    found = notes(g, engine)
+    return found is not None and not found & set(TF32_NOTES)
+
+
+def _ranked(g: Geometry) -> tuple[Any, tuple[Any, Any, Any], int]:
+    try:
+        graph, tensors = _graph(g)
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        return graph, tensors, graph.get_execution_plan_count()
+    except Exception as exc:  # noqa: BLE001
+        raise NotServed(f"cuDNN's heuristics offer no engine for this {g.kind} layer: {_first_line(exc)}") from None
+
+
+def _candidates(g: Geometry, graph: Any, count: int, tf32: bool, limit: int) -> Iterator[tuple[int, int]]:
+    """(index, engine) of the first ``limit`` ranked plans that qualify and build."""
+    found = 0
+    for index in range(count):
+        if found == limit:
+            return
+        try:
+            engine = int(graph.get_engine_and_knobs_at_index(index)[0])
+            if not _qualifies(g, engine, tf32):
+                continue
+            graph.build_plan_at_index(index)
+        except Exception:  # noqa: BLE001 - try the next in cuDNN's ranking
+            continue
+        found += 1
+        yield index, engine
+
+
+def _guess(g: Geometry, tf32: bool) -> Plan:
+    graph, tensors, count = _ranked(g)
+    for index, engine in _candidates(g, graph, count, tf32, 1):
+        return _finish(g, graph, tensors, index, engine)
+    raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
+                    f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
+
+
+def _legacy(g: Geometry) -> Iterator[Plan]:
+    """The plans of the legacy FFT and Winograd engines, which cuDNN's ranking often leaves out
+    (Winograd for 3x3 filters only: see conv.WINOGRAD_REASON)."""
+    names = ["fft", "fft_tiling"] + (["winograd_nonfused"] if g.w[2:] == (3, 3) else [])
+    for name in names:
+        try:
+            yield plan(g, name)
+        except NotServed:
+            continue
+
+
+def _find(g: Geometry, tf32: bool, limit: int = 8) -> Plan:
+    """Time the first ``limit`` qualifying plans of cuDNN's ranking and the legacy FFT and Winograd
+    engines on random data; keep the fastest."""
+    graph, tensors, count = _ranked(g)
+    shapes = {"fprop": (g.x, g.w, g.y), "dgrad": (g.y, g.w, g.x), "wgrad": (g.x, g.y, g.w)}[g.kind]
+    rng = cp.random.default_rng(0)
+    arrays = [rng.standard_normal(shape, dtype=cp.float64).astype(g.dtype) for shape in shapes]
+    timings = []
+    ranked = (_finish(g, graph, tensors, index, engine) for index, engine in _candidates(g, graph, count, tf32, limit))
+    for plan in itertools.chain(ranked, _legacy(g)):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        plan.run(*arrays)
+        start.record()
+        for _ in range(3):
+            plan.run(*arrays)
+        stop.record()
+        stop.synchronize()
+        timings.append((cp.cuda.get_elapsed_time(start, stop), plan.engine, plan))
+    if not timings:
+        raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
+                        f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
+    return min(timings, key=lambda t: t[0])[2]
+
+
+def plan(g: Geometry, algorithm: str) -> Plan:
+    """The built plan of ``algorithm`` ("guess", "find" or a name in ENGINES) for ``g``; NotServed if none."""
+    tf32 = _runtime.tf32() and g.dtype == "float32"
+    key = (g, algorithm, tf32)
+    found = _plans.get(key)
+    if found is None:
+        with _lock:
+            try:
+                choose = {"guess": _guess, "find": _find}.get(algorithm)
+                found = choose(g, tf32) if choose else _named(g, algorithm)
+            except NotServed as exc:
+                found = str(exc)
+            _plans[key] = found
+    if isinstance(found, str):
+        raise NotServed(found)
+    return found
+
+
+def plans_cached() -> int:
+    return len(_plans)

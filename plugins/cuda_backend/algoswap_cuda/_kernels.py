@@ -1,0 +1,159 @@
+"""Our CUDA kernels, compiled by CuPy (NVRTC) on first use, once per element type. One thread per
+output element; ``T`` is float or double."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+_CTYPES = {"float32": "float", "float64": "double"}
+BLOCK = 256
+
+CONV2D_DIRECT = r"""
+extern "C" __global__ void conv2d_direct(const T* x, const T* w, const T* b, T* y,
+        int n, int c, int h, int wd, int o, int kh, int kw, int oh, int ow,
+        int sh, int sw, int ph, int pw, int dh, int dw, int groups, int has_bias) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long total = (long long)n * o * oh * ow;
+    if (index >= total) return;
+    int xo = index % ow, yo = (index / ow) % oh, oc = (index / ((long long)ow * oh)) % o;
+    int batch = index / ((long long)ow * oh * o);
+    int cg = c / groups, first = (oc / (o / groups)) * cg;
+    T sum = has_bias ? b[oc] : (T)0;
+    for (int ci = 0; ci < cg; ++ci) {
+        const T* plane = x + ((long long)batch * c + first + ci) * h * wd;
+        const T* taps = w + ((long long)oc * cg + ci) * kh * kw;
+        for (int i = 0; i < kh; ++i) {
+            int row = yo * sh - ph + i * dh;
+            if (row < 0 || row >= h) continue;
+            for (int j = 0; j < kw; ++j) {
+                int col = xo * sw - pw + j * dw;
+                if (col >= 0 && col < wd) sum += plane[(long long)row * wd + col] * taps[i * kw + j];
+            }
+        }
+    }
+    y[index] = sum;
+}
+"""
+
+# Windows start at out * stride - pad; a max window skips positions outside the input.
+MAXPOOL2D = r"""
+// The offset in its plane of the maximum of output element `index`'s window (NaN wins; -1: empty window).
+__device__ inline int window_argmax(const T* plane, long long index, int h, int wd, int oh, int ow,
+        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
+    int xo = index % ow, yo = (index / ow) % oh, at = -1;
+    T best = 0;
+    for (int i = 0; i < kh; ++i) {
+        int row = yo * sh - ph + i * dh;
+        if (row < 0 || row >= h) continue;
+        for (int j = 0; j < kw; ++j) {
+            int col = xo * sw - pw + j * dw;
+            if (col < 0 || col >= wd) continue;
+            T v = plane[row * wd + col];
+            if (at < 0 || v > best || v != v) { best = v; at = row * wd + col; }
+        }
+    }
+    return at;
+}
+
+extern "C" __global__ void maxpool2d(const T* x, T* y, long long planes, int h, int wd, int oh, int ow,
+        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    int at = window_argmax(plane, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
+    y[index] = at < 0 ? (T)0 : plane[at];
+}
+
+extern "C" __global__ void maxpool2d_grad(const T* dy, const T* x, T* dx, long long planes, int h, int wd,
+        int oh, int ow, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    long long offset = (index / ((long long)ow * oh)) * h * wd;
+    int at = window_argmax(x + offset, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
+    if (at >= 0) atomicAdd(dx + offset + at, dy[index]);
+}
+"""
+
+# PyTorch's average pooling: the divisor counts the window clipped to the padded input
+# (count_include_pad), or to the input, or is divisor_override (> 0).
+AVGPOOL2D = r"""
+__device__ inline T divisor(int row0, int col0, int h, int wd, int kh, int kw, int ph, int pw,
+        int include_pad, int override_) {
+    if (override_ > 0) return (T)override_;
+    int r1 = min(row0 + kh, h + ph), c1 = min(col0 + kw, wd + pw);
+    if (include_pad) return (T)((r1 - row0) * (c1 - col0));
+    return (T)((min(r1, h) - max(row0, 0)) * (min(c1, wd) - max(col0, 0)));
+}
+
+extern "C" __global__ void avgpool2d(const T* x, T* y, long long planes, int h, int wd, int oh, int ow,
+        int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int override_) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    int xo = index % ow, yo = (index / ow) % oh;
+    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    int row0 = yo * sh - ph, col0 = xo * sw - pw;
+    T sum = 0;
+    for (int row = max(row0, 0); row < min(row0 + kh, h); ++row)
+        for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) sum += plane[row * wd + col];
+    y[index] = sum / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_);
+}
+
+extern "C" __global__ void avgpool2d_grad(const T* dy, T* dx, long long planes, int h, int wd, int oh, int ow,
+        int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int override_) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    int xo = index % ow, yo = (index / ow) % oh;
+    T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
+    int row0 = yo * sh - ph, col0 = xo * sw - pw;
+    T share = dy[index] / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_);
+    for (int row = max(row0, 0); row < min(row0 + kh, h); ++row)
+        for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) atomicAdd(plane + row * wd + col, share);
+}
+"""
+
+# Adaptive windows: rows [floor(i*h/oh), ceil((i+1)*h/oh)), likewise columns.
+ADAPTIVE = r"""
+extern "C" __global__ void adaptiveavgpool2d(const T* x, T* y, long long planes, int h, int wd, int oh, int ow) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    int xo = index % ow, yo = (index / ow) % oh;
+    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    int r0 = (yo * h) / oh, r1 = ((yo + 1) * h + oh - 1) / oh;
+    int c0 = (xo * wd) / ow, c1 = ((xo + 1) * wd + ow - 1) / ow;
+    T sum = 0;
+    for (int row = r0; row < r1; ++row)
+        for (int col = c0; col < c1; ++col) sum += plane[row * wd + col];
+    y[index] = sum / (T)((r1 - r0) * (c1 - c0));
+}
+
+extern "C" __global__ void adaptiveavgpool2d_grad(const T* dy, T* dx, long long planes, int h, int wd, int oh, int ow) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    int xo = index % ow, yo = (index / ow) % oh;
+    T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
+    int r0 = (yo * h) / oh, r1 = ((yo + 1) * h + oh - 1) / oh;
+    int c0 = (xo * wd) / ow, c1 = ((xo + 1) * wd + ow - 1) / ow;
+    T share = dy[index] / (T)((r1 - r0) * (c1 - c0));
+    for (int row = r0; row < r1; ++row)
+        for (int col = c0; col < c1; ++col) atomicAdd(plane + row * wd + col, share);
+}
+"""
+
+
+@lru_cache(maxsize=64)
+def kernel(source: str, name: str, dtype: str) -> Any:
+    """The compiled kernel ``name`` of ``source`` for element type ``dtype``."""
+    return cp.RawKernel(f"typedef {_CTYPES[dtype]} T;\n{source}", name)
+
+
+def launch(source: str, name: str, dtype: str, count: int, arrays: tuple[Any, ...], planes: int | None,
+           *ints: int) -> None:
+    """Run ``name`` with one thread for each of ``count`` outputs: arguments are the arrays, then the
+    number of planes as a 64-bit integer (where the kernel takes one), then C ints."""
+    args = list(arrays) + ([] if planes is None else [np.int64(planes)]) + [np.int32(v) for v in ints]
+    grid = (count + BLOCK - 1) // BLOCK
+    kernel(source, name, dtype)((grid,), (BLOCK,), tuple(args))

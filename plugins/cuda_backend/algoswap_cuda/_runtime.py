@@ -1,0 +1,86 @@
+"""CuPy, the GPU, the memory space and the TF32 switch. Imported by the op modules and the probe only:
+discovery and registration import neither CuPy nor the cuDNN frontend."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+_tf32: bool | None = None
+
+
+def probe() -> bool | str:
+    """True if CuPy sees a CUDA GPU, else why not (never raises)."""
+    try:
+        if not cp.cuda.is_available():
+            return "no CUDA GPU is visible (cupy.cuda.is_available() is False)"
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - a missing driver is a reason, not a crash
+        return f"CUDA does not start: {type(exc).__name__}: {exc}"
+    return True
+
+
+def set_tf32(enabled: bool | None) -> None:
+    """Let float32 convolutions and matrix products use TF32 tensor cores (True), forbid it (False),
+    or follow the environment variable ALGOSWAP_CUDA_TF32 (None, the default: off unless "1")."""
+    global _tf32
+    _tf32 = enabled
+
+
+def tf32() -> bool:
+    """Whether TF32 is allowed now (read at each call: plans are cached per setting)."""
+    if _tf32 is not None:
+        return _tf32
+    return os.environ.get("ALGOSWAP_CUDA_TF32", "0") == "1"
+
+
+def to_host(array: Any) -> np.ndarray:
+    host: np.ndarray = cp.asnumpy(array)
+    return host
+
+
+# Read-only host arrays (swap_backend's weights) are uploaded once and kept while the host array lives.
+_uploaded: dict[int, tuple[weakref.ref[np.ndarray], Any]] = {}
+
+
+def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
+    entry = _uploaded.get(key)
+    if entry is not None and entry[0] is ref:
+        _uploaded.pop(key, None)
+
+
+def from_host(array: Any) -> Any:
+    """A host array on the GPU; read-only numpy arrays are uploaded once and the copy reused."""
+    if isinstance(array, cp.ndarray):
+        return cp.ascontiguousarray(array)
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
+        entry = _uploaded.get(id(array))
+        if entry is not None and entry[0]() is array:
+            return entry[1]
+        device = cp.ascontiguousarray(cp.asarray(array))
+        key = id(array)
+
+        def forget(ref: weakref.ref[np.ndarray]) -> None:
+            _forget(key, ref)
+
+        _uploaded[key] = (weakref.ref(array, forget), device)
+        return device
+    return cp.ascontiguousarray(cp.asarray(array))
+
+
+def uploads_cached() -> int:
+    """How many read-only host arrays have a cached copy on the GPU."""
+    return len(_uploaded)
+
+
+def from_dlpack(tensor: Any) -> Any:
+    """A CuPy view of a CUDA tensor (zero-copy)."""
+    return cp.from_dlpack(tensor)
+
+
+def contiguous(array: Any) -> Any:
+    return array if array.flags.c_contiguous else cp.ascontiguousarray(array)

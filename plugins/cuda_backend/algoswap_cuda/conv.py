@@ -1,0 +1,207 @@
+"""conv2d and its gradients: cuDNN engines (named after the legacy algorithms, and ``guess``), our
+``direct`` CUDA kernel and ``smm`` (im2col gather + cuBLAS batched matrix products). NCHW / OIHW
+CuPy arrays; padding modes other than zeros are a gather before the convolution."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+
+from . import _blas, _gather, _kernels, _runtime
+
+Pair = tuple[int, int]
+PadHW = tuple[tuple[int, int], tuple[int, int]]
+NO_PADDING: PadHW = ((0, 0), (0, 0))
+WINOGRAD_REASON = ("offered for 3x3 filters only: cuDNN's float32 non-fused Winograd on 5x5 filters was measured at "
+                   "relative error 7e-4 (float32 algorithms here stay within 2e-5)")
+
+
+# ------------------------------------------------------------------------------------------- cuDNN
+
+def _cudnn() -> Any:
+    from . import _cudnn
+
+    return _cudnn
+
+
+def _geometry(kind: str, x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], stride: Pair, padding: PadHW,
+              dilation: Pair, dtype: str) -> Any:
+    (top, bottom), (left, right) = padding
+    return _cudnn().Geometry(kind, tuple(x), tuple(w), tuple(y), tuple(stride), (top, left), (bottom, right),
+                             tuple(dilation), dtype)
+
+
+def _padded_size(size: tuple[int, ...], padding: PadHW) -> tuple[int, ...]:
+    return (*size[:2], size[2] + sum(padding[0]), size[3] + sum(padding[1]))
+
+
+def _zero_padded(size: tuple[int, ...], padding: PadHW, mode: str) -> tuple[tuple[int, ...], PadHW]:
+    """(input size cuDNN sees, its zero padding): other modes are padded here first."""
+    return (size, padding) if mode == "zeros" else (_padded_size(size, padding), NO_PADDING)
+
+
+def _plan_of(call: Any, algorithm: str) -> Any:
+    """The cuDNN plan serving ``call`` (built and cached now); _cudnn.NotServed if none."""
+    a = call.attrs
+    if call.op == "conv2d":
+        size, padding = _zero_padded(call.shape("input"), a["padding"], a["padding_mode"])
+        g = _geometry("fprop", size, call.shape("weight"), call.out_shape, a["stride"], padding, a["dilation"], call.dtype)
+    elif call.op == "conv2d_grad_input":
+        size, padding = _zero_padded(a["input_size"], a["padding"], a["padding_mode"])
+        g = _geometry("dgrad", size, call.shape("weight"), call.shape("grad_output"), a["stride"], padding, a["dilation"], call.dtype)
+    else:
+        size, padding = _zero_padded(call.shape("input"), a["padding"], a["padding_mode"])
+        g = _geometry("wgrad", size, a["weight_size"], call.shape("grad_output"), a["stride"], padding, a["dilation"], call.dtype)
+    return _cudnn().plan(g, algorithm)
+
+
+def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
+    """cuDNN is asked: True if the engine builds for this layer, else why not."""
+    try:
+        cudnn = _cudnn()
+    except Exception as exc:  # noqa: BLE001 - a missing frontend is a reason
+        return f"the cuDNN frontend does not load (install algoswap-cuda[cu12] or [cu13]): {type(exc).__name__}: {exc}"
+    if algorithm.startswith("winograd") and tuple(call.shape("weight")[2:]) != (3, 3):
+        return WINOGRAD_REASON
+    try:
+        _plan_of(call, algorithm)
+    except cudnn.NotServed as exc:
+        return str(exc)
+    return True
+
+
+def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
+    return str(_plan_of(call, algorithm).label)
+
+
+def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, mode: str) -> Any:
+    if mode != "zeros":
+        x, padding = _gather.pad(x, padding, mode), NO_PADDING
+    x, w = _runtime.contiguous(x), _runtime.contiguous(w)
+    y = cp.empty(_out_shape(x.shape, w.shape, stride, padding, dilation), dtype=x.dtype)
+    plan = _cudnn().plan(_geometry("fprop", x.shape, w.shape, y.shape, stride, padding, dilation, x.dtype.name), algorithm)
+    plan.run(x, w, y)
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y
+
+
+def _out_shape(x: tuple[int, ...], w: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair) -> tuple[int, ...]:
+    out = [x[0], w[0]]
+    for extent, pads, k, s, d in zip(x[2:], padding, w[2:], stride, dilation):
+        out.append((extent + sum(pads) - d * (k - 1) - 1) // s + 1)
+    return tuple(out)
+
+
+def _cudnn_conv2d(algorithm: str) -> Any:
+    def conv2d(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+               padding_mode: str) -> Any:
+        return _forward(x, w, b, algorithm, stride, padding, dilation, padding_mode)
+
+    conv2d.__name__ = conv2d.__qualname__ = f"conv2d_{algorithm}"
+    picks = {"guess": "heuristic pick", "find": "timed pick"}
+    conv2d.__doc__ = f"cuDNN {picks.get(algorithm, algorithm)} convolution."
+    return conv2d
+
+
+conv2d_guess = _cudnn_conv2d("guess")
+conv2d_find = _cudnn_conv2d("find")
+conv2d_implicit_gemm = _cudnn_conv2d("implicit_gemm")
+conv2d_implicit_precomp_gemm = _cudnn_conv2d("implicit_precomp_gemm")
+conv2d_gemm = _cudnn_conv2d("gemm")
+conv2d_fft = _cudnn_conv2d("fft")
+conv2d_fft_tiling = _cudnn_conv2d("fft_tiling")
+conv2d_winograd = _cudnn_conv2d("winograd")
+conv2d_winograd_nonfused = _cudnn_conv2d("winograd_nonfused")
+
+
+def conv2d_grad_input(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                      dilation: Pair, groups: int, padding_mode: str) -> Any:
+    """cuDNN backward data (heuristic pick); for non-zero padding modes, folded back by scatter-add."""
+    size, zero_padding = _zero_padded(tuple(input_size), padding, padding_mode)
+    dy, w = _runtime.contiguous(dy), _runtime.contiguous(w)
+    plan = _cudnn().plan(_geometry("dgrad", size, w.shape, dy.shape, stride, zero_padding, dilation, dy.dtype.name), "guess")
+    dx = cp.empty(size, dtype=dy.dtype)
+    plan.run(dy, w, dx)
+    return dx if padding_mode == "zeros" else _gather.unpad(dx, tuple(input_size[2:]), padding, padding_mode)  # type: ignore[arg-type]
+
+
+def conv2d_grad_weight(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                       dilation: Pair, groups: int, padding_mode: str) -> Any:
+    """cuDNN backward filter (heuristic pick)."""
+    if padding_mode != "zeros":
+        x, padding = _gather.pad(x, padding, padding_mode), NO_PADDING
+    dy, x = _runtime.contiguous(dy), _runtime.contiguous(x)
+    plan = _cudnn().plan(_geometry("wgrad", x.shape, tuple(weight_size), dy.shape, stride, padding, dilation, dy.dtype.name), "guess")
+    dw = cp.empty(tuple(weight_size), dtype=dy.dtype)
+    plan.run(x, dy, dw)
+    return dw
+
+
+def conv2d_grad_bias(dy: Any) -> Any:
+    return dy.sum(axis=(0, 2, 3))
+
+
+# ---------------------------------------------------------------------------- direct (our kernel)
+
+def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+                  padding_mode: str) -> Any:
+    """One CUDA thread per output element, summing its window (CuPy raw kernel)."""
+    if padding_mode != "zeros":
+        x, padding = _gather.pad(x, padding, padding_mode), NO_PADDING
+    x, w = _runtime.contiguous(x), _runtime.contiguous(w)
+    y = cp.empty(_out_shape(x.shape, w.shape, stride, padding, dilation), dtype=x.dtype)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    bias = w if b is None else _runtime.contiguous(b)
+    _kernels.launch(_kernels.CONV2D_DIRECT, "conv2d_direct", x.dtype.name, y.size, (x, w, bias, y), None,
+                    n, c, h, wd, o, kh, kw, y.shape[2], y.shape[3], *stride, padding[0][0], padding[1][0],
+                    *dilation, groups, b is not None)
+    return y
+
+
+# -------------------------------------------------------------------- smm (im2col + cuBLAS gemm)
+
+def _columns(x: Any, w_shape: tuple[int, ...], out: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair, mode: str,
+             groups: int) -> Any:
+    """im2col of x as (N, groups, C/groups*KH*KW, OH*OW), padding of any mode included."""
+    n, c, h, wd = x.shape
+    index = _gather.columns_index((c, h, wd), tuple(w_shape[2:]), out, tuple(stride), tuple(dilation), padding, mode)
+    return _gather.gather(x, index).reshape(n, groups, -1, out[0] * out[1])
+
+
+def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+               padding_mode: str) -> Any:
+    """im2col (one gather) then one cuBLAS batched matrix product per group."""
+    y_shape = _out_shape(x.shape, w.shape, stride, padding, dilation)
+    cols = _columns(x, w.shape, y_shape[2:], stride, padding, dilation, padding_mode, groups)
+    y = _blas.matmul(w.reshape(1, groups, w.shape[0] // groups, -1), cols).reshape(y_shape)
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y
+
+
+def conv2d_grad_input_smm(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                          dilation: Pair, groups: int, padding_mode: str) -> Any:
+    """W^T dy per group (cuBLAS), then col2im as one scatter-add."""
+    n, c, h, wd = input_size
+    out = dy.shape[2:]
+    index = _gather.columns_index((c, h, wd), tuple(w.shape[2:]), out, tuple(stride), tuple(dilation), padding, padding_mode)
+    wg = w.reshape(groups, w.shape[0] // groups, -1)
+    cols = _blas.matmul(wg.transpose(0, 2, 1)[None], dy.reshape(n, groups, -1, out[0] * out[1]))
+    return _gather.scatter(cols.reshape(n, *index.shape), index, c * h * wd).reshape(input_size)
+
+
+def conv2d_grad_weight_smm(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride: Pair, padding: PadHW,
+                           dilation: Pair, groups: int, padding_mode: str) -> Any:
+    """dy times im2col(x)^T per group, the batch folded into the contraction (cuBLAS)."""
+    n, o = dy.shape[:2]
+    cols = _columns(x, weight_size, dy.shape[2:], stride, padding, dilation, padding_mode, groups)
+    lhs = dy.reshape(n, groups, o // groups, -1).transpose(1, 2, 0, 3).reshape(groups, o // groups, -1)
+    rhs = cols.transpose(1, 0, 3, 2).reshape(groups, -1, cols.shape[2])
+    return _blas.matmul(lhs, rhs).reshape(weight_size)
+
+
+def kernel_smm(call: Any) -> str:
+    return "im2col gather (CuPy) + cuBLAS batched GEMM (cupy.matmul)"

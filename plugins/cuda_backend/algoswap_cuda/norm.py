@@ -1,0 +1,81 @@
+"""Batch norm (inference and training) and layer norm with gradients, as CuPy reductions in the
+input's dtype (two-pass variance)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+
+_NHW = (0, 2, 3)
+
+
+def _per_channel(v: Any) -> Any:
+    return None if v is None else v.reshape(1, -1, 1, 1)
+
+
+def batchnorm2d(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float) -> Any:
+    """One fused pass: x * scale + shift per channel."""
+    scale = 1 / cp.sqrt(running_var + x.dtype.type(eps))
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale if bias is None else bias - running_mean * scale
+    return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+
+
+def _standardise(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
+    centred = x - x.mean(axis=axes, keepdims=True)
+    rstd = 1 / cp.sqrt((centred * centred).mean(axis=axes, keepdims=True) + x.dtype.type(eps))
+    return centred * rstd, rstd
+
+
+def _standardise_grad(d: Any, xhat: Any, rstd: Any, axes: tuple[int, ...]) -> Any:
+    return rstd * (d - d.mean(axis=axes, keepdims=True) - xhat * (d * xhat).mean(axis=axes, keepdims=True))
+
+
+def _scale_shift(xhat: Any, weight: Any, bias: Any) -> Any:
+    y = xhat if weight is None else xhat * weight
+    return y if bias is None else y + bias
+
+
+def batch_norm_train(x: Any, weight: Any, bias: Any, *, eps: float) -> Any:
+    return _scale_shift(_standardise(x, _NHW, eps)[0], _per_channel(weight), _per_channel(bias))
+
+
+def batch_norm_train_grad_input(dy: Any, x: Any, weight: Any, *, eps: float) -> Any:
+    xhat, rstd = _standardise(x, _NHW, eps)
+    return _standardise_grad(dy if weight is None else dy * _per_channel(weight), xhat, rstd, _NHW)
+
+
+def batch_norm_train_grad_weight(dy: Any, x: Any, *, eps: float) -> Any:
+    return (dy * _standardise(x, _NHW, eps)[0]).sum(axis=_NHW)
+
+
+def batch_norm_train_grad_bias(dy: Any) -> Any:
+    return dy.sum(axis=_NHW)
+
+
+def _last(x: Any, ndim: int) -> tuple[int, ...]:
+    return tuple(range(x.ndim - ndim, x.ndim))
+
+
+def _first(x: Any, ndim: int) -> tuple[int, ...]:
+    return tuple(range(x.ndim - ndim))
+
+
+def layer_norm(x: Any, weight: Any, bias: Any, *, normalized_ndim: int, eps: float) -> Any:
+    return _scale_shift(_standardise(x, _last(x, normalized_ndim), eps)[0], weight, bias)
+
+
+def layer_norm_grad_input(dy: Any, x: Any, weight: Any, *, normalized_ndim: int, eps: float) -> Any:
+    axes = _last(x, normalized_ndim)
+    xhat, rstd = _standardise(x, axes, eps)
+    return _standardise_grad(dy if weight is None else dy * weight, xhat, rstd, axes)
+
+
+def layer_norm_grad_weight(dy: Any, x: Any, *, normalized_ndim: int, eps: float) -> Any:
+    return (dy * _standardise(x, _last(x, normalized_ndim), eps)[0]).sum(axis=_first(x, normalized_ndim))
+
+
+def layer_norm_grad_bias(dy: Any, *, normalized_ndim: int) -> Any:
+    return dy.sum(axis=_first(dy, normalized_ndim))

@@ -1,0 +1,29 @@
+"""softmax and log_softmax along one axis, and their gradients from the outputs (CuPy reductions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+
+
+def _shifted(x: Any, axis: int) -> Any:
+    return x - x.max(axis=axis, keepdims=True)
+
+
+def softmax(x: Any, *, axis: int) -> Any:
+    e = cp.exp(_shifted(x, axis))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax(x: Any, *, axis: int) -> Any:
+    s = _shifted(x, axis)
+    return s - cp.log(cp.exp(s).sum(axis=axis, keepdims=True))
+
+
+def softmax_grad(dy: Any, y: Any, *, axis: int) -> Any:
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+def log_softmax_grad(dy: Any, y: Any, *, axis: int) -> Any:
+    return dy - cp.exp(y) * dy.sum(axis=axis, keepdims=True)

@@ -1,0 +1,209 @@
+"""The CUDA backend (algoswap-cuda): what the conformance suite does not cover.
+
+Without a GPU (CI) only the first tests run: the plugin loads, reports why it is unavailable and
+is never chosen. On a GPU machine (benchmarks/cuda_device_run.sh) the rest run: each cuDNN
+algorithm name runs the engine it names, TF32 is off unless asked for, torch CUDA tensors cross
+zero-copy, zoo models through swap_conv2d and swap_backend match PyTorch on the GPU, and training
+steps give PyTorch's gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import algoswap
+from helpers import relative_error
+
+pytest.importorskip("algoswap_cuda", reason="algoswap-cuda is not installed")
+
+_registry = algoswap.registry()
+_available = _registry.backends["cuda"].availability() if "cuda" in _registry.backends else "not loaded"
+gpu = pytest.mark.skipif(_available is not True, reason=f"cuda backend unavailable: {_available}")
+ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, "fft_tiling": 4, "winograd_nonfused": 6}
+LAYER = {"shapes": [(8, 64, 28, 28), (64, 64, 3, 3), None], "padding": 1}
+
+
+# ----------------------------------------------------------------------------- without a GPU too
+
+def test_plugin_loads_and_says_why_it_is_unavailable_or_runs() -> None:
+    record = next(p for p in algoswap.plugins() if "cuda" in p.backends)
+    assert record.status == "loaded" and record.distribution == "algoswap-cuda"
+    assert _available is True or any(word in str(_available) for word in ("GPU", "CuPy", "CUDA")), _available
+    names = {i.algorithm for i in _registry.implementations("conv2d", backend="cuda")}
+    assert set(ENGINES) | {"guess", "find", "direct", "smm"} <= names
+    assert ("conv2d", "winograd", "cuda") in _registry.unsupported
+
+
+def test_host_arrays_never_go_to_the_gpu_unasked() -> None:
+    x, w = np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)
+    reason = "transfer=True" if _available is True else "backend unavailable"
+    with pytest.raises(algoswap.NoImplementationError, match=reason):
+        algoswap.ops.call("conv2d", x, w, None, algorithm="cuda:smm")
+    assert algoswap.select("conv2d", [x.shape, w.shape, None]).impl.backend != "cuda"
+
+
+def test_tf32_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = pytest.importorskip("algoswap_cuda._runtime", reason="CuPy is not installed")
+    monkeypatch.delenv("ALGOSWAP_CUDA_TF32", raising=False)
+    assert runtime.tf32() is False
+    monkeypatch.setenv("ALGOSWAP_CUDA_TF32", "1")
+    assert runtime.tf32() is True
+    runtime.set_tf32(False)
+    try:
+        assert runtime.tf32() is False
+    finally:
+        runtime.set_tf32(None)
+
+
+# --------------------------------------------------------------------------------- on the GPU
+
+
+def _call(op: str = "conv2d", **attrs: object) -> algoswap.OpCall:
+    shapes = attrs.pop("shapes", LAYER["shapes"])
+    attrs = {"padding": LAYER["padding"], **attrs}
+    return _registry.spec(op).bind(shapes, ["float32" if s else None for s in shapes], attrs)  # type: ignore[union-attr]
+
+
+@gpu
+@pytest.mark.parametrize("algorithm", sorted(ENGINES))
+def test_each_name_runs_the_engine_it_names(algorithm: str) -> None:
+    from algoswap_cuda import _cudnn
+
+    selection = algoswap.select("conv2d", LAYER["shapes"], algorithm=f"cuda:{algorithm}", memory="cuda", padding=1)
+    plan = _cudnn.plan(_cudnn.Geometry("fprop", (8, 64, 28, 28), (64, 64, 3, 3), (8, 64, 28, 28), (1, 1), (1, 1), (1, 1), (1, 1)), algorithm)
+    engine = ENGINES[algorithm]
+    assert plan.engine == engine and plan.name.split("_")[0] == f"eng{engine}", plan.name  # cuDNN's own name for it
+    assert f"eng{engine}" in selection.kernel
+    g = plan.geometry
+    expected = _cudnn.EXPECTED_NOTE.get(algorithm)
+    assert _cudnn.notes(g, engine) == ({expected} if expected else set())
+    im2col_bytes = 8 * 64 * 9 * 28 * 28 * 4
+    if algorithm == "implicit_gemm":
+        assert plan.workspace == 0
+    if algorithm == "implicit_precomp_gemm":
+        assert 0 < plan.workspace < im2col_bytes // 100  # precomputed offsets only
+    if algorithm == "gemm":
+        assert plan.workspace == im2col_bytes  # the explicit im2col matrix
+    if algorithm == "fft_tiling":
+        assert plan.workspace < _cudnn.plan(g, "fft").workspace  # tiles need less than whole-image FFTs
+
+
+@gpu
+def test_guess_uses_tf32_only_when_allowed() -> None:
+    import algoswap_cuda
+    from algoswap_cuda import _cudnn
+
+    x = np.random.default_rng(1).standard_normal((32, 64, 56, 56)).astype(np.float32)
+    w = np.random.default_rng(2).standard_normal((64, 64, 3, 3)).astype(np.float32)
+    ref = algoswap.ops.call("conv2d", x.astype(np.float64), w.astype(np.float64), None, algorithm="numpy:smm", padding=1)
+    g = _cudnn.Geometry("fprop", x.shape, w.shape, x.shape, (1, 1), (1, 1), (1, 1), (1, 1))
+    errors = {}
+    for tf32 in (False, True):
+        algoswap_cuda.set_tf32(tf32)
+        try:
+            plan = _cudnn.plan(g, "guess")
+            y = algoswap.ops.call("conv2d", x, w, None, algorithm="cuda:guess", transfer=True, padding=1)
+            errors[tf32] = (relative_error(y, ref), "TENSOR_CORE" in (_cudnn.notes(g, plan.engine) or ()))
+        finally:
+            algoswap_cuda.set_tf32(None)
+    assert errors[False][0] < 2e-5 and not errors[False][1], errors
+    assert errors[True][0] > 2e-5, errors  # TF32 rounds inputs to 10 mantissa bits: measurably less exact
+
+
+@gpu
+def test_torch_cuda_tensors_cross_without_copies() -> None:
+    torch = pytest.importorskip("torch")
+    from algoswap_cuda import _runtime
+
+    t = torch.randn(4, 5, device="cuda")
+    assert _runtime.from_dlpack(t).data.ptr == t.data_ptr()
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1).cuda()
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    expected = conv(x)
+    swapped = algoswap.swap_conv2d(copy.deepcopy(conv), "cuda:guess")
+    got = swapped(x)
+    assert got.device.type == "cuda" and relative_error(got.detach().cpu(), expected.detach().cpu()) < 1e-5
+    cpu = algoswap.swap_conv2d(copy.deepcopy(conv).cpu(), "cuda:guess")
+    with pytest.raises(algoswap.NoImplementationError, match="cuda memory"):
+        cpu(x.cpu())
+
+
+@gpu
+def test_read_only_host_weights_are_uploaded_once() -> None:
+    from algoswap_cuda import _runtime
+
+    w = np.ones((64, 64), np.float32)
+    w.flags.writeable = False
+    assert _runtime.from_host(w) is _runtime.from_host(w)
+    before = _runtime.uploads_cached()
+    del w
+    assert _runtime.uploads_cached() == before - 1
+
+
+def _cuda_conv_algorithms() -> list[str]:
+    return [f"cuda:{name}" for name in ("guess", "find", "smm", "direct", *ENGINES)]
+
+
+@gpu
+@pytest.mark.parametrize("algorithm", _cuda_conv_algorithms())
+@pytest.mark.parametrize("name", algoswap.zoo.MODELS)
+def test_zoo_models_through_swap_conv2d_on_the_gpu(name: str, algorithm: str) -> None:
+    torch = pytest.importorskip("torch")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = algoswap.zoo.build(name).cuda()
+    x = algoswap.zoo.sample_input(name, 2, small=True).cuda()
+    with torch.no_grad():
+        expected = model(x)
+        swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
+        got = swapped(x)
+    assert got.device.type == "cuda"
+    assert relative_error(got.cpu(), expected.cpu()) <= 1e-4
+    ran = {row.implementation for row in algoswap.explain(swapped)}
+    if algorithm in ("cuda:guess", "cuda:find", "cuda:smm", "cuda:direct") or name == "resnet18":
+        assert algorithm in ran, ran
+
+
+@gpu
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet", "convnet"])
+def test_training_steps_match_pytorch_gradients(name: str) -> None:
+    torch = pytest.importorskip("torch")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = algoswap.zoo.build(name).cuda().train()
+    swapped = algoswap.swap_conv2d(copy.deepcopy(model), "cuda:guess")
+    optimisers = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in (model, swapped)]
+    for step in range(3):
+        with torch.no_grad():  # both at the same point of the reference's trajectory: gradients comparable
+            for mine, theirs in zip(swapped.parameters(), model.parameters(), strict=True):
+                mine.copy_(theirs)
+        x = algoswap.zoo.sample_input(name, 4, small=True, seed=step).cuda()
+        losses = []
+        for m, opt in zip((model, swapped), optimisers):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            losses.append(loss.item())
+            opt.step()
+        # all gradients as one vector: a near-zero gradient tensor differs relatively more between two
+        # float32 computations (each gradient op is checked alone by the conformance suite)
+        grads = [torch.cat([p.grad.flatten().cpu() for p in m.parameters()]) for m in (model, swapped)]
+        error = relative_error(grads[1], grads[0])
+        assert error <= 1e-4 and abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0]), (step, error, losses)
+
+
+@gpu
+@pytest.mark.parametrize("name", ["resnet18", "squeezenet"])
+def test_swap_backend_on_the_gpu(name: str) -> None:
+    torch = pytest.importorskip("torch")
+    torch.backends.cudnn.allow_tf32 = False
+    model = algoswap.zoo.build(name).cuda()
+    x = algoswap.zoo.sample_input(name, 2, small=True).cuda()
+    with torch.no_grad():
+        expected = model(x)
+    converted = algoswap.swap_backend(model, "auto")
+    got = converted(x)
+    assert got.device.type == "cuda" and relative_error(got.cpu(), expected.cpu()) <= 1e-4
