@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Everything about the CUDA backend that needs a GPU, in one run: the conformance suite for every
+# CUDA implementation, tests/test_cuda.py (engine names, TF32, DLPack, zoo models through
+# swap_conv2d and swap_backend, training steps), the engine listing and the ResNet-50 benchmark.
+#
+#   bash benchmarks/cuda_device_run.sh [OUTDIR]
+#
+# Run from the repository root on a machine with an NVIDIA GPU, python3 with torch, CuPy and cuDNN.
+# Without internet there, first fetch the cuDNN frontend and its one needed dependency as wheels
+# into .whl/ (ignored by git) on a machine with internet, for the GPU machine's Python:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+#       --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 -d .whl nvidia-cudnn-frontend apache-tvm-ffi
+set -uo pipefail
+OUT=${1:-${OUT:-benchmarks/results}}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/algoswap-site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/algoswap-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/numpy_backend -e plugins/cuda_backend || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.backends['cuda'].availability())"
+
+echo "== tests (conformance of every CUDA implementation, tests/test_cuda.py)"
+timeout 420 python3 -m pytest tests/test_cuda.py tests/test_conformance.py -k cuda -q -rfEs -p no:cacheprovider \
+    --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
+echo "== cuDNN engines per layer"
+timeout 150 python3 benchmarks/cuda_engines.py --out "$OUT/engines.json" > "$OUT/engines.log" 2>&1; echo "engines rc=$? (log in engines.log)"
+echo "== ResNet-50 conv layers"
+timeout 400 python3 benchmarks/cuda_conv_layers.py --out "$OUT/conv_layers.json" 2>&1 | tee "$OUT/conv_layers.log"
