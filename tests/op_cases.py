@@ -189,10 +189,19 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
 }
 
 
+def _fused_case(shapes: tuple[Any, ...], attrs: dict[str, Any], out: tuple[int, ...]) -> Case:
+    """conv2d_fused from a conv2d case: with a residual and relu, and the plain variants in turn."""
+    variant = (sum(shapes[0]) + sum(shapes[1])) % 3  # varied over the cases, fixed for each
+    residual = None if variant == 0 else out
+    return (shapes + (residual,), {**attrs, "activation": "none" if variant == 1 else "relu"})
+
+
 def cases_for(op: str) -> list[Case]:
     """Every case of ``op`` (gradient ops derive theirs from their forward op's cases)."""
     if op in FORWARD:
         return FORWARD[op]
+    if op == "conv2d_fused":
+        return _grad_cases("conv2d", _fused_case)
     if op in GRADIENT_BUILDERS:
         forward, build = GRADIENT_BUILDERS[op]
         return _grad_cases(forward, build)

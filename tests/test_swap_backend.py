@@ -87,10 +87,15 @@ def _where_supported(algorithm: str) -> Any:
     return choose
 
 
-@pytest.mark.parametrize("algorithm", sorted({impl.algorithm for impl in algoswap.registry().implementations("conv2d")}))
+def _available_conv2d_algorithms() -> list[str]:
+    registry = algoswap.registry()
+    return sorted({i.algorithm for i in registry.implementations("conv2d") if registry.backends[i.backend].availability() is True})
+
+
+@pytest.mark.parametrize("algorithm", _available_conv2d_algorithms())
 def test_resnet18_with_every_conv2d_algorithm(algorithm: str) -> None:
     model = swap_backend(zoo_model("resnet18"), {"conv2d": _where_supported(algorithm)}, zoo.input_shape("resnet18", 2, small=True))
-    rows = [row for row in model.explain() if row.op == "conv2d"]
+    rows = [row for row in model.explain() if row.op.startswith("conv2d")]  # fused chains too: "conv2d+relu"
     used = [row for row in rows if row.implementation.endswith(f":{algorithm}")]
     assert len(rows) == 20 and used
     if algorithm == "winograd":  # 3x3, stride 1 only: the 7x7 stem and the strided/1x1 convolutions stay default
@@ -112,7 +117,7 @@ def test_batch_norms_are_folded_and_residuals_and_concats_are_ops() -> None:
     assert squeezenet.op_counts()["concat"] == 8
     stem = next(row for row in resnet.explain() if row.name == "conv1")
     conv_implementations = {impl.qualified for impl in algoswap.registry().implementations("conv2d")}
-    assert stem.note == "batch norm bn1 folded" and stem.implementation in conv_implementations
+    assert stem.note.startswith("batch norm bn1 folded") and stem.implementation in conv_implementations
     assert "20 batch norms folded" in repr(resnet) and f"backends: {', '.join(resnet.backends())}" in repr(resnet)
 
 
@@ -262,7 +267,7 @@ def test_dict_list_and_function_selectors() -> None:
     assert rows["layer1_0_conv1"].request == "default" and rows["fc"].request == "numpy:gemm"
     requests = ["direct"] * 10 + ["smm"] * 10
     listed = swap_backend(resnet, {"conv2d": requests})
-    assert [s.request for s in listed.steps if isinstance(s, OpStep) and s.op == "conv2d"] == requests
+    assert [s.request for s in listed.op_steps() if s.op == "conv2d"] == requests
     with pytest.raises(SelectorError, match="got 3 algorithms for 20 conv2d steps"):
         swap_backend(resnet, {"conv2d": ["direct", "smm", "fft"]})
 
@@ -279,7 +284,7 @@ def test_dict_list_and_function_selectors() -> None:
     everywhere = swap_backend(convnet, "numpy:default", zoo.input_shape("convnet", 1))  # one request for every op
     assert all(row.request == "numpy:default" and row.implementation.startswith("numpy:") for row in everywhere.explain())
     swapped = swap_conv2d(zoo.build("convnet"), "direct")  # layers swapped before keep their request
-    assert {s.request for s in swap_backend(swapped).steps if isinstance(s, OpStep) and s.op == "conv2d"} == {"direct"}
+    assert {s.request for s in swap_backend(swapped).op_steps() if s.op == "conv2d"} == {"direct"}
 
 
 def test_selector_errors_name_the_node() -> None:

@@ -117,9 +117,18 @@ class BackendRecord:
         return str(answer) if answer else "availability probe answered False"
 
 
+LAYOUTS = ("contiguous", "any", "channels_last")
+
+
 @dataclass
 class ImplRecord:
-    """One implementation, keyed by (op, algorithm, backend)."""
+    """One implementation, keyed by (op, algorithm, backend).
+
+    ``layout`` says which host arrays it takes as they are: "contiguous" (C-contiguous only: others
+    are copied before the call), "any" (any strides; the output may keep the input's memory order)
+    or "channels_last" (like "any", and 4-D activations are preferred in NHWC memory order: a
+    swap_backend model converts them once and keeps them so between such implementations).
+    """
 
     op: str
     algorithm: str
@@ -131,6 +140,7 @@ class ImplRecord:
     kernel: str | Callable[[OpCall], str] | None = None
     description: str = ""
     plugin: str = ""
+    layout: str = "contiguous"
     _callable: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable
 from ._errors import OpArgumentError, RegistrationError
 from ._records import (
     HOST,
+    LAYOUTS,
     BackendRecord,
     ImplRecord,
     MemorySpace,
@@ -71,14 +72,21 @@ class Registrar:
         priority: int = 0,
         kernel: str | Callable[..., str] | None = None,
         description: str = "",
+        layout: str = "contiguous",
     ) -> ImplRecord:
-        """Register ``fn`` as ``algorithm`` of ``op`` on ``backend`` (a backend this plugin declared)."""
+        """Register ``fn`` as ``algorithm`` of ``op`` on ``backend`` (a backend this plugin declared).
+
+        ``layout`` ("contiguous", "any" or "channels_last"): the memory orders of host arrays it
+        takes as they are (see ``ImplRecord``)."""
         key = self._check_key(op, algorithm, backend)
         if key in self.impls:
             raise RegistrationError(f"implementation {key} registered twice by {self.plugin.owner}")
         if not (callable(fn) or isinstance(fn, str)):
             raise RegistrationError(f"implementation {key}: fn must be a callable or 'module:attribute'")
-        record = ImplRecord(op, algorithm, backend, fn, frozenset(dtypes), supports, priority, kernel, description, self.plugin.name)
+        if layout not in LAYOUTS:
+            raise RegistrationError(f"implementation {key}: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        record = ImplRecord(op, algorithm, backend, fn, frozenset(dtypes), supports, priority, kernel, description,
+                            self.plugin.name, layout)
         self.impls[key] = record
         return record
 

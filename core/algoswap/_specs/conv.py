@@ -137,4 +137,29 @@ conv2d_grad_bias = OpSpec(
     doc="Gradient of conv2d with respect to its bias: grad_output summed over N, H and W.",
 )
 
-SPECS = (conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_grad_bias)
+ACTIVATIONS = ("none", "relu")
+
+
+def _resolve_fused(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    resolved = _resolve_conv2d(shapes, attrs)
+    residual = shapes["residual"]
+    if residual is not None:
+        out = _conv2d_shape(shapes, resolved)
+        if residual != out:
+            raise InvalidSpec("residual", f"shape {residual}", f"the output shape {out}")
+    return resolved
+
+
+conv2d_fused = OpSpec(
+    "conv2d_fused",
+    (Input("input", (4,)), Input("weight", (4,)), Input("bias", (1,), optional=True),
+     Input("residual", (4,), optional=True, doc="added to the convolution's output (a residual connection)")),
+    CONV_ATTRS + (Attr("activation", "none", choice(*ACTIVATIONS), "applied last: 'none' or 'relu'"),),
+    shape_rule=_conv2d_shape,
+    resolve=_resolve_fused,
+    family="conv",
+    doc="activation(conv2d(input, weight, bias) + residual): a convolution with the add and activation after it "
+        "fused; swap_backend runs one where a conv2d feeds only an add and/or a relu.",
+)
+
+SPECS = (conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_grad_bias, conv2d_fused)

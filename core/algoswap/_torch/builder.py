@@ -41,7 +41,7 @@ class FunctionalCall:
 class Plan:
     """What the Model runs (steps, constants, slots) and what conversion needs to choose requests."""
 
-    steps: list[Step]
+    steps: list[Any]
     constants: dict[int, np.ndarray]
     slot_count: int
     inputs: list[int]
@@ -84,7 +84,7 @@ class PlanBuilder:
         self.plan.unsupported = unsupported
         self.plan.constants = self.constants
         self.plan.slot_count = self.slot_count
-        _set_free_lists(self.plan)
+        set_free_lists(self.plan)
         return self.plan
 
     # --------------------------------------------------------------- lowering and folding
@@ -157,6 +157,7 @@ class PlanBuilder:
         step = OpStep(
             node.name, lowered.op, str(request), attrs, tuple(self._input(v) for v in lowered.inputs), self._output(node),
             module=module, target=_describe(self.traced, node), folded=tuple(lowered.folded), dynamic=bool(slots_in(attrs)),
+            params=tuple(i for i, value in enumerate(lowered.inputs) if isinstance(value, torch.Tensor)),
         )
         self.plan.subjects[node.name] = lowered.module if lowered.module is not None else FunctionalCall(node.name, node.target, lowered.op, dict(lowered.attrs))
         self._add(node, step)
@@ -238,7 +239,7 @@ class PlanBuilder:
         return value
 
 
-def _set_free_lists(plan: Plan) -> None:
+def set_free_lists(plan: Plan) -> None:
     """Give each step the slots whose last reader it is (constants and outputs are never freed)."""
     keep = set(plan.constants) | slots_in(plan.output)
     last: dict[int, int] = {}

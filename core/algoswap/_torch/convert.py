@@ -22,7 +22,9 @@ from .._global import get_registry
 from .._registry import suggest
 from .._select import check_known
 from .bridge import _DTYPE_NAMES
-from .builder import FunctionalCall, Plan, PlanBuilder
+from .builder import FunctionalCall, Plan, PlanBuilder, set_free_lists
+from .fusion import FusedStep
+from .fusion import fuse as fuse_chains
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
 from .modules import SwappedModule
@@ -40,6 +42,7 @@ def swap_backend(
     *,
     dtype: torch.dtype | str | None = None,
     fallback: str | None = None,
+    fuse: bool = True,
 ) -> Model:
     """Convert ``module`` (in eval mode) into an ``algoswap.Model`` that runs every node through the registry.
 
@@ -58,6 +61,10 @@ def swap_backend(
     ``dtype`` (None: the module's; torch.float32/float64 or "float32"/"float64") is the dtype of
     the weights and of the computation; inputs are cast to it. ``fallback="torch"`` runs the nodes
     no registry op serves in PyTorch instead of refusing the model (``explain()`` lists them).
+
+    ``fuse`` (default True): a conv2d whose output feeds only an add and/or a relu runs with them as
+    one ``conv2d_fused`` call where the conv2d's implementation has such a twin (oneDNN post-ops);
+    ``explain()`` shows each fused chain, or why it stayed unfused.
     """
     if not isinstance(module, nn.Module):
         raise ConversionError(f"{CALLER}: expected a torch.nn.Module, got {type(module).__name__}")
@@ -72,6 +79,12 @@ def swap_backend(
     _assign_requests(plan, algos, sample_input_shape is not None)
     if sample_input_shape is not None:
         _preselect(plan, compute)
+    if fuse:
+        plan.steps = fuse_chains(plan.steps, plan.output)
+        set_free_lists(plan)
+        for step in plan.steps:
+            if isinstance(step, FusedStep):
+                step.preselect()
     return Model(plan.steps, plan.constants, plan.slot_count, plan.inputs, plan.input_names, plan.output, compute)
 
 

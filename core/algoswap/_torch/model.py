@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from .explain import Explanation, Row
-from .plan import OpStep, Step, TorchStep, resolve
+from .fusion import AnyStep, FusedStep
+from .plan import OpStep, TorchStep, resolve
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -24,7 +25,7 @@ class Model:
 
     def __init__(
         self,
-        steps: list[Step],
+        steps: list[AnyStep],
         constants: dict[int, np.ndarray],
         slot_count: int,
         inputs: list[int],
@@ -42,7 +43,7 @@ class Model:
         self._template = self._make_template()
 
     @property
-    def plan(self) -> list[Step]:
+    def plan(self) -> list[AnyStep]:
         """The steps, in the order they run (the same list as ``steps``)."""
         return self.steps
 
@@ -53,11 +54,24 @@ class Model:
     @property
     def folded_batchnorms(self) -> list[str]:
         """The batch norms folded into the convolution before them."""
-        return [name for step in self.steps if isinstance(step, OpStep) for name in step.folded]
+        return [name for step in self.op_steps() for name in step.folded]
+
+    @property
+    def fused(self) -> list[FusedStep]:
+        """The conv2d chains (conv2d+add+relu, conv2d+relu, ...) that may run as one conv2d_fused call."""
+        return [step for step in self.steps if isinstance(step, FusedStep)]
 
     def op_counts(self) -> dict[str, int]:
-        """How many steps run each registry op (fallback steps count under "torch")."""
-        return dict(Counter(step.op if isinstance(step, OpStep) else "torch" for step in self.steps if step.kind != "python"))
+        """How many steps run each registry op (members of fused chains included; fallback steps count under "torch")."""
+        counted = [step.op for step in self.op_steps()] + ["torch" for step in self.steps if isinstance(step, TorchStep)]
+        return dict(Counter(counted))
+
+    def op_steps(self) -> list[OpStep]:
+        """Every op step in plan order, the members of fused chains included."""
+        steps: list[OpStep] = []
+        for step in self.steps:
+            steps += step.members if isinstance(step, FusedStep) else [step] if isinstance(step, OpStep) else []
+        return steps
 
     # ------------------------------------------------------------------ running
 
@@ -114,14 +128,16 @@ class Model:
         for step in self.steps:
             if isinstance(step, OpStep):
                 rows.append(_op_row(step))
+            elif isinstance(step, FusedStep):
+                rows.extend(_fused_rows(step))
             elif isinstance(step, TorchStep):
                 rows.append(Row(step.name, step.label, step.last_shape, "-", "torch (fallback)", "PyTorch", note=f"not in the registry: {step.reason}"))
         return rows
 
     def backends(self) -> list[str]:
         """The backends of the implementations selected so far (empty before the first call without a sample input)."""
-        chosen = {s.last_selection.backend.name for s in self.steps if isinstance(s, OpStep) and s.last_selection is not None}
-        return sorted(chosen)
+        selections = [s.last_selection for s in self.op_steps()] + [s.last_selection for s in self.fused]
+        return sorted({chosen.backend.name for chosen in selections if chosen is not None})
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {op}" for op, n in sorted(self.op_counts().items(), key=lambda item: (-item[1], item[0])))
@@ -130,11 +146,29 @@ class Model:
         folded = len(self.folded_batchnorms)
         if folded:
             parts.append(f"{folded} batch norm{'s' if folded != 1 else ''} folded")
+        if self.fused:
+            parts.append(f"{len(self.fused)} conv2d chain{'s' if len(self.fused) != 1 else ''} fusable")
         fallbacks = sum(isinstance(s, TorchStep) for s in self.steps)
         if fallbacks:
             parts.append(f"{fallbacks} node{'s' if fallbacks != 1 else ''} in torch (fallback)")
         parts += [f"backends: {backends}", f"dtype {self.dtype}"]
         return f"algoswap.Model({'; '.join(parts)})"
+
+
+def _fused_rows(step: FusedStep) -> list[Row]:
+    """One conv2d_fused row, or the members' rows with the reason they ran unfused."""
+    selection = step.last_selection
+    if selection is None:
+        rows = [_op_row(member) for member in step.members]
+        reason = step.unfused_reason or "not run yet: call the model or pass sample_input_shape"
+        rows[0].note = "; ".join(filter(None, [rows[0].note, f"{step.label}: {reason}"]))
+        return rows
+    row = Row.from_selection(step.name, selection, step.conv.request, selection.call.shapes[0], backward=False)
+    row.op = step.label
+    fused = [f"{member.op} {member.name!r}" for member in step.members[1:]]
+    notes = [f"batch norm {', '.join(step.conv.folded)} folded"] if step.conv.folded else []
+    row.note = "; ".join(notes + [f"one {selection.call.op} call: bias, {', '.join(fused)} fused into the convolution"])
+    return [row]
 
 
 def _op_row(step: OpStep) -> Row:
@@ -152,6 +186,7 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
     """Output arrays as tensors on ``like``'s device (or as arrays when the inputs were arrays)."""
     if isinstance(value, np.ndarray):
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
+        array = np.ascontiguousarray(array)  # channels-last activations come out NCHW
         return array if like is None else torch.from_numpy(array).to(like.device)
     if isinstance(value, (list, tuple)):
         return type(value)(_wrap(v, like) for v in value)

@@ -73,6 +73,7 @@ class OpStep:
     target: str = ""
     folded: tuple[str, ...] = ()
     dynamic: bool = False
+    params: tuple[int, ...] = ()  # positions of inputs that are weights (kept in their own layout)
     free: tuple[int, ...] = ()
     last_shapes: tuple[Any, ...] | None = None
     _cache: dict[Any, tuple[Callable[..., Any], dict[str, Any], Selection]] = field(default_factory=dict, repr=False, compare=False)
@@ -85,21 +86,20 @@ class OpStep:
     def run(self, values: list[Any]) -> None:
         arrays = [None if i is None else values[i] for i in self.inputs]
         attrs = resolve(self.attrs, values) if self.dynamic else self.attrs
+        fn, canonical, selection = self.entry(arrays, attrs)
+        record(selection)
+        values[self.output] = invoke(fn, selection, arrays, canonical, self.params)
+
+    def entry(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
+        """(implementation, canonical attributes, selection) for these arrays, selected once per shapes."""
         key = tuple(None if a is None else (a.shape, a.dtype.char) for a in arrays)
         if self.dynamic:
             key += (_freeze(attrs),)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._prepare(arrays, attrs)
-        fn, canonical, selection = entry
         self.last_shapes = key
-        record(selection)
-        space = selection.backend.memory
-        if space.is_host:
-            ready = [a if a is None or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-            values[self.output] = fn(*ready, **canonical)
-        else:
-            values[self.output] = space.download(fn(*(None if a is None else space.upload(a) for a in arrays), **canonical))
+        return entry
 
     def selection(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
         """Validate the call and choose its implementation (cached by the registry)."""
@@ -187,6 +187,43 @@ class TorchStep:
             else:
                 result = self.target(*args, **kwargs)
         values[self.output] = to_numpy(result)
+
+
+def invoke(fn: Callable[..., Any], selection: Selection, arrays: list[Any], attrs: dict[str, Any],
+           params: tuple[int, ...]) -> Any:
+    """Call a selected implementation: host arrays laid out as it takes them, others moved to its memory and back."""
+    space = selection.backend.memory
+    if space.is_host:
+        return fn(*arrange(arrays, selection.impl.layout, params), **attrs)
+    return space.download(fn(*(None if a is None else space.upload(a) for a in arrays), **attrs))
+
+
+def is_channels_last(array: np.ndarray) -> bool:
+    """Whether ``array`` is 4-D, NHWC in memory (and not also C-contiguous)."""
+    return array.ndim == 4 and not array.flags.c_contiguous and array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def _contiguous(array: Any) -> Any:
+    return array if array is None or array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def _channels_last(array: np.ndarray) -> np.ndarray:
+    if is_channels_last(array):
+        return array
+    nhwc: np.ndarray = np.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return nhwc
+
+
+def arrange(arrays: list[Any], layout: str, params: tuple[int, ...]) -> list[Any]:
+    """The arrays in the memory order an implementation of this ``layout`` takes (see ``ImplRecord``):
+    4-D activations channels-last for "channels_last" (weights, at ``params``, stay C-contiguous),
+    everything as it is for "any", C-contiguous otherwise."""
+    if layout == "any":
+        return arrays
+    if layout == "channels_last":
+        return [_channels_last(a) if a is not None and a.ndim == 4 and i not in params else _contiguous(a)
+                for i, a in enumerate(arrays)]
+    return [_contiguous(a) for a in arrays]
 
 
 Step = OpStep | PythonStep | TorchStep

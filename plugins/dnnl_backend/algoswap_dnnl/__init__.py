@@ -56,15 +56,21 @@ def algoswap_register(registry: Any) -> None:
     _register_more(registry)
 
 
+def _any_if_forward(op: str) -> str:
+    """Forward pooling and relu take channels-last arrays as they are (and keep that order); gradients do not."""
+    return "contiguous" if op.endswith("_grad") else "any"
+
+
 def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
     conv = f"{__name__}.conv"
-    add("conv2d", "auto", BACKEND, f"{conv}:conv2d_auto", dtypes=F32, priority=20,
-        supports=f"{conv}:supports_auto", kernel=_lazy("conv", "kernel_auto"),
-        description="oneDNN convolution_auto: the library picks the algorithm")
-    add("conv2d", "direct", BACKEND, f"{conv}:conv2d_direct", dtypes=F32, priority=10,
-        supports=f"{conv}:supports", kernel=_lazy("conv", "kernel"), description="oneDNN convolution_direct")
-    registry.declare_unsupported("conv2d", "winograd", BACKEND, WINOGRAD_REASON)
+    for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and relu as post-ops")):
+        add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=F32, priority=20, supports=f"{conv}:supports_auto",
+            kernel=_lazy("conv", "kernel_auto"), layout="channels_last",
+            description=f"oneDNN convolution_auto (the library picks the algorithm){what}")
+        add(op, "direct", BACKEND, f"{conv}:{op}_direct", dtypes=F32, priority=10, supports=f"{conv}:supports",
+            kernel=_lazy("conv", "kernel"), layout="channels_last", description=f"oneDNN convolution_direct{what}")
+        registry.declare_unsupported(op, "winograd", BACKEND, WINOGRAD_REASON)
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
         add(op, "direct", BACKEND, f"{conv}:{op}", dtypes=F32, supports=f"{conv}:supports", kernel=_lazy("conv", "kernel"))
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
@@ -78,12 +84,13 @@ def _register_others(registry: Any) -> None:
     add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
     for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad"):
         add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=F32, supports=f"{__name__}.pool:supports",
-            kernel=_lazy("pool", "kernel"))
+            kernel=_lazy("pool", "kernel"), layout=_any_if_forward(op))
     for op in ("adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
         add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=F32, supports=f"{__name__}.pool:supports_adaptive",
-            kernel=_lazy("pool", "kernel"))
+            kernel=_lazy("pool", "kernel"), layout=_any_if_forward(op))
     for op in ("relu", "relu_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"))
+        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"),
+            layout=_any_if_forward(op))
 
 
 def _register_more(registry: Any) -> None:
@@ -99,5 +106,5 @@ def _register_more(registry: Any) -> None:
     for op in ("softmax", "softmax_grad", "log_softmax", "log_softmax_grad"):
         add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=F32, kernel=_lazy("softmax", "kernel"))
     add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=F32, supports=f"{__name__}.elementwise:supports",
-        kernel=_lazy("elementwise", "kernel"))
+        kernel=_lazy("elementwise", "kernel"), layout="any")
     add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=_lazy("shape", "kernel"))

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._ext import dnnl
+from ._layout import elementwise
 
 # op -> (oneDNN eltwise kind, the attribute giving alpha)
 _KINDS = {"relu": ("relu", None), "sigmoid": ("logistic", None), "tanh": ("tanh", None),
@@ -16,8 +17,8 @@ _KINDS = {"relu": ("relu", None), "sigmoid": ("logistic", None), "tanh": ("tanh"
 
 
 def relu(x: np.ndarray) -> np.ndarray:
-    """max(x, 0)."""
-    return dnnl.relu(np.ascontiguousarray(x))
+    """max(x, 0) (in x's memory order: channels-last stays channels-last)."""
+    return elementwise(dnnl.relu, x)
 
 
 def relu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:

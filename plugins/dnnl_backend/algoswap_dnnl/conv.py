@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._ext import dnnl, refusal
+from ._layout import from_memory_order, is_channels_last, to_memory_order
 from ._padding import NO_PADDING, PadHW, fold, pad, padded_size
 
 Pair = tuple[int, int]
@@ -44,14 +45,17 @@ def _drop_packed(key: tuple[Any, ...], ref: weakref.ref[np.ndarray]) -> None:
         _packed.pop(key, None)
 
 
-def _packed_weight(x: np.ndarray, w: np.ndarray, has_bias: bool, algorithm: str, kwargs: dict[str, Any]) -> Any:
-    """The PackedWeights of read-only ``w`` for this primitive (made at the first call), or None."""
-    key = (id(w), x.shape, w.shape, has_bias, algorithm, tuple(kwargs["stride"]), tuple(kwargs["padding_l"]),
-           tuple(kwargs["padding_r"]), tuple(kwargs["dilation"]), kwargs["groups"], kwargs["layout"])
+def _packed_weight(x: np.ndarray, w: np.ndarray, fusion: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """The PackedWeights of read-only ``w`` for this primitive (made at the first call), or None.
+
+    ``x`` is the array the extension reads (NHWC if channels-last); ``fusion`` has bias and residual
+    (whether present), activation and channels_last."""
+    key = (id(w), x.shape, w.shape, *fusion.values(), *(tuple(v) if isinstance(v, list) else v for v in kwargs.values()))
     entry = _packed.get(key)
     if entry is not None and entry[0]() is w:
         return entry[1]
-    packed = dnnl.conv2d_pack_weights(list(x.shape), w, has_bias, algorithm=algorithm, **kwargs)
+    size = [x.shape[i] for i in (0, 3, 1, 2)] if kwargs["channels_last"] else list(x.shape)
+    packed = dnnl.conv2d_pack_weights(size, w, **fusion, **kwargs)
     _packed[key] = (weakref.ref(w, lambda ref, key=key: _drop_packed(key, ref)), packed)
     return packed
 
@@ -66,30 +70,51 @@ def packed_weights_clear() -> None:
     _packed.clear()
 
 
-def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, algorithm: str, stride: Pair, padding: PadHW,
-             dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
+def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, activation: str,
+             algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+             padding_mode: str) -> np.ndarray:
+    """activation(conv2d + bias + residual); a channels-last input gives a channels-last output."""
     _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
+    channels_last = is_channels_last(x)
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
+    src = to_memory_order(x, channels_last)
+    res = None if residual is None else to_memory_order(residual, channels_last)
     bias = None if b is None else np.ascontiguousarray(b)
-    x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+    w = np.ascontiguousarray(w)
+    kwargs.update(algorithm=algorithm, activation=activation, channels_last=channels_last)
     if not w.flags.writeable and w.dtype == np.float32 and w.ndim == 4 and x.ndim == 4:
-        packed = _packed_weight(x, w, bias is not None, algorithm, kwargs)
+        fusion = {"bias": bias is not None, "residual": res is not None}
+        packed = _packed_weight(src, w, fusion, kwargs)
         if packed is not None:
-            return dnnl.conv2d_forward_packed(x, packed, bias, algorithm=algorithm, **kwargs)
-    return dnnl.conv2d_forward(x, w, bias, algorithm=algorithm, **kwargs)
+            return from_memory_order(dnnl.conv2d_forward_packed(src, packed, bias, res, **kwargs), channels_last)
+    return from_memory_order(dnnl.conv2d_forward(src, w, bias, res, **kwargs), channels_last)
 
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,
                   dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     """oneDNN convolution_direct."""
-    return _forward(x, w, b, "direct", stride, padding, dilation, groups, padding_mode)
+    return _forward(x, w, b, None, "none", "direct", stride, padding, dilation, groups, padding_mode)
 
 
 def conv2d_auto(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,
                 dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     """oneDNN convolution_auto: the library picks the algorithm."""
-    return _forward(x, w, b, "auto", stride, padding, dilation, groups, padding_mode)
+    return _forward(x, w, b, None, "none", "auto", stride, padding, dilation, groups, padding_mode)
+
+
+def conv2d_fused_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *,
+                        activation: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+                        padding_mode: str) -> np.ndarray:
+    """convolution_direct with the residual add (binary_add) and relu (eltwise) as post-ops."""
+    return _forward(x, w, b, residual, activation, "direct", stride, padding, dilation, groups, padding_mode)
+
+
+def conv2d_fused_auto(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *,
+                      activation: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
+                      padding_mode: str) -> np.ndarray:
+    """convolution_auto with the residual add and relu as post-ops."""
+    return _forward(x, w, b, residual, activation, "auto", stride, padding, dilation, groups, padding_mode)
 
 
 def conv2d_grad_input(dy: np.ndarray, w: np.ndarray, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
@@ -118,10 +143,13 @@ def conv2d_grad_bias(dy: np.ndarray) -> np.ndarray:
 def _plan(call: Any, algorithm: str = "direct") -> Any:
     """The extension's PlanInfo of the primitive serving ``call`` (made and cached now)."""
     a = call.attrs
-    if call.op == "conv2d":
+    if call.op in ("conv2d", "conv2d_fused"):
         size, kwargs = _geometry(call.shape("input"), a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
-        return dnnl.conv2d_forward_impl(list(size), list(call.shape("weight")), call.shape("bias") is not None,
-                                         algorithm=algorithm, **kwargs)
+        fused = call.op == "conv2d_fused"
+        residual = fused and call.shape("residual") is not None
+        return dnnl.conv2d_forward_impl(list(size), list(call.shape("weight")), call.shape("bias") is not None, residual,
+                                         algorithm=algorithm, activation=a["activation"] if fused else "none",
+                                         channels_last=True, **kwargs)  # what swap_backend models run
     if call.op == "conv2d_grad_input":
         size, kwargs = _geometry(a["input_size"], a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
         return dnnl.conv2d_backward_data_impl(list(size), list(call.shape("weight")), algorithm=algorithm, **kwargs)

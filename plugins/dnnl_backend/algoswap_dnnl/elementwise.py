@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._ext import dnnl, refusal
+from ._layout import elementwise
 
 Shape = tuple[int, ...]
 
@@ -36,9 +37,10 @@ def _operands(a: Shape, b: Shape) -> tuple[bool, Shape, Shape] | str:
 
 
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a + b (one operand may broadcast onto the other's shape)."""
+    """a + b (one operand may broadcast onto the other's shape). Same-shape operands are added in
+    a's memory order (channels-last stays channels-last)."""
     if a.shape == b.shape and a.ndim > 0:  # the common case, without the broadcast bookkeeping
-        return dnnl.add(np.ascontiguousarray(a), np.ascontiguousarray(b))
+        return elementwise(dnnl.add, a, b)
     plan = _operands(a.shape, b.shape)
     if isinstance(plan, str):
         raise ValueError(f"algoswap_dnnl add: {plan}")

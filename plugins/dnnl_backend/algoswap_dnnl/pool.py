@@ -14,6 +14,7 @@ import numpy as np
 from algoswap import pool_output_size
 
 from ._ext import dnnl, refusal
+from ._layout import from_memory_order, is_channels_last, to_memory_order
 
 Pair = tuple[int, int]
 
@@ -56,10 +57,17 @@ def _avg(size: tuple[int, ...], kernel_size: Pair, stride: Pair, padding: Pair, 
     return kwargs, 1.0, _include_pad_rescale(size, kernel_size, stride, padding, ceil_mode)
 
 
+def _forward(x: np.ndarray, **kwargs: Any) -> np.ndarray:
+    """pool2d_forward on NCHW or channels-last ``x``; the output keeps its memory order."""
+    channels_last = is_channels_last(x)
+    y = dnnl.pool2d_forward(to_memory_order(x, channels_last), channels_last=channels_last, **kwargs)
+    return from_memory_order(y, channels_last)
+
+
 def maxpool2d(x: np.ndarray, *, kernel_size: Pair, stride: Pair, padding: Pair, dilation: Pair,
               ceil_mode: bool) -> np.ndarray:
     kwargs = _window(x.shape, kernel_size, stride, padding, dilation, ceil_mode)
-    return dnnl.pool2d_forward(np.ascontiguousarray(x), kind="max", **kwargs)
+    return _forward(x, kind="max", **kwargs)
 
 
 def maxpool2d_grad(dy: np.ndarray, x: np.ndarray, *, kernel_size: Pair, stride: Pair, padding: Pair,
@@ -72,7 +80,7 @@ def maxpool2d_grad(dy: np.ndarray, x: np.ndarray, *, kernel_size: Pair, stride: 
 def avgpool2d(x: np.ndarray, *, kernel_size: Pair, stride: Pair, padding: Pair, ceil_mode: bool,
               count_include_pad: bool, divisor_override: int | None) -> np.ndarray:
     kwargs, scale, rescale = _avg(x.shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-    y = dnnl.pool2d_forward(np.ascontiguousarray(x), scale=scale, **kwargs)
+    y = _forward(x, scale=scale, **kwargs)
     if rescale is not None:
         y *= rescale
     return y
@@ -96,7 +104,7 @@ def _adaptive(size: tuple[int, ...], output_size: Pair) -> dict[str, Any]:
 
 def adaptiveavgpool2d(x: np.ndarray, *, output_size: Pair) -> np.ndarray:
     """Only output sizes dividing the input size: then the windows are a plain average pooling."""
-    return dnnl.pool2d_forward(np.ascontiguousarray(x), **_adaptive(x.shape, output_size))
+    return _forward(x, **_adaptive(x.shape, output_size))
 
 
 def adaptiveavgpool2d_grad(dy: np.ndarray, *, input_size: tuple[int, ...]) -> np.ndarray:

@@ -21,7 +21,7 @@ static dnnl::stream &thread_stream() {
 void Plan::bind(int arg, int user, bool output, const memory::desc &user_md, const memory::desc &prim_md) {
     Slot slot{arg, user, output, user_md, prim_md, dnnl::reorder()};
     if (user_md != prim_md) {
-        layout = "blocked";
+        if (arg != DNNL_ARG_WEIGHTS) layout = "blocked";  // activations reordered at each run
         auto &eng = cpu_engine();
         slot.convert = output ? dnnl::reorder(dnnl::reorder::primitive_desc(eng, prim_md, eng, user_md))
                               : dnnl::reorder(dnnl::reorder::primitive_desc(eng, user_md, eng, prim_md));

@@ -40,7 +40,7 @@ struct Slot {
 struct Plan {
     dnnl::primitive prim;
     std::string impl;    // impl_info_str() of the primitive
-    std::string layout = "plain";  // "plain" when it runs on the caller's layout, else "blocked" (reordered per call)
+    std::string layout = "plain";  // "plain": activations in the caller's layout; "blocked": reordered at each run
     double ms = 0;       // when chosen by pick_faster: the measured time per run
     std::vector<Slot> slots;
     memory::desc scratchpad;

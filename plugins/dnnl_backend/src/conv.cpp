@@ -9,19 +9,25 @@ using pk = dnnl::prop_kind;
 using conv_fwd = dnnl::convolution_forward;
 
 struct Conv {
-    dims x, w, y;                              // NCHW input, OIHW weight, NCHW output
+    dims x, w, y;                              // NCHW input, OIHW weight, NCHW output (logical shapes)
     dims stride, pad_l, pad_r, dilation;       // dilation in oneDNN's convention (torch's - 1)
     int64_t groups;
     bool bias;
     dnnl::algorithm algo;
     std::string algo_name, layout;
+    bool channels_last = false;    // the caller's input, output and residual are in NHWC memory order
+    bool residual = false;         // a residual of the output's shape is added (binary_add post-op)
+    std::string activation = "none";  // applied last ("relu": eltwise post-op)
 
     std::string key(const char *op) const {
-        return make_key(op, {x, w, stride, pad_l, pad_r, dilation, {groups, bias ? 1 : 0}}, algo_name + "/" + layout);
+        std::string fused = (channels_last ? "/nhwc" : "/nchw") + std::string(residual ? "/residual/" : "/") + activation;
+        return make_key(op, {x, w, stride, pad_l, pad_r, dilation, {groups, bias ? 1 : 0}}, algo_name + "/" + layout + fused);
     }
+    // The caller's layout of an activation (input, output, residual).
+    memory::desc user_act(const dims &shape) const { return plain(shape, channels_last ? tag::nhwc : tag::nchw); }
     // The layout the primitive works in: the caller's (plain), channels-last, or oneDNN's choice.
     memory::desc act(const dims &shape) const {
-        if (layout == "plain") return plain(shape, tag::nchw);
+        if (layout == "plain") return user_act(shape);
         return plain(shape, layout == "nhwc" ? tag::nhwc : tag::any);
     }
     dims wdims() const {
@@ -31,12 +37,34 @@ struct Conv {
     memory::desc user_w() const { return plain(wdims(), groups == 1 ? tag::oihw : tag::goihw); }
     memory::desc wts() const { return layout == "plain" ? user_w() : plain(wdims(), tag::any); }
     memory::desc bias_md() const { return bias ? plain({w[0]}, tag::a) : memory::desc(); }
+    // Residual addition, then the activation, fused as post-ops.
+    dnnl::primitive_attr fused_attr() const {
+        dnnl::primitive_attr attr = user_scratchpad();
+        dnnl::post_ops ops;
+        if (residual) ops.append_binary(dnnl::algorithm::binary_add, user_act(y));
+        if (activation == "relu") ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+        attr.set_post_ops(ops);
+        return attr;
+    }
 
     conv_fwd::primitive_desc forward(pk prop, const dnnl::primitive_attr &attr = dnnl::primitive_attr()) const {
         return conv_fwd::primitive_desc(cpu_engine(), prop, algo, act(x), wts(), bias_md(), act(y), stride, dilation,
                                         pad_l, pad_r, attr);
     }
 };
+
+constexpr int RESIDUAL_ARG = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
+
+// An activation's logical NCHW shape from the shape of the array holding it.
+dims logical(const dims &shape, bool channels_last) {
+    if (!channels_last || shape.size() != 4) return shape;
+    return {shape[0], shape[3], shape[1], shape[2]};
+}
+
+// A new output array in the caller's memory order (NHWC arrays are returned as such; Python views them as NCHW).
+py::array_t<float> empty_act(const dims &shape, bool channels_last) {
+    return empty_f32(channels_last ? dims{shape[0], shape[2], shape[3], shape[1]} : shape);
+}
 
 dnnl::algorithm conv_algorithm(const std::string &name) {
     if (name == "direct") return dnnl::algorithm::convolution_direct;
@@ -46,8 +74,11 @@ dnnl::algorithm conv_algorithm(const std::string &name) {
 }
 
 Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &stride, const V &pad_l, const V &pad_r,
-           const V &dilation, int64_t groups, const std::string &algorithm, const std::string &layout) {
+           const V &dilation, int64_t groups, const std::string &algorithm, const std::string &layout,
+           bool channels_last = false, bool residual = false, const std::string &activation = "none") {
     std::string where = std::string("algoswap_dnnl ") + op + ": ";
+    if (activation != "none" && activation != "relu")
+        throw py::value_error(where + "activation must be 'none' or 'relu', got '" + activation + "'");
     if (x.size() != 4 || w.size() != 4) throw py::value_error(where + "input and weight must be 4-D (NCHW, OIHW)");
     if (stride.size() != 2 || pad_l.size() != 2 || pad_r.size() != 2 || dilation.size() != 2)
         throw py::value_error(where + "stride, padding_l, padding_r and dilation must have 2 entries each");
@@ -56,7 +87,7 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
     if (layout != "plain" && layout != "any" && layout != "nhwc" && layout != "auto")
         throw py::value_error(where + "layout must be 'auto', 'plain', 'any' or 'nhwc', got '" + layout + "'");
     Conv c{x, w, {x[0], w[0], 0, 0}, as_dims(stride), as_dims(pad_l), as_dims(pad_r), {dilation[0] - 1, dilation[1] - 1},
-           groups, bias, conv_algorithm(algorithm), algorithm, layout};
+           groups, bias, conv_algorithm(algorithm), algorithm, layout, channels_last, residual, activation};
     for (int i = 0; i < 2; ++i) {
         int64_t span = x[2 + i] + pad_l[i] + pad_r[i] - (dilation[i] * (w[2 + i] - 1) + 1);
         if (span < 0 || stride[i] < 1) throw py::value_error(where + "the dilated kernel does not fit in the padded input");
@@ -66,14 +97,15 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
 }
 
 Plan make_forward(const Conv &c) {
-    auto pd = c.forward(pk::forward_inference, user_scratchpad());
+    auto pd = c.forward(pk::forward_inference, c.fused_attr());
     Plan p;
     p.prim = conv_fwd(pd);
     finish(p, pd);
-    p.bind(DNNL_ARG_SRC, 0, false, plain(c.x, tag::nchw), pd.src_desc());
+    p.bind(DNNL_ARG_SRC, 0, false, c.user_act(c.x), pd.src_desc());
     p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
     if (c.bias) p.bind(DNNL_ARG_BIAS, 2, false, c.bias_md(), pd.bias_desc());
-    p.bind(DNNL_ARG_DST, 3, true, plain(c.y, tag::nchw), pd.dst_desc());
+    p.bind(DNNL_ARG_DST, 3, true, c.user_act(c.y), pd.dst_desc());
+    if (c.residual) p.bind(RESIDUAL_ARG, 4, false, c.user_act(c.y), c.user_act(c.y));
     return p;
 }
 
@@ -121,31 +153,61 @@ PlanPtr weights_plan(const Conv &c) {
     return cached_plan(c.key("conv2d_grad_weight"), [&] { return make(c, make_backward_weights); });
 }
 
-py::array_t<float> forward(py::handle x, py::handle w, py::handle b, const V &stride, const V &pad_l, const V &pad_r,
-                           const V &dilation, int64_t groups, const std::string &algorithm, const std::string &layout) {
+// A checked optional argument of conv2d_forward: its data, or nullptr for None.
+float *optional_f32(py::handle obj, const char *name, const dims &expected, const std::string &what) {
+    if (obj.is_none()) return nullptr;
+    F32 A = check_f32(obj, "conv2d", name);
+    if (A.shape != expected) throw py::value_error(std::string("algoswap_dnnl conv2d: ") + name + " must have shape " + what);
+    return A.data;  // the caller's argument keeps the array alive
+}
+
+struct Fusion {
+    std::string activation;
+    bool channels_last;
+};
+
+// conv2d forward on the caller's arrays; weights plain (w) or already packed.
+py::array_t<float> run_forward(const F32 &X, const dims &wshape, float *w, const memory *packed, py::handle b,
+                               py::handle residual, const V &stride, const V &pad_l, const V &pad_r, const V &dilation,
+                               int64_t groups, const std::string &algorithm, const std::string &layout, const Fusion &f) {
+    if (f.channels_last && X.shape.size() != 4)
+        throw py::value_error("algoswap_dnnl conv2d: a channels-last input must be 4-D (N, H, W, C)");
+    float *bias = optional_f32(b, "bias", {wshape.at(0)}, "(out_channels,)");
+    Conv c = parse("conv2d", logical(X.shape, f.channels_last), wshape, bias != nullptr, stride, pad_l, pad_r, dilation,
+                   groups, algorithm, layout, f.channels_last, !residual.is_none(), f.activation);
+    dims out_shape = f.channels_last ? dims{c.y[0], c.y[2], c.y[3], c.y[1]} : c.y;
+    float *res = optional_f32(residual, "residual", out_shape, "of the output (in the input's memory order)");
+    auto out = empty_f32(out_shape);
+    std::vector<void *> ptrs{X.data, w, bias, out.mutable_data(), res};
+    if (packed == nullptr) {
+        forward_plan(c)->run(ptrs);
+    } else {
+        memory weights = *packed;  // a reference of its own: the Python object may go while the GIL is released
+        forward_plan(c)->run(ptrs, DNNL_ARG_WEIGHTS, &weights);
+    }
+    return out;
+}
+
+py::array_t<float> forward(py::handle x, py::handle w, py::handle b, py::handle residual, const V &stride, const V &pad_l,
+                           const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
+                           const std::string &layout, const std::string &activation, bool channels_last) {
     return guarded("conv2d", [&] {
         F32 X = check_f32(x, "conv2d", "input"), W = check_f32(w, "conv2d", "weight");
-        float *bias = nullptr;
-        if (!b.is_none()) {
-            F32 B = check_f32(b, "conv2d", "bias");
-            if (B.shape != dims{W.shape.at(0)}) throw py::value_error("algoswap_dnnl conv2d: bias must have shape (out_channels,)");
-            bias = B.data;
-        }
-        Conv c = parse("conv2d", X.shape, W.shape, bias != nullptr, stride, pad_l, pad_r, dilation, groups, algorithm, layout);
-        auto out = empty_f32(c.y);
-        forward_plan(c)->run({X.data, W.data, bias, out.mutable_data()});
-        return out;
+        return run_forward(X, W.shape, W.data, nullptr, b, residual, stride, pad_l, pad_r, dilation, groups, algorithm,
+                           layout, {activation, channels_last});
     });
 }
 
 // The weights reordered once into the layout of the forward primitive for these shapes, or None
 // when that primitive runs on the plain weights (nothing to save).
-std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias, const V &stride, const V &pad_l,
-                                   const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
-                                   const std::string &layout) {
+std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias, bool residual, const V &stride,
+                                   const V &pad_l, const V &pad_r, const V &dilation, int64_t groups,
+                                   const std::string &algorithm, const std::string &layout,
+                                   const std::string &activation, bool channels_last) {
     return guarded("conv2d", [&]() -> std::optional<Packed> {
         F32 W = check_f32(w, "conv2d", "weight");
-        Conv c = parse("conv2d", as_dims(input_size), W.shape, bias, stride, pad_l, pad_r, dilation, groups, algorithm, layout);
+        Conv c = parse("conv2d", as_dims(input_size), W.shape, bias, stride, pad_l, pad_r, dilation, groups, algorithm,
+                       layout, channels_last, residual, activation);
         PlanPtr plan = forward_plan(c);
         const Slot *slot = plan->slot_of(DNNL_ARG_WEIGHTS);
         if (slot == nullptr || !slot->convert) return std::nullopt;
@@ -163,22 +225,14 @@ std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias,
 }
 
 // conv2d_forward with weights packed by pack_weights (not reordered again).
-py::array_t<float> forward_packed(py::handle x, const Packed &w, py::handle b, const V &stride, const V &pad_l,
-                                  const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
-                                  const std::string &layout) {
+py::array_t<float> forward_packed(py::handle x, const Packed &w, py::handle b, py::handle residual, const V &stride,
+                                  const V &pad_l, const V &pad_r, const V &dilation, int64_t groups,
+                                  const std::string &algorithm, const std::string &layout,
+                                  const std::string &activation, bool channels_last) {
     return guarded("conv2d", [&] {
         F32 X = check_f32(x, "conv2d", "input");
-        float *bias = nullptr;
-        if (!b.is_none()) {
-            F32 B = check_f32(b, "conv2d", "bias");
-            if (B.shape != dims{w.shape.at(0)}) throw py::value_error("algoswap_dnnl conv2d: bias must have shape (out_channels,)");
-            bias = B.data;
-        }
-        Conv c = parse("conv2d", X.shape, w.shape, bias != nullptr, stride, pad_l, pad_r, dilation, groups, algorithm, layout);
-        auto out = empty_f32(c.y);
-        memory packed = w.mem;  // a reference of its own: the Python object may go while the GIL is released
-        forward_plan(c)->run({X.data, nullptr, bias, out.mutable_data()}, DNNL_ARG_WEIGHTS, &packed);
-        return out;
+        return run_forward(X, w.shape, nullptr, &w.mem, b, residual, stride, pad_l, pad_r, dilation, groups, algorithm,
+                           layout, {activation, channels_last});
     });
 }
 
@@ -221,26 +275,33 @@ void init_conv(py::module_ &m) {
     auto def = [&m](const char *name, auto fn, const char *doc, auto args) {
         std::apply([&](auto... a) { m.def(name, fn, doc, a...); }, args);
     };
-    def("conv2d_forward", &forward, "conv2d of NCHW input with OIHW weight (+ bias); dilation as in torch.",
-        geometry(py::arg("input"), py::arg("weight"), py::arg("bias").none(true)));
+    auto fused = [&geometry](auto... first) {
+        return std::tuple_cat(geometry(first...), std::make_tuple(py::arg("activation") = "none", py::arg("channels_last") = false));
+    };
+    def("conv2d_forward", &forward,
+        "activation(conv2d(input, weight) + bias + residual): NCHW input (NHWC if channels_last) with OIHW weight; "
+        "bias and residual may be None; activation 'none' or 'relu'; dilation as in torch.",
+        fused(py::arg("input"), py::arg("weight"), py::arg("bias").none(true), py::arg("residual").none(true)));
     def("conv2d_pack_weights", &pack_weights,
         "The weight reordered once for the conv2d_forward primitive of these shapes (a PackedWeights), "
         "or None if that primitive reads the plain weight.",
-        geometry(py::arg("input_size"), py::arg("weight"), py::arg("bias")));
+        fused(py::arg("input_size"), py::arg("weight"), py::arg("bias"), py::arg("residual")));
     def("conv2d_forward_packed", &forward_packed, "conv2d_forward with a PackedWeights from conv2d_pack_weights.",
-        geometry(py::arg("input"), py::arg("weight"), py::arg("bias").none(true)));
+        fused(py::arg("input"), py::arg("weight"), py::arg("bias").none(true), py::arg("residual").none(true)));
     def("conv2d_backward_data", &backward_data, "Gradient of conv2d with respect to its input.",
         geometry(py::arg("grad_output"), py::arg("weight"), py::arg("input_size")));
     def("conv2d_backward_weights", &backward_weights, "Gradient of conv2d with respect to its weight.",
         geometry(py::arg("grad_output"), py::arg("input"), py::arg("weight_size")));
 
     def("conv2d_forward_impl",
-        [](const V &x, const V &w, bool bias, const V &s, const V &pl, const V &pr, const V &d, int64_t g,
-           const std::string &a, const std::string &l) {
-            return guarded("conv2d", [&] { return info(forward_plan(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, l))); });
+        [](const V &x, const V &w, bool bias, bool residual, const V &s, const V &pl, const V &pr, const V &d, int64_t g,
+           const std::string &a, const std::string &l, const std::string &act, bool cl) {
+            return guarded("conv2d", [&] {
+                return info(forward_plan(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, l, cl, residual, act)));
+            });
         },
-        "impl_info_str() of the (cached) primitive conv2d_forward runs for these shapes.",
-        geometry(py::arg("input_size"), py::arg("weight_size"), py::arg("bias")));
+        "impl_info_str() of the (cached) primitive conv2d_forward runs for these (logical NCHW) shapes.",
+        fused(py::arg("input_size"), py::arg("weight_size"), py::arg("bias"), py::arg("residual")));
     def("conv2d_backward_data_impl",
         [](const V &x, const V &w, const V &s, const V &pl, const V &pr, const V &d, int64_t g, const std::string &a,
            const std::string &l) {

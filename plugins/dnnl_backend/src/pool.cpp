@@ -13,12 +13,14 @@ struct Pool {
     dnnl::algorithm algo;
     std::string kind;
     float scale;  // applied to the output as an eltwise_linear post-op when not 1
+    bool channels_last = false;  // the caller's input and output are in NHWC memory order (forward only)
 
     std::string key(const char *op) const {
-        return make_key(op, {x, kernel, stride, dilation, pad_l, pad_r}, kind + "/" + std::to_string(scale));
+        return make_key(op, {x, kernel, stride, dilation, pad_l, pad_r},
+                        kind + "/" + std::to_string(scale) + (channels_last ? "/nhwc" : "/nchw"));
     }
-    memory::desc src() const { return plain(x, tag::nchw); }
-    memory::desc dst() const { return plain(y, tag::nchw); }
+    memory::desc src() const { return plain(x, channels_last ? tag::nhwc : tag::nchw); }
+    memory::desc dst() const { return plain(y, channels_last ? tag::nhwc : tag::nchw); }
     pool_fwd::primitive_desc forward(pk prop, dnnl::primitive_attr attr) const {
         if (scale != 1.f) {
             dnnl::post_ops ops;
@@ -79,11 +81,14 @@ PlanPtr training_plan(const Pool &p) { return cached_plan(p.key("pool2d_training
 PlanPtr backward_plan(const Pool &p) { return cached_plan(p.key("pool2d_grad"), [&] { return make_backward(p); }); }
 
 py::array_t<float> forward(py::handle x, const V &kernel, const V &stride, const V &dilation, const V &pad_l,
-                           const V &pad_r, const std::string &kind, float scale) {
+                           const V &pad_r, const std::string &kind, float scale, bool channels_last) {
     return guarded("pool2d", [&] {
         F32 X = check_f32(x, "pool2d", "input");
-        Pool p = parse(X.shape, kernel, stride, dilation, pad_l, pad_r, kind, scale);
-        auto out = empty_f32(p.y);
+        dims shape = X.shape;
+        if (channels_last && shape.size() == 4) shape = {X.shape[0], X.shape[3], X.shape[1], X.shape[2]};
+        Pool p = parse(shape, kernel, stride, dilation, pad_l, pad_r, kind, scale);
+        p.channels_last = channels_last;
+        auto out = empty_f32(channels_last ? dims{p.y[0], p.y[2], p.y[3], p.y[1]} : p.y);
         forward_plan(p)->run({X.data, out.mutable_data()});
         return out;
     });
@@ -117,9 +122,10 @@ py::array_t<float> backward(py::handle dy, py::handle x, const V &input_size, co
 
 void init_pool(py::module_ &m) {
     m.def("pool2d_forward", &forward,
-          "Max or average pooling of an NCHW array; dilation as in torch; the output is multiplied by scale.",
+          "Max or average pooling of an NCHW array (NHWC if channels_last, output likewise); dilation as in torch; "
+          "the output is multiplied by scale.",
           py::arg("input"), py::arg("kernel"), py::arg("stride"), py::arg("dilation"), py::arg("padding_l"),
-          py::arg("padding_r"), py::arg("kind"), py::arg("scale") = 1.f);
+          py::arg("padding_r"), py::arg("kind"), py::arg("scale") = 1.f, py::arg("channels_last") = false);
     m.def("pool2d_backward", &backward, "Gradient of pool2d_forward (scale 1); max pooling needs the forward input.",
           py::arg("grad_output"), py::arg("input").none(true), py::arg("input_size"), py::arg("kernel"),
           py::arg("stride"), py::arg("dilation"), py::arg("padding_l"), py::arg("padding_r"), py::arg("kind"));

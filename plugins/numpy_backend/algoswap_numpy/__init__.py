@@ -37,11 +37,16 @@ def algoswap_register(registry: Any) -> None:
 
 def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
-    add("conv2d", "smm", BACKEND, conv.conv2d_smm, priority=30, kernel="numpy im2col + matmul (BLAS gemm)")
-    add("conv2d", "winograd", BACKEND, conv.conv2d_winograd, priority=20, supports=_winograd_supports,
-        kernel="numpy Winograd F(2x2,3x3) tiles")
-    add("conv2d", "direct", BACKEND, conv.conv2d_direct, priority=10, kernel="numpy tap-by-tap tensordot")
-    add("conv2d", "fft", BACKEND, conv.conv2d_fft, priority=0, kernel="numpy rfft2 pointwise products")
+    algorithms = (
+        ("smm", conv.conv2d_smm, 30, None, "numpy im2col + matmul (BLAS gemm)"),
+        ("winograd", conv.conv2d_winograd, 20, _winograd_supports, "numpy Winograd F(2x2,3x3) tiles"),
+        ("direct", conv.conv2d_direct, 10, None, "numpy tap-by-tap tensordot"),
+        ("fft", conv.conv2d_fft, 0, None, "numpy rfft2 pointwise products"),
+    )
+    for algorithm, function, priority, supports, kernel in algorithms:
+        add("conv2d", algorithm, BACKEND, function, priority=priority, supports=supports, kernel=kernel)
+        add("conv2d_fused", algorithm, BACKEND, conv.fused(function), priority=priority, supports=supports,
+            kernel=f"{kernel}, then the add and activation in place")
     add("conv2d_grad_input", "direct", BACKEND, conv.conv2d_grad_input, kernel="numpy tap-by-tap scatter")
     add("conv2d_grad_weight", "direct", BACKEND, conv.conv2d_grad_weight, kernel="numpy tap-by-tap tensordot")
     add("conv2d_grad_bias", "direct", BACKEND, conv.conv2d_grad_bias, kernel="numpy sum")

@@ -1,5 +1,7 @@
 """Reference 2-D convolution kernels (cross-correlation, NCHW) and their gradients."""
 
+from typing import Any, Callable
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -48,6 +50,22 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride:
         patch = _tap(xg, i, j, (ho, wo), stride, dilation).reshape(n, groups, cg, ho * wo)
         y += np.ascontiguousarray(wg[..., i, j]) @ patch
     return _add_bias(y.reshape(n, o, ho, wo), b)
+
+
+def fused(conv: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """conv2d_fused on one conv2d algorithm: the residual add and the activation follow, in place."""
+
+    def conv2d_fused(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *,
+                     activation: str, **attrs: Any) -> np.ndarray:
+        y = conv(x, w, b, **attrs)
+        if residual is not None:
+            y += residual
+        if activation == "relu":
+            np.maximum(y, 0, out=y)
+        return y
+
+    conv2d_fused.__name__ = f"{conv.__name__}_fused"
+    return conv2d_fused
 
 
 def _im2col(xp: np.ndarray, kernel_hw: Pair, stride: Pair, dilation: Pair) -> np.ndarray:

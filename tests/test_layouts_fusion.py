@@ -1,0 +1,128 @@
+"""Channels-last activations and conv2d fusion in swap_backend models.
+
+Implementations registered with layout "any" or "channels_last" get 4-D activations in NHWC memory
+order from a Model: each is checked here on such inputs against the reference. Fusion: conv2d
+chains become one conv2d_fused call where the conv2d's implementation has a twin, and stay unfused
+(saying why) where not.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import algoswap
+from algoswap import zoo
+from helpers import relative_error
+from op_cases import cases_for, reference_name
+
+torch = pytest.importorskip("torch")
+
+from algoswap._torch.plan import arrange, is_channels_last  # noqa: E402  (needs torch)
+
+
+def _layout_impls() -> list[Any]:
+    registry = algoswap.registry()
+    return [pytest.param(impl, id=f"{impl.op}-{impl.qualified}") for impl in registry.implementations()
+            if impl.layout != "contiguous" and "float32" in impl.dtypes
+            and registry.backends[impl.backend].availability() is True]
+
+
+@pytest.mark.parametrize("impl", _layout_impls())
+def test_channels_last_inputs_match_the_reference(impl: algoswap.ImplRecord, rng: np.random.Generator) -> None:
+    spec = algoswap.registry().spec(impl.op)
+    weights = tuple(i for i, given in enumerate(spec.inputs) if given.name in ("weight", "bias"))
+    ran = 0
+    for shapes, attrs in cases_for(impl.op):
+        call = spec.bind(shapes, [None if s is None else "float32" for s in shapes], attrs)
+        if impl.check(call) is not True or not any(s is not None and len(s) == 4 for s in shapes):
+            continue
+        inputs = [None if s is None else rng.standard_normal(s).astype(np.float32) for s in shapes]
+        laid_out = arrange(list(inputs), "channels_last", weights)
+        out = impl.callable(*laid_out, **call.attrs)
+        wide = [None if a is None else a.astype(np.float64) for a in inputs]
+        ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
+        assert out.shape == ref.shape and relative_error(out, ref) <= 2e-5, (impl.qualified, shapes, attrs)
+        if impl.layout == "channels_last" and out.ndim == 4 and out.shape[1] > 1 and out.shape[2] * out.shape[3] > 1:
+            assert is_channels_last(out), f"{impl.qualified} should keep channels-last activations channels-last"
+        ran += 1
+    assert ran, f"{impl.qualified} ran none of the cases of {impl.op}"
+
+
+def test_arrange_leaves_weights_and_already_ordered_arrays_alone() -> None:
+    x = np.ones((2, 3, 4, 5), np.float32)
+    w = np.ones((6, 3, 3, 3), np.float32)
+    x_cl, w_kept = arrange([x, w], "channels_last", (1,))
+    assert is_channels_last(x_cl) and w_kept is w
+    assert arrange([x_cl, w], "channels_last", (1,))[0] is x_cl  # no second copy
+    back = arrange([x_cl], "contiguous", ())[0]
+    assert back.flags.c_contiguous and np.array_equal(back, x)
+    assert arrange([x_cl], "any", ())[0] is x_cl
+
+
+def _resnet() -> tuple[Any, Any]:
+    return zoo.build("resnet18").eval(), zoo.sample_input("resnet18", 2, small=True)
+
+
+def test_resnet18_chains_are_fused_on_dnnl_and_match_torch() -> None:
+    model, x = _resnet()
+    fused = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
+    unfused = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), fuse=False)
+    with torch.no_grad():
+        expected = model(x)
+    assert relative_error(fused(x), expected) <= 1e-4 and relative_error(unfused(x), expected) <= 1e-4
+    labels = [step.label for step in fused.fused]
+    assert labels.count("conv2d+add+relu") == 8 and labels.count("conv2d+relu") == 9  # every block, and the stem
+    rows = [row for row in fused.explain() if "+" in row.op]
+    assert len(rows) == 17 and {row.implementation.split(":")[0] for row in rows} == {"dnnl"}
+    assert all("fused into the convolution" in row.note for row in rows)
+    assert fused.op_counts() == unfused.op_counts()  # members are counted as the ops they are
+    assert not unfused.fused and "conv2d chains fusable" in repr(fused)
+
+
+def test_a_pinned_relu_stays_out_of_its_chain() -> None:
+    model, x = _resnet()
+    converted = algoswap.swap_backend(model, {"relu": "numpy:direct"}, tuple(x.shape))
+    with torch.no_grad():
+        assert relative_error(converted(x), model(x)) <= 1e-4
+    rows = {row.name: row for row in converted.explain()}
+    assert rows["conv1"].op == "conv2d" and rows["relu"].implementation == "numpy:direct"
+    assert rows["layer1_0_conv2"].op == "conv2d+add"  # its relu runs as asked; the add still fuses
+
+
+@pytest.fixture
+def conv_without_twin() -> Iterator[str]:
+    """A plugin whose conv2d has no conv2d_fused twin (the numpy reference underneath)."""
+
+    def register(registry: Any) -> None:
+        registry.add_backend("plainconv", priority=-1)
+        registry.add_implementation("conv2d", "smm", "plainconv", "algoswap_numpy.conv:conv2d_smm", kernel="numpy smm")
+
+    record = algoswap.register_plugin(types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=register),
+                                      name="plainconv")
+    assert record.status == "loaded", record.error
+    yield "plainconv:smm"
+    algoswap.reload_plugins()
+
+
+def test_a_conv_without_a_fused_twin_runs_unfused_and_says_why(conv_without_twin: str) -> None:
+    model, x = _resnet()
+    converted = algoswap.swap_backend(model, {"conv2d": conv_without_twin}, tuple(x.shape))
+    with torch.no_grad():
+        assert relative_error(converted(x), model(x)) <= 1e-4
+    stem = next(row for row in converted.explain() if row.name == "conv1")
+    assert stem.implementation == conv_without_twin and "has no conv2d_fused" in stem.note
+    assert all(step.last_selection is None for step in converted.fused)
+
+
+def test_fused_models_pickle_and_run_again() -> None:
+    import pickle
+
+    model, x = _resnet()
+    converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
+    expected = converted(x)
+    again = pickle.loads(pickle.dumps(converted))
+    assert relative_error(again(x), expected) <= 1e-6 and len(again.fused) == 17
