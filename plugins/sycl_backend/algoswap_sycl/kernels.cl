@@ -13,7 +13,9 @@
 // A values are broadcast. With LOCAL_PANEL (devices whose local memory is on-chip: GPUs), the
 // work-group's WGN work-items share one TM x KT panel of A staged in local memory. On a CPU device
 // local memory is ordinary cached memory, and the barriers staging needs cost more than they save
-// (measured on the OpenCL CPU device: 38 against 141 GFLOP/s for 64x3136x576): A is read in place.
+// (measured on the OpenCL CPU device: 38 against 141 GFLOP/s for 64x3136x576): there each work-item
+// walks A's rows in place, and row blocks vary fastest, so that the work-items reading the same
+// columns of B run one after another while those columns are in cache.
 // b_padded: B rows may be read up to the next multiple of 32 columns (im2col pads them).
 #ifndef TM
 #define TM 8
@@ -39,66 +41,9 @@ inline void store16_guarded(__global REAL *row, int n0, int N, REAL16 v) {
     for (int j = 0; j < 16 && n0 + j < N; j++) row[n0 + j] = tmp[j];
 }
 
-#if LOCAL_PANEL
-#define M_BLOCK get_global_id(1)
-#define N_BLOCK get_global_id(0)
-__attribute__((reqd_work_group_size(WGN, 1, 1)))
-#else  // row blocks vary fastest: consecutive work-groups share the same columns of B while they are in cache
-#define M_BLOCK get_global_id(0)
-#define N_BLOCK get_global_id(1)
-#endif
-__attribute__((vec_type_hint(REAL16)))
-__kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL *C, __global const REAL *bias,
-                   int M, int N, int K, int sam, int sak, int ldb, int ldc, int G,
-                   long a_g, long b_n, long b_g, long c_n, long c_g, int bias_mode, int b_padded) {
-    int batch = get_global_id(2);
-    int g = batch % G, nb = batch / G;
-    A += g * a_g;
-    B += nb * b_n + g * b_g;
-    C += nb * c_n + g * c_g;
-    int m0 = M_BLOCK * TM;
-    int n0 = N_BLOCK * VN;
-    int lid = get_local_id(0);
-    (void)lid;
-    bool vector_b = b_padded || n0 + VN <= N;
-#if LOCAL_PANEL
-    __local REAL panel[KT][TM];
-#define A_AT(i, kk) panel[kk][i]
-#else
-    __global const REAL *arow[TM];  // rows past M repeat the last one (computed, never stored)
-    for (int i = 0; i < TM; i++) arow[i] = A + (long)min(m0 + i, M - 1) * sam;
-#define A_AT(i, kk) arow[i][(long)(k0 + kk) * sak]
-#endif
-    REAL16 acc0[TM], acc1[TM];
-    for (int i = 0; i < TM; i++) { acc0[i] = (REAL16)(0); acc1[i] = (REAL16)(0); }
-    for (int k0 = 0; k0 < K; k0 += KT) {
-        int kt = min(KT, K - k0);
-#if LOCAL_PANEL
-        for (int e = lid; e < KT * TM; e += WGN) {  // along k first: A rows are read in order
-            int i = e / KT, kk = e % KT;
-            int m = min(m0 + i, M - 1);
-            panel[kk][i] = kk < kt ? A[(long)m * sam + (long)(k0 + kk) * sak] : (REAL)0;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-        if (n0 < N) {
-            __global const REAL *brow = B + (long)k0 * ldb;
-            for (int kk = 0; kk < kt; kk++, brow += ldb) {
-                REAL16 b0, b1;
-                if (vector_b) { b0 = vload16(0, brow + n0); b1 = vload16(0, brow + n0 + 16); }
-                else { b0 = load16_guarded(brow, n0, N); b1 = load16_guarded(brow, n0 + 16, N); }
-                for (int i = 0; i < TM; i++) {
-                    REAL16 a = (REAL16)(A_AT(i, kk));
-                    acc0[i] = fma(a, b0, acc0[i]);
-                    acc1[i] = fma(a, b1, acc1[i]);
-                }
-            }
-        }
-#if LOCAL_PANEL
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-    }
-    if (n0 >= N) return;
+// The tile's rows (m0 + i < M) plus bias, stored where inside C.
+inline void gemm_store(__global REAL *C, __global const REAL *bias, REAL16 *acc0, REAL16 *acc1, int m0, int n0,
+                       int M, int N, int ldc, int g, int bias_mode) {
     for (int i = 0; i < TM && m0 + i < M; i++) {
         int m = m0 + i;
         REAL16 r0 = acc0[i], r1 = acc1[i];
@@ -109,6 +54,69 @@ __kernel void gemm(__global const REAL *A, __global const REAL *B, __global REAL
         store16_guarded(crow, n0 + 16, N, r1);
     }
 }
+
+#define GEMM_ARGUMENTS __global const REAL *A, __global const REAL *B, __global REAL *C, __global const REAL *bias, \
+    int M, int N, int K, int sam, int sak, int ldb, int ldc, int G, long a_g, long b_n, long b_g, long c_n, long c_g, \
+    int bias_mode, int b_padded
+#define GEMM_BATCH int batch = get_global_id(2); int g = batch % G, nb = batch / G; \
+    A += g * a_g; B += nb * b_n + g * b_g; C += nb * c_n + g * c_g
+#define GEMM_ZERO REAL16 acc0[TM], acc1[TM]; \
+    for (int i = 0; i < TM; i++) { acc0[i] = (REAL16)(0); acc1[i] = (REAL16)(0); }
+#define GEMM_ROW(i, value) { REAL16 a = (REAL16)(value); acc0[i] = fma(a, b0, acc0[i]); acc1[i] = fma(a, b1, acc1[i]); }
+
+#if LOCAL_PANEL
+__attribute__((reqd_work_group_size(WGN, 1, 1)))
+__attribute__((vec_type_hint(REAL16)))
+__kernel void gemm(GEMM_ARGUMENTS) {
+    GEMM_BATCH;
+    int m0 = get_global_id(1) * TM, n0 = get_global_id(0) * VN, lid = get_local_id(0);
+    bool vector_b = b_padded || n0 + VN <= N;
+    __local REAL panel[KT][TM];
+    GEMM_ZERO
+    for (int k0 = 0; k0 < K; k0 += KT) {
+        int kt = min(KT, K - k0);
+        for (int e = lid; e < KT * TM; e += WGN) {  // along k first: A rows are read in order
+            int i = e / KT, kk = e % KT;
+            int m = min(m0 + i, M - 1);
+            panel[kk][i] = kk < kt ? A[(long)m * sam + (long)(k0 + kk) * sak] : (REAL)0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (n0 < N) {
+            __global const REAL *brow = B + (long)k0 * ldb;
+            for (int kk = 0; kk < kt; kk++, brow += ldb) {
+                REAL16 b0, b1;
+                if (vector_b) { b0 = vload16(0, brow + n0); b1 = vload16(0, brow + n0 + 16); }
+                else { b0 = load16_guarded(brow, n0, N); b1 = load16_guarded(brow, n0 + 16, N); }
+                for (int i = 0; i < TM; i++) GEMM_ROW(i, panel[kk][i])
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (n0 < N) gemm_store(C, bias, acc0, acc1, m0, n0, M, N, ldc, g, bias_mode);
+}
+#else
+__attribute__((vec_type_hint(REAL16)))
+__kernel void gemm(GEMM_ARGUMENTS) {
+    GEMM_BATCH;
+    int m0 = get_global_id(0) * TM, n0 = get_global_id(1) * VN;
+    __global const REAL *arow[TM];  // rows past M repeat the last one (computed, never stored)
+    for (int i = 0; i < TM; i++) arow[i] = A + (long)min(m0 + i, M - 1) * sam;
+    __global const REAL *brow = B + n0;
+    GEMM_ZERO
+    if (b_padded || n0 + VN <= N) {
+        for (int k = 0; k < K; k++, brow += ldb) {
+            REAL16 b0 = vload16(0, brow), b1 = vload16(0, brow + 16);
+            for (int i = 0; i < TM; i++) { GEMM_ROW(i, *arow[i]) arow[i] += sak; }
+        }
+    } else {
+        for (int k = 0; k < K; k++, brow += ldb) {
+            REAL16 b0 = load16_guarded(brow, 0, N - n0), b1 = load16_guarded(brow, 16, N - n0);
+            for (int i = 0; i < TM; i++) { GEMM_ROW(i, *arow[i]) arow[i] += sak; }
+        }
+    }
+    gemm_store(C, bias, acc0, acc1, m0, n0, M, N, ldc, g, bias_mode);
+}
+#endif
 
 // ----------------------------------------------------------------------------- data movement
 // out[b, a, c] = in[a, b, c]: transposes (C == 1) and moving the batch axis behind the channels.
