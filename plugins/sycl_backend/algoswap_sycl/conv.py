@@ -123,12 +123,17 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
     return finish(ctx, y, (x, w, b))
 
 
-DIRECT_BLOCK = 8  # output channels per work-item (OB in kernels.cl)
+DIRECT_BLOCKS = (16, 4, 1)  # output channels per work-item: the kernels conv_direct16, conv_direct4, conv_direct1
+
+
+def direct_block(og: int) -> int:
+    """Output channels per work-item: the largest block that fits in the group's channels."""
+    return next(block for block in DIRECT_BLOCKS if block <= og)
 
 
 def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                   padding_mode: str) -> Any:
-    """Direct convolution: each work-item accumulates 16 output columns x 8 output channels tap by tap."""
+    """Direct convolution: each work-item accumulates 16 output columns x 16 (4, 1) output channels tap by tap."""
     ctx, dtype, (xd, wd) = start(x, w)
     bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
@@ -138,11 +143,11 @@ def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilat
     reach = (columns * 16 - 1) * sw + (g.kw - 1) * g.dilation[1] + 1 + (1 if sw == 2 else 0)
     xp = _pad(ctx, dtype, xd, g, max(g.wp, reach))
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
-    blocks = ceil_div(g.og, DIRECT_BLOCK)
-    ctx.run(dtype, "conv_direct",
+    block = direct_block(g.og)
+    ctx.run(dtype, f"conv_direct{block}",
             [xp, wd, bd if bd is not None else wd, y, g.c, g.hp, xp.shape[3], g.o, g.oh, g.ow, g.cg, g.og, g.kh, g.kw,
              *g.stride, *g.dilation, g.groups, int(bd is not None)],
-            [g.n * g.groups * blocks, g.oh, columns])
+            [g.n * g.groups * ceil_div(g.og, block), g.oh, columns])
     return finish(ctx, y, (x, w, b))
 
 
@@ -217,5 +222,6 @@ def kernel(call: Any) -> str:
 def kernel_direct(call: Any) -> str:
     from ._device import context
 
-    return (f"conv_direct: 16 output columns (one vector) x {DIRECT_BLOCK} output channels per work-item, "
-            f"after pad2d, on {context().describe()}")
+    block = direct_block(call.shape("weight")[0] // call.attrs["groups"])
+    return (f"pad2d + conv_direct{block}: 16 output columns (one vector) x {block} output channel"
+            f"{'s' if block > 1 else ''} per work-item, on {context().describe()}")
