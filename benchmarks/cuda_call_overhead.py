@@ -1,14 +1,42 @@
-"""Per-call cost of a tiny conv layer (launch-bound): torch, a swapped layer through the bridge, the implementation alone."""
-import time, torch, cupy as cp, algoswap, copy
+"""Per-call cost of a tiny conv layer, where the host is the bottleneck: torch, a layer swapped by
+swap_conv2d (through the torch bridge), and the implementation called on CuPy arrays; then a profile
+of the swapped layer's calls (where the bridge's time goes).
+
+    python benchmarks/cuda_call_overhead.py [--profile]
+"""
+
+from __future__ import annotations
+
+import copy
+import cProfile
+import pstats
+import sys
+import time
+
+import cupy as cp
+import torch
+
+import algoswap
+
 conv = torch.nn.Conv2d(64, 64, 3, padding=1).cuda()
 x = torch.randn(1, 64, 8, 8, device="cuda")
-sw = algoswap.swap_conv2d(copy.deepcopy(conv), "cuda:guess")
+swapped = algoswap.swap_conv2d(copy.deepcopy(conv), "cuda:guess")
 impl = algoswap.registry().impls[("conv2d", "guess", "cuda")]
 xc, wc, bc = cp.from_dlpack(x), cp.from_dlpack(conv.weight.detach()), cp.from_dlpack(conv.bias.detach())
-kw = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, padding_mode="zeros")
+attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, padding_mode="zeros")
+calls = {"torch conv": lambda: conv(x), "swapped conv (bridge)": lambda: swapped(x),
+         "implementation on CuPy arrays": lambda: impl.callable(xc, wc, bc, **attrs)}
 with torch.no_grad():
-    for label, fn in [("torch conv", lambda: conv(x)), ("swapped conv (bridge)", lambda: sw(x)), ("impl call", lambda: impl.callable(xc, wc, bc, **kw))]:
-        for _ in range(50): fn()
-        torch.cuda.synchronize(); t = time.perf_counter()
-        for _ in range(500): fn()
-        torch.cuda.synchronize(); print(f"host+gpu per call, tiny layer: {label}: {(time.perf_counter() - t) / 500 * 1e6:.1f} us")
+    for label, fn in calls.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(500):
+            fn()
+        torch.cuda.synchronize()
+        print(f"per call, tiny layer: {label}: {(time.perf_counter() - start) / 500 * 1e6:.1f} us")
+    if "--profile" in sys.argv:
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [swapped(x) for _ in range(2000)])
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)

@@ -110,6 +110,7 @@ def bench_layer(layer: dict[str, Any], tf32: bool, reps: int) -> dict[str, Any]:
 def whole_model(batch: int, reps: int) -> dict[str, Any]:
     """ResNet-50 inference: eager PyTorch, swap_conv2d(cuda:guess), and swap_backend('auto')."""
     torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     algoswap_cuda.set_tf32(False)
     model = zoo.build("resnet50").cuda()
     x = zoo.sample_input("resnet50", batch).cuda()

@@ -75,12 +75,23 @@ def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
     return str(_plan_of(call, algorithm).label)
 
 
+_forward_plans: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
+
+
 def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, mode: str) -> Any:
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
     x, w = _runtime.contiguous(x), _runtime.contiguous(w)
-    y = cp.empty(_out_shape(x.shape, w.shape, stride, padding, dilation), dtype=x.dtype)
-    plan = _cudnn().plan(_geometry("fprop", x.shape, w.shape, y.shape, stride, padding, dilation, x.dtype.name), algorithm)
+    if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
+        stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
+    key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, _runtime.tf32())
+    found = _forward_plans.get(key)  # the per-call path: one dictionary look-up
+    if found is None:
+        shape = _out_shape(x.shape, w.shape, stride, padding, dilation)
+        found = _forward_plans[key] = (_cudnn().plan(_geometry("fprop", x.shape, w.shape, shape, stride, padding, dilation,
+                                                               x.dtype.name), algorithm), shape)
+    plan, shape = found
+    y = cp.empty(shape, dtype=x.dtype)
     plan.run(x, w, y)
     if b is not None:
         y += b.reshape(1, -1, 1, 1)
