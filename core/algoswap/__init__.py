@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ._specs._geometry import pool_output_size
     from ._trace import trace
     from .hookspecs import hookimpl
-    from . import zoo
+    from . import graph, zoo
     from ._torch import Explanation, SelectorError, prefer, swap_conv2d, swap_operation
     from ._torch import Model, swap_backend
     from ._torch import swap_backend as convert
@@ -74,6 +74,7 @@ _LAZY = {
     "prefer": ("._torch", "prefer"),
     "SelectorError": ("._torch", "SelectorError"),
     "zoo": (".zoo", None),
+    "graph": (".graph", None),
     "AlgoswapError": ("._errors", "AlgoswapError"),
     "OpArgumentError": ("._errors", "OpArgumentError"),
     "OpDtypeError": ("._errors", "OpDtypeError"),

@@ -1,0 +1,67 @@
+"""Minibatches from numpy arrays, shuffled with a seed, fed to the graph by data nodes."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ._node import GraphError, Node, unique_name
+
+
+class DataLoader:
+    """Minibatches of ``batch_size`` rows taken together from each array (same first dimension).
+
+    ``shuffle``: a new permutation per epoch from ``numpy.random.default_rng(seed)``, so a seed
+    gives the same batches on every run. ``drop_last`` (default: ``shuffle``) skips a short last batch.
+    """
+
+    def __init__(self, *arrays: Any, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool | None = None) -> None:
+        if not arrays:
+            raise GraphError("DataLoader: give one or more arrays")
+        self.arrays = [np.ascontiguousarray(a) for a in arrays]
+        rows = {len(a) for a in self.arrays}
+        if len(rows) != 1:
+            raise GraphError(f"DataLoader: the arrays have different numbers of rows {sorted(rows)}")
+        self.rows = rows.pop()
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= self.rows:
+            raise GraphError(f"DataLoader: batch_size got {batch_size!r}; expected an int in [1, {self.rows}]")
+        self.batch_size, self.shuffle = batch_size, shuffle
+        self.drop_last = shuffle if drop_last is None else drop_last
+        self.rng = np.random.default_rng(seed)
+        self.order = np.arange(self.rows)
+        self.position = self.rows  # a new epoch starts at the first batch
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        full, rest = divmod(self.rows, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def next_batch(self) -> tuple[np.ndarray, ...]:
+        """The next minibatch of every array (a new epoch, reshuffled, once one is used up)."""
+        end = self.position + self.batch_size
+        if self.position >= self.rows or (self.drop_last and end > self.rows):
+            if self.shuffle:
+                self.order = self.rng.permutation(self.rows)
+            self.position, end = 0, self.batch_size
+        picked = self.order[self.position:end]
+        self.position = end
+        if not self.shuffle:
+            return tuple(a[self.position - len(picked):self.position] for a in self.arrays)
+        return tuple(a[picked] for a in self.arrays)
+
+
+def dataloader_op(loaders: Mapping[str, DataLoader], name: str | None = None) -> tuple[Node, ...]:
+    """One data node per array of the loaders; each subgraph ("train", "validate") named in
+    ``loaders`` is fed by its own loader, one batch per ``executor.run``."""
+    if not loaders:
+        raise GraphError("dataloader_op: give at least one {subgraph: DataLoader}")
+    first = next(iter(loaders.values()))
+    counts = {len(loader.arrays) for loader in loaders.values()}
+    if counts != {len(first.arrays)}:
+        raise GraphError("dataloader_op: every loader must hold the same number of arrays")
+    base = name or unique_name("data")
+    return tuple(
+        Node(f"{base}_{index}", "data", (first.batch_size,) + array.shape[1:], str(array.dtype), loaders=dict(loaders), component=index)
+        for index, array in enumerate(first.arrays)
+    )

@@ -1,0 +1,174 @@
+"""The executor: runs named subgraphs ("train", "validate") with every node's implementation chosen
+by the registry, transfers between memory spaces inserted, and buffers freed after their last reader."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .._global import get_registry
+from .._select import check_known
+from .._spec import Shape
+from ._node import GraphError, Node, topological
+from ._program import MemoryReport, Program, build_program
+
+Override = Mapping[Any, str]
+
+
+class Executor:
+    """Runs subgraphs given as ``{"train": [loss, train_op], "validate": [loss, logits]}`` (or one list).
+
+    ``algorithms`` maps nodes, node names or op names to requests as in the swap API ("default",
+    "smm", "numpy:smm", "dnnl:default"); a node's own request (``op(..., algorithm=)``) comes next.
+    ``backends`` (e.g. ``["numpy"]`` or ``["dnnl", "numpy"]``): the backends nodes without a
+    request may run on, in order of preference; None: the registry's ranking over every memory space.
+    ``plan_memory=False`` keeps every value (to compare).
+    """
+
+    def __init__(
+        self,
+        subgraphs: Mapping[str, Sequence[Node]] | Sequence[Node],
+        algorithms: Override | None = None,
+        backends: Sequence[str] | None = None,
+        plan_memory: bool = True,
+    ) -> None:
+        self.subgraphs = dict(subgraphs) if isinstance(subgraphs, Mapping) else {"default": list(subgraphs)}
+        for name, outputs in self.subgraphs.items():
+            if not outputs or not all(isinstance(n, Node) for n in outputs):
+                raise GraphError(f"Executor: subgraph {name!r} must be a non-empty list of nodes")
+        self.algorithms = dict(algorithms or {})
+        self.backends = list(backends) if backends is not None else None
+        self.plan_memory = plan_memory
+        self.programs: dict[Any, Program] = {}
+        self._check_requests()
+
+    def _check_requests(self) -> None:
+        nodes = {n.name: n for outputs in self.subgraphs.values() for n in topological(outputs) if n.kind == "op"}
+        ops = {n.op for n in nodes.values()}
+        for key, request in self.algorithms.items():
+            name = key.name if isinstance(key, Node) else key
+            if name in nodes:
+                check_known(get_registry(), str(nodes[name].op), request)
+            elif name in ops:
+                check_known(get_registry(), name, request)
+            else:
+                raise GraphError(f"Executor: algorithms names {name!r}, which is neither a node nor an op of the subgraphs")
+
+    def requests(self, node: Node) -> list[str]:
+        """The requests tried for ``node``, in order."""
+        for key in (node, node.name, node.op):
+            if key in self.algorithms:
+                return [self.algorithms[key]]
+        if node.request != "default":
+            return [node.request]
+        if self.backends is not None:
+            return [f"{backend}:default" for backend in self.backends]
+        return ["default"]
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> Program:
+        """The program of ``subgraph`` for inputs shaped like ``feed`` (default: the placeholders' shapes)."""
+        name = self._subgraph_name(subgraph)
+        outputs = self.subgraphs[name]
+        shapes = self._source_shapes(name, outputs, feed or {})
+        key = (name, tuple(sorted((k, v) for k, v in shapes.items())))
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = build_program(name, outputs, shapes, self.requests)
+            if not self.plan_memory:
+                for step in program.steps:
+                    step.free = ()
+        return program
+
+    def _subgraph_name(self, subgraph: str | None) -> str:
+        if subgraph is None:
+            if len(self.subgraphs) == 1:
+                return next(iter(self.subgraphs))
+            raise GraphError(f"Executor: name the subgraph to run ({', '.join(self.subgraphs)})")
+        if subgraph not in self.subgraphs:
+            raise GraphError(f"Executor: no subgraph named {subgraph!r} (have {', '.join(self.subgraphs)})")
+        return subgraph
+
+    def _source_shapes(self, name: str, outputs: Sequence[Node], feed: Mapping[Any, Any]) -> dict[int, tuple[Shape, str]]:
+        shapes: dict[int, tuple[Shape, str]] = {}
+        for node in topological(outputs):
+            if node.kind == "data" and name not in node.loaders:
+                raise GraphError(f"data node {node.name!r} has no DataLoader for subgraph {name!r} (has {', '.join(node.loaders)})")
+            if node.kind in ("placeholder", "data"):
+                value = _lookup(feed, node)
+                shapes[id(node)] = (node.shape, node.dtype) if value is None else (tuple(np.shape(value)), str(np.asarray(value).dtype))
+            elif node.kind != "op" and node.kind != "group":
+                shapes[id(node)] = (node.shape, node.dtype)
+        return shapes
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> list[Any]:
+        """Run one subgraph: placeholders from ``feed`` ({node or name: array}), data nodes from their
+        loader for this subgraph (one batch). Returns the outputs' values (None for update groups)."""
+        name = self._subgraph_name(subgraph)
+        feed = dict(feed or {})
+        batches = self._next_batches(name)
+        program = self.plan(name, {**feed, **{k: v for k, v in batches.items()}})
+        values: list[Any] = [None] * program.slot_count
+        for slot, node in program.sources:
+            values[slot] = self._source_value(node, feed, batches)
+        program.run(values)
+        return [None if slot is None else values[slot] for slot in program.output_slots]
+
+    def _next_batches(self, name: str) -> dict[str, np.ndarray]:
+        batches: dict[str, np.ndarray] = {}
+        seen: list[Any] = []
+        for node in topological(self.subgraphs[name]):
+            if node.kind == "data" and name in node.loaders:
+                loader = node.loaders[name]
+                if all(loader is not other for other, _ in seen):
+                    seen.append((loader, loader.next_batch()))
+                batch = next(b for other, b in seen if other is loader)
+                batches[node.name] = batch[node.component]
+        return batches
+
+    def _source_value(self, node: Node, feed: Mapping[Any, Any], batches: Mapping[str, Any]) -> Any:
+        if node.kind == "data":
+            return batches[node.name]
+        if node.kind != "placeholder":
+            return node.value
+        value = _lookup(feed, node)
+        if value is None:
+            raise GraphError(f"placeholder {node.name!r} {node.shape} {node.dtype} was not fed (feed={{node: array}})")
+        array = np.ascontiguousarray(value)
+        if str(array.dtype) != node.dtype:
+            raise GraphError(f"placeholder {node.name!r}: fed dtype {array.dtype}; expected {node.dtype}")
+        return array
+
+    def batches(self, subgraph: str) -> int:
+        """Batches per epoch of the subgraph's data loader."""
+        for node in topological(self.subgraphs[self._subgraph_name(subgraph)]):
+            if node.kind == "data" and subgraph in node.loaders:
+                return len(node.loaders[subgraph])
+        raise GraphError(f"Executor: subgraph {subgraph!r} reads no data loader")
+
+    # ------------------------------------------------------------------ reporting
+
+    def memory(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> MemoryReport:
+        """Peak bytes of the planned program against keeping every value."""
+        return self.plan(subgraph, feed).memory()
+
+    def explain(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> str:
+        """The plan as a table: node, op, backend:algorithm, device, output shape, bytes; then the
+        transfers between memory spaces and the memory report."""
+        from ._explain import explain_program
+
+        return explain_program(self.plan(subgraph, feed))
+
+
+def _lookup(feed: Mapping[Any, Any], node: Node) -> Any:
+    for key in (node, node.name):
+        try:
+            if key in feed:
+                return feed[key]
+        except TypeError:
+            continue
+    return None

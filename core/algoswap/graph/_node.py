@@ -1,0 +1,184 @@
+"""Graph nodes and the functions that build them: placeholders, parameters, op calls.
+
+Shapes and dtypes are inferred while the graph is built, through each op's spec (``OpSpec.bind``);
+a call the spec refuses raises a `GraphError` naming the node and every operand.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .._errors import AlgoswapError, OpArgumentError
+from .._global import get_registry
+from .._spec import OpCall, Shape
+
+SOURCE_KINDS = ("placeholder", "parameter", "variable", "constant", "data")
+_counter = itertools.count()
+
+
+class GraphError(AlgoswapError, ValueError):
+    """A graph cannot be built, differentiated, planned or run; the message names the node and its op."""
+
+
+@dataclass(eq=False)
+class Node:
+    """One value of a graph: a source (placeholder, parameter, variable, constant, data) or an op call.
+
+    ``shape`` and ``dtype`` are known when the node is built. Parameters, variables (optimizer
+    state) and constants hold their host array in ``value``; in-place updates change it.
+    """
+
+    name: str
+    kind: str
+    shape: Shape
+    dtype: str
+    op: str | None = None
+    inputs: tuple[Node | None, ...] = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
+    call: OpCall | None = None
+    value: Any = None
+    request: str = "default"
+    dynamic: Callable[[], dict[str, Any]] | None = None
+    loaders: Any = None
+    component: int = 0
+
+    def __repr__(self) -> str:
+        what = self.op if self.kind == "op" else self.kind
+        return f"<Node {self.name}: {what} {self.shape} {self.dtype}>"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __add__(self, other: Any) -> Node:
+        return _arith("add", "add_scalar", self, other)
+
+    def __radd__(self, other: Any) -> Node:
+        return _arith("add", "add_scalar", self, other)
+
+    def __sub__(self, other: Any) -> Node:
+        if _is_scalar(other):
+            return op("add_scalar", self, value=-float(other))
+        return op("sub", self, other)
+
+    def __mul__(self, other: Any) -> Node:
+        return _arith("mul", "mul_scalar", self, other)
+
+    def __rmul__(self, other: Any) -> Node:
+        return _arith("mul", "mul_scalar", self, other)
+
+    def __truediv__(self, other: Any) -> Node:
+        if _is_scalar(other):
+            return op("mul_scalar", self, value=1.0 / float(other))
+        return op("div", self, other)
+
+    def __neg__(self) -> Node:
+        return op("neg", self)
+
+    def __matmul__(self, other: Node) -> Node:
+        return op("matmul", self, other)
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _arith(binary: str, scalar: str, node: Node, other: Any) -> Node:
+    if _is_scalar(other):
+        return op(scalar, node, value=float(other))
+    return op(binary, node, other)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{next(_counter)}"
+
+
+def placeholder(name: str, shape: Sequence[int], dtype: str = "float32") -> Node:
+    """An input fed at run time (``executor.run(..., feed={node: array})``)."""
+    return Node(name, "placeholder", tuple(int(s) for s in shape), str(np.dtype(dtype)))
+
+
+def parameter(name: str, value: Any, dtype: str | None = None) -> Node:
+    """A trainable array (kept on the host, updated in place by optimizers)."""
+    array = np.array(value, dtype=dtype or np.asarray(value).dtype, order="C", copy=True)
+    return Node(name, "parameter", tuple(array.shape), str(array.dtype), value=array)
+
+
+def variable(name: str, value: Any) -> Node:
+    """A non-trainable array the graph updates in place (optimizer state)."""
+    array = np.array(value, order="C", copy=True)
+    return Node(name, "variable", tuple(array.shape), str(array.dtype), value=array)
+
+
+def constant(value: Any, name: str | None = None) -> Node:
+    """A fixed array (numpy arrays given to op calls become constants)."""
+    array = np.ascontiguousarray(value)
+    return Node(name or unique_name("constant"), "constant", tuple(array.shape), str(array.dtype), value=array)
+
+
+def _as_node(value: Any) -> Node | None:
+    if value is None or isinstance(value, Node):
+        return value
+    return constant(value)
+
+
+def _operands(op_name: str, inputs: tuple[Node | None, ...]) -> str:
+    spec = get_registry().spec(op_name)
+    names = spec.flat_input_names(max(len(inputs), len(spec.inputs)))
+    return ", ".join(f"{n}={'None' if i is None else f'{i.name} {i.shape} {i.dtype}'}" for n, i in zip(names, inputs))
+
+
+def op(op_name: str, *inputs: Any, name: str | None = None, algorithm: str = "default", **attrs: Any) -> Node:
+    """A node calling the registered op ``op_name`` on ``inputs`` (nodes, arrays or None).
+
+    ``algorithm`` is a request as in the swap API ("default", "smm", "numpy:smm"); the executor's
+    own ``algorithms`` override it. Raises `GraphError` naming the node and its operands when the
+    op's spec refuses the call.
+    """
+    registry = get_registry()
+    if op_name not in registry.ops:
+        raise GraphError(f"no op named {op_name!r}; registered ops: {', '.join(sorted(registry.ops))}")
+    nodes = tuple(_as_node(i) for i in inputs)
+    label = name or unique_name(op_name)
+    spec = registry.spec(op_name)
+    try:
+        call = spec.bind([None if n is None else n.shape for n in nodes], [None if n is None else n.dtype for n in nodes], attrs)
+    except OpArgumentError as exc:
+        raise GraphError(f"node {label!r} ({op_name}): {exc}; operands: {_operands(op_name, nodes)}") from None
+    nodes += (None,) * (len(call.input_names) - len(nodes))  # absent optional inputs, passed as None
+    return Node(label, "op", call.out_shape, call.dtype, op_name, nodes, dict(call.attrs), call, request=algorithm)
+
+
+def group(nodes: Sequence[Node], name: str | None = None) -> Node:
+    """A node that runs ``nodes`` (updates) and has no value itself: what ``optimizer.minimize`` returns."""
+    return Node(name or unique_name("group"), "group", (), "none", inputs=tuple(nodes))
+
+
+def topological(outputs: Sequence[Node]) -> list[Node]:
+    """Every node the outputs depend on, each after its inputs (depth-first, without recursion)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in outputs:
+        stack: list[tuple[Node, int]] = [(root, 0)]
+        while stack:
+            node, index = stack.pop()
+            if index == 0 and id(node) in seen:
+                continue
+            if index < len(node.inputs):
+                stack.append((node, index + 1))
+                child = node.inputs[index]
+                if child is not None and id(child) not in seen:
+                    stack.append((child, 0))
+            else:
+                seen.add(id(node))
+                order.append(node)
+    return order
+
+
+def parameters_of(outputs: Sequence[Node]) -> list[Node]:
+    """The parameter nodes the outputs depend on, in graph order."""
+    return [n for n in topological(outputs) if n.kind == "parameter"]
