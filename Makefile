@@ -22,7 +22,7 @@ setup: $(BIN)/python
 	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend)) $(CUDA_CI)
 
 setup-test: setup
-	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11"
+	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3"
 
 demo: setup
 	$(BIN)/algoswap demo

@@ -44,10 +44,10 @@ class DataLoader:
             if self.shuffle:
                 self.order = self.rng.permutation(self.rows)
             self.position, end = 0, self.batch_size
-        picked = self.order[self.position:end]
-        self.position = end
+        start, self.position = self.position, min(end, self.rows)
         if not self.shuffle:
-            return tuple(a[self.position - len(picked):self.position] for a in self.arrays)
+            return tuple(a[start:self.position] for a in self.arrays)
+        picked = self.order[start:self.position]
         return tuple(a[picked] for a in self.arrays)
 
 

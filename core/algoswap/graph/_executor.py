@@ -99,6 +99,8 @@ class Executor:
             if node.kind in ("placeholder", "data"):
                 value = _lookup(feed, node)
                 shapes[id(node)] = (node.shape, node.dtype) if value is None else (tuple(np.shape(value)), str(np.asarray(value).dtype))
+                if shapes[id(node)][1] != node.dtype:
+                    raise GraphError(f"{node.kind} {node.name!r}: fed dtype {shapes[id(node)][1]}; expected {node.dtype}")
             elif node.kind != "op" and node.kind != "group":
                 shapes[id(node)] = (node.shape, node.dtype)
         return shapes
@@ -138,10 +140,7 @@ class Executor:
         value = _lookup(feed, node)
         if value is None:
             raise GraphError(f"placeholder {node.name!r} {node.shape} {node.dtype} was not fed (feed={{node: array}})")
-        array = np.ascontiguousarray(value)
-        if str(array.dtype) != node.dtype:
-            raise GraphError(f"placeholder {node.name!r}: fed dtype {array.dtype}; expected {node.dtype}")
-        return array
+        return np.ascontiguousarray(value)
 
     def batches(self, subgraph: str) -> int:
         """Batches per epoch of the subgraph's data loader."""
