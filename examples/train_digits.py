@@ -105,7 +105,7 @@ def train_torch(data: tuple[np.ndarray, ...], epochs: int, seed: int, batch: int
         loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(xb)), torch.from_numpy(yb))
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     with torch.no_grad():
         predicted = model(torch.from_numpy(x_test)).argmax(1).numpy()
     return losses, float(np.mean(predicted == y_test))

@@ -33,3 +33,4 @@ def test_readme_examples_run(tmp_path: Path) -> None:
     assert "(2, 10)" in out and "['numpy']" in out
     assert "conv2d: argument 'weight' got shape (8, 2, 3, 3)" in out
     assert "loaded" in out and "[0. 2. 0. 4.]" in out
+    assert "node 'sum' (add)" in out and "operands: a=a (3, 4) float32, b=b (5,) float32" in out  # graphs
