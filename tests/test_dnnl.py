@@ -86,7 +86,7 @@ def test_the_extension_refuses_wrong_arrays_instead_of_copying() -> None:
     w = np.ones((8, 4, 3, 3), np.float32)
     with pytest.raises(ValueError, match="argument 'input' must be C-contiguous"):
         ext().conv2d_forward(np.ones((1, 4, 8, 16), np.float32)[..., ::2], w, None, None, **CONV)
-    with pytest.raises(TypeError, match="argument 'weight' must be float32, got float64"):
+    with pytest.raises(TypeError, match="argument 'weight' must be float32 or bfloat16, got float64"):
         ext().conv2d_forward(x, w.astype(np.float64), None, None, **CONV)
     with pytest.raises(TypeError, match="must be a numpy.ndarray"):
         ext().relu([1.0, 2.0])

@@ -14,7 +14,7 @@ from torch import fx, nn
 
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .lowering import Alias, Lowered, Lowerer, LoweredOp, PythonCall, Unsupported, target_name
-from .plan import NamedFunction, OpStep, PythonStep, Slot, Step, TorchStep, slots_in
+from .plan import NamedFunction, OpStep, PythonStep, Slot, Step, TorchStep, bfloat16, slots_in
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Plan:
 
 
 class PlanBuilder:
-    """Builds the plan of one traced model, computing in ``dtype`` (float32 or float64)."""
+    """Builds the plan of one traced model, computing in ``dtype`` (float32, float64 or bfloat16)."""
 
     def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool) -> None:
         self.caller, self.traced, self.dtype, self.fallback = caller, traced, dtype, fallback
@@ -175,7 +175,7 @@ class PlanBuilder:
     def _fallback_module(self, module: nn.Module) -> nn.Module:
         """A copy of the module in the compute dtype (converted once, however often it is called)."""
         if id(module) not in self.fallback_modules:
-            dtype = torch.float64 if self.dtype == "float64" else torch.float32
+            dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(self.dtype, torch.float32)
             self.fallback_modules[id(module)] = copy.deepcopy(module).to(dtype).eval()
         return self.fallback_modules[id(module)]
 
@@ -204,6 +204,8 @@ class PlanBuilder:
         if data.is_floating_point():
             data = data.to(torch.float64 if self.dtype == "float64" else torch.float32)
         array = np.array(data.numpy(), order="C", copy=True)
+        if self.dtype == "bfloat16" and array.dtype.kind == "f":
+            array = array.astype(bfloat16())
         array.setflags(write=False)
         slot = self.const_slots[id(tensor)] = self._new_slot()
         self.constants[slot] = array

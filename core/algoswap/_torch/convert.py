@@ -32,7 +32,8 @@ from .plan import OpStep, resolve
 from .selectors import SelectorError, _positional_count
 
 CALLER = "swap_backend"
-_DTYPES = {torch.float32: "float32", torch.float64: "float64", "float32": "float32", "float64": "float64"}
+_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
+           "float32": "float32", "float64": "float64", "bfloat16": "bfloat16"}
 
 
 def swap_backend(
@@ -58,7 +59,7 @@ def swap_backend(
     function selectors then see input shapes, and every step's implementation is selected and
     checked now (errors name the node). Without it, selection happens at the first call.
 
-    ``dtype`` (None: the module's; torch.float32/float64 or "float32"/"float64") is the dtype of
+    ``dtype`` (None: the module's; torch.float32/float64/bfloat16 or their names) is the dtype of
     the weights and of the computation; inputs are cast to it. ``fallback="torch"`` runs the nodes
     no registry op serves in PyTorch instead of refusing the model (``explain()`` lists them).
 
@@ -106,10 +107,11 @@ def _compute_dtype(module: nn.Module, dtype: torch.dtype | str | None) -> str:
     if dtype is None:
         found = next((t.dtype for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()), torch.float32)
         if found not in _DTYPES:
-            raise ConversionError(f"{CALLER}: the module's weights are {found}; pass dtype=torch.float32 or torch.float64")
+            raise ConversionError(f"{CALLER}: the module's weights are {found}; pass dtype=torch.float32, torch.float64 or torch.bfloat16")
         return _DTYPES[found]
     if not isinstance(dtype, (str, torch.dtype)) or dtype not in _DTYPES:
-        raise ConversionError(f"{CALLER}: dtype must be None, torch.float32, torch.float64, 'float32' or 'float64'; got {dtype!r}")
+        raise ConversionError(f"{CALLER}: dtype must be None, torch.float32, torch.float64, torch.bfloat16 or one of their "
+                              f"names; got {dtype!r}")
     return _DTYPES[dtype]
 
 

@@ -60,7 +60,7 @@ class FusedStep:
     def run(self, values: list[Any]) -> None:
         arrays = [None if i is None else values[i] for i in self.conv.inputs]
         residual = None if self.residual is None else values[self.residual]
-        key = tuple(None if a is None else (a.shape, a.dtype.char) for a in [*arrays, residual])
+        key = tuple(None if a is None else (a.shape, a.dtype) for a in [*arrays, residual])
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._decide(arrays, residual)
@@ -123,13 +123,7 @@ class _Shaped:
     """Shape and dtype standing in for an array where only those are known (preselection)."""
 
     shape: tuple[int, ...]
-    char: str
-
-    @property
-    def dtype(self) -> Any:
-        import numpy as np
-
-        return np.dtype(self.char)
+    dtype: Any
 
 
 def fuse(steps: list[Any], output: Any) -> list[Any]:

@@ -10,9 +10,9 @@ import torch
 
 from .explain import Explanation, Row
 from .fusion import AnyStep, FusedStep
-from .plan import OpStep, TorchStep, resolve
+from .plan import OpStep, TorchStep, array_to_tensor, bfloat16, resolve, tensor_to_array
 
-_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
 class Model:
@@ -98,9 +98,11 @@ class Model:
         """An input as a contiguous numpy array; floating inputs in the model's dtype, others as they are."""
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu()
-            return (tensor.to(self.torch_dtype) if tensor.is_floating_point() else tensor).contiguous().numpy()
+            return tensor_to_array((tensor.to(self.torch_dtype) if tensor.is_floating_point() else tensor).contiguous())
         array = np.asarray(value)
-        return np.ascontiguousarray(array, dtype=self.dtype if array.dtype.kind == "f" else None)
+        floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
+        dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
+        return np.ascontiguousarray(array, dtype=dtype)
 
     def _make_template(self) -> list[Any]:
         template: list[Any] = [None] * self.slot_count
@@ -187,7 +189,7 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
     if isinstance(value, np.ndarray):
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
         array = np.ascontiguousarray(array)  # channels-last activations come out NCHW
-        return array if like is None else torch.from_numpy(array).to(like.device)
+        return array if like is None else array_to_tensor(array).to(like.device)
     if isinstance(value, (list, tuple)):
         return type(value)(_wrap(v, like) for v in value)
     if isinstance(value, dict):

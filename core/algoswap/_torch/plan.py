@@ -92,7 +92,7 @@ class OpStep:
 
     def entry(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
         """(implementation, canonical attributes, selection) for these arrays, selected once per shapes."""
-        key = tuple(None if a is None else (a.shape, a.dtype.char) for a in arrays)
+        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
         if self.dynamic:
             key += (_freeze(attrs),)
         entry = self._cache.get(key)
@@ -115,7 +115,7 @@ class OpStep:
     def preselect(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
         """Select now for inputs of these shapes (conversion with a sample input) and cache it."""
         chosen = self.selection(shapes, dtypes, attrs)
-        key = tuple(None if s is None else (tuple(s), np.dtype(d).char) for s, d in zip(shapes, dtypes))
+        key = tuple(None if s is None else (tuple(s), _numpy_dtype(d)) for s, d in zip(shapes, dtypes))
         if self.dynamic:
             key += (_freeze(attrs),)
         self._cache[key] = (chosen.impl.callable, dict(chosen.call.attrs), chosen)
@@ -240,10 +240,39 @@ class NamedFunction:
         return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
+def _numpy_dtype(name: str | None) -> np.dtype[Any]:
+    return bfloat16() if name == "bfloat16" else np.dtype(name)
+
+
+def bfloat16() -> np.dtype[Any]:
+    """numpy's bfloat16 dtype (from ml_dtypes, which algoswap-dnnl installs)."""
+    try:
+        import ml_dtypes
+    except ImportError as exc:
+        raise ImportError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from exc
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return dtype
+
+
+def array_to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A numpy array as a CPU tensor sharing its memory (bfloat16 through an int16 view)."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a numpy array sharing its memory (bfloat16 through an int16 view)."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(bfloat16())
+    array: np.ndarray = tensor.numpy()
+    return array
+
+
 def to_torch(value: Any) -> Any:
     """numpy arrays (through lists, tuples, dicts) as CPU tensors sharing their memory where possible."""
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value if value.flags.writeable else value.copy())
+        return array_to_tensor(value if value.flags.writeable else value.copy())
     if isinstance(value, (list, tuple)):
         return type(value)(to_torch(v) for v in value)
     if isinstance(value, dict):
@@ -254,7 +283,7 @@ def to_torch(value: Any) -> Any:
 def to_numpy(value: Any) -> Any:
     """Tensors (through lists, tuples, dicts) as numpy arrays; torch.Size as a tuple; the rest as is."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
+        return tensor_to_array(value.detach().cpu())
     if isinstance(value, torch.Size):
         return tuple(value)
     if isinstance(value, list):

@@ -16,6 +16,9 @@ __all__ = ["algoswap_api_version", "algoswap_register"]
 
 BACKEND = "dnnl"
 F32 = ("float32",)
+# bfloat16 (numpy arrays of ml_dtypes.bfloat16; float32 accumulation) where the CPU has bf16
+# instructions: each predicate refuses a bfloat16 call whose primitive would be oneDNN's reference kernel.
+BF16 = ("float32", "bfloat16")
 # oneDNN 3.2's reduction primitive runs its reference kernel for these layouts (measured ~100x
 # slower than numpy.sum): bias gradients are summed by NumPy, and say so.
 BIAS_KERNEL = "numpy sum (oneDNN 3.2 reduction would be its reference kernel)"
@@ -56,6 +59,11 @@ def algoswap_register(registry: Any) -> None:
     _register_more(registry)
 
 
+def _forward_dtypes(op: str) -> tuple[str, ...]:
+    """Forward ops run in bfloat16 too; gradients in float32 only."""
+    return F32 if "_grad" in op else BF16
+
+
 def _any_if_forward(op: str) -> str:
     """Forward pooling and relu take channels-last arrays as they are (and keep that order); gradients do not."""
     return "contiguous" if op.endswith("_grad") else "any"
@@ -65,10 +73,10 @@ def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and relu as post-ops")):
-        add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=F32, priority=20, supports=f"{conv}:supports_auto",
+        add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=BF16, priority=20, supports=f"{conv}:supports_auto",
             kernel=_lazy("conv", "kernel_auto"), layout="channels_last",
             description=f"oneDNN convolution_auto (the library picks the algorithm){what}")
-        add(op, "direct", BACKEND, f"{conv}:{op}_direct", dtypes=F32, priority=10, supports=f"{conv}:supports",
+        add(op, "direct", BACKEND, f"{conv}:{op}_direct", dtypes=BF16, priority=10, supports=f"{conv}:supports",
             kernel=_lazy("conv", "kernel"), layout="channels_last", description=f"oneDNN convolution_direct{what}")
         registry.declare_unsupported(op, "winograd", BACKEND, WINOGRAD_REASON)
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
@@ -79,18 +87,18 @@ def _register_conv(registry: Any) -> None:
 def _register_others(registry: Any) -> None:
     add = registry.add_implementation
     for op in ("linear", "linear_grad_input", "linear_grad_weight"):
-        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=F32, supports=f"{__name__}.linear:supports",
+        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.linear:supports",
             kernel=_lazy("linear", "kernel"))
     add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
     for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=F32, supports=f"{__name__}.pool:supports",
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.pool:supports",
             kernel=_lazy("pool", "kernel"), layout=_any_if_forward(op))
     for op in ("adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=F32, supports=f"{__name__}.pool:supports_adaptive",
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.pool:supports_adaptive",
             kernel=_lazy("pool", "kernel"), layout=_any_if_forward(op))
-    for op in ("relu", "relu_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"),
-            layout=_any_if_forward(op))
+    add("relu", "direct", BACKEND, f"{__name__}.activation:relu", dtypes=BF16, kernel=_lazy("activation", "kernel"),
+        supports=f"{__name__}.activation:supports_relu", layout="any")
+    add("relu_grad", "direct", BACKEND, f"{__name__}.activation:relu_grad", dtypes=F32, kernel=_lazy("activation", "kernel"))
 
 
 def _register_more(registry: Any) -> None:
@@ -105,6 +113,6 @@ def _register_more(registry: Any) -> None:
         add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, kernel=BIAS_KERNEL)
     for op in ("softmax", "softmax_grad", "log_softmax", "log_softmax_grad"):
         add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=F32, kernel=_lazy("softmax", "kernel"))
-    add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=F32, supports=f"{__name__}.elementwise:supports",
+    add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=BF16, supports=f"{__name__}.elementwise:supports",
         kernel=_lazy("elementwise", "kernel"), layout="any")
     add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=_lazy("shape", "kernel"))

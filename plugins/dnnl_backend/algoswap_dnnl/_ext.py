@@ -29,12 +29,16 @@ except ImportError as exc:
     from . import _dnnl as dnnl
 
 
-def refusal(make_plan: Callable[[], object]) -> bool | str:
-    """True if oneDNN makes (and caches) the primitive, else its refusal as a reason."""
+def refusal(make_plan: Callable[[], object], dtype: str = "float32") -> bool | str:
+    """True if oneDNN makes (and caches) the primitive, else its refusal as a reason. A bfloat16
+    primitive must also have a real kernel: oneDNN's reference one means this CPU lacks bf16."""
     try:
-        make_plan()
+        plan = make_plan()
     except (RuntimeError, ValueError) as exc:
         return str(exc)
+    impl = str(getattr(plan, "impl", ""))
+    if dtype == "bfloat16" and impl.startswith("ref"):
+        return f"this CPU has no bfloat16 kernel for it (oneDNN offers only its reference implementation, {impl})"
     return True
 
 

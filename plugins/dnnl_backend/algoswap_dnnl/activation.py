@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._ext import dnnl
+from ._ext import dnnl, refusal
 from ._layout import elementwise
 
 # op -> (oneDNN eltwise kind, the attribute giving alpha)
@@ -56,6 +56,13 @@ def leaky_relu_grad(dy: np.ndarray, x: np.ndarray, *, negative_slope: float) -> 
     return dnnl.eltwise_grad(np.ascontiguousarray(dy), np.ascontiguousarray(x), "relu", negative_slope)
 
 
+def supports_relu(call: Any) -> bool | str:
+    """float32 always; bfloat16 where this CPU has a bf16 eltwise kernel."""
+    if call.dtype != "bfloat16" or 0 in call.out_shape:
+        return True
+    return refusal(lambda: dnnl.eltwise_impl(int(np.prod(call.out_shape)), "relu", 0.0, dtype="bfloat16"), call.dtype)
+
+
 def kernel(call: Any) -> str:
     size = int(np.prod(call.out_shape, dtype=np.int64))
     if size == 0:
@@ -63,4 +70,6 @@ def kernel(call: Any) -> str:
     grad = call.op.endswith("_grad")
     kind, alpha_attr = _KINDS[call.op[: -len("_grad")] if grad else call.op]
     alpha = 0.0 if alpha_attr is None else float(call.attrs[alpha_attr])
-    return str((dnnl.eltwise_grad_impl if grad else dnnl.eltwise_impl)(size, kind, alpha).impl)
+    if grad:
+        return str(dnnl.eltwise_grad_impl(size, kind, alpha).impl)
+    return str(dnnl.eltwise_impl(size, kind, alpha, dtype=call.dtype).impl)

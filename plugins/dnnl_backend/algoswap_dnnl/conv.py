@@ -83,7 +83,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
     bias = None if b is None else np.ascontiguousarray(b)
     w = np.ascontiguousarray(w)
     kwargs.update(algorithm=algorithm, activation=activation, channels_last=channels_last)
-    if not w.flags.writeable and w.dtype == np.float32 and w.ndim == 4 and x.ndim == 4:
+    if not w.flags.writeable and w.dtype.name in ("float32", "bfloat16") and w.ndim == 4 and x.ndim == 4:
         fusion = {"bias": bias is not None, "residual": res is not None}
         packed = _packed_weight(src, w, fusion, kwargs)
         if packed is not None:
@@ -149,7 +149,7 @@ def _plan(call: Any, algorithm: str = "direct") -> Any:
         residual = fused and call.shape("residual") is not None
         return dnnl.conv2d_forward_impl(list(size), list(call.shape("weight")), call.shape("bias") is not None, residual,
                                          algorithm=algorithm, activation=a["activation"] if fused else "none",
-                                         channels_last=True, **kwargs)  # what swap_backend models run
+                                         channels_last=True, dtype=call.dtype, **kwargs)  # what swap_backend models run
     if call.op == "conv2d_grad_input":
         size, kwargs = _geometry(a["input_size"], a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
         return dnnl.conv2d_backward_data_impl(list(size), list(call.shape("weight")), algorithm=algorithm, **kwargs)
@@ -161,7 +161,7 @@ def _plan(call: Any, algorithm: str = "direct") -> Any:
 
 def supports(call: Any, algorithm: str = "direct") -> bool | str:
     """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
-    return refusal(lambda: _plan(call, algorithm))
+    return refusal(lambda: _plan(call, algorithm), call.dtype)
 
 
 def supports_auto(call: Any) -> bool | str:

@@ -57,7 +57,7 @@ def _plan(call: Any) -> Any:
     plan = _operands(call.shape("a"), call.shape("b"))
     if isinstance(plan, str):
         raise ValueError(plan)
-    return dnnl.add_impl(list(plan[1]), list(plan[2]))
+    return dnnl.add_impl(list(plan[1]), list(plan[2]), dtype=call.dtype)
 
 
 def supports(call: Any) -> bool | str:
@@ -66,7 +66,7 @@ def supports(call: Any) -> bool | str:
         return plan
     if 0 in plan[1]:
         return True  # an empty output: nothing reaches oneDNN
-    return refusal(lambda: _plan(call))
+    return refusal(lambda: _plan(call), call.dtype)
 
 
 def kernel(call: Any) -> str:

@@ -43,7 +43,7 @@ def _count(shape: tuple[int, ...]) -> int:
 def _plan(call: Any) -> Any:
     if call.op == "linear":
         x, w = call.shape("input"), call.shape("weight")
-        return dnnl.matmul_impl([_count(x), x[-1]], list(w), call.shape("bias") is not None, trans_b=True)
+        return dnnl.matmul_impl([_count(x), x[-1]], list(w), call.shape("bias") is not None, trans_b=True, dtype=call.dtype)
     dy = call.shape("grad_output")
     if call.op == "linear_grad_input":
         return dnnl.matmul_impl([_count(dy), dy[-1]], list(call.shape("weight")))
@@ -55,7 +55,7 @@ def _plan(call: Any) -> Any:
 
 def supports(call: Any) -> bool | str:
     """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
-    return refusal(lambda: _plan(call))
+    return refusal(lambda: _plan(call), call.dtype)
 
 
 def kernel(call: Any) -> str:

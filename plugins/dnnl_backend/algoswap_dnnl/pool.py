@@ -129,12 +129,12 @@ def _plan(call: Any) -> Any:
                                 a["count_include_pad"], a["divisor_override"])
     if op.endswith("_grad"):
         return dnnl.pool2d_backward_impl(list(size), **kwargs)
-    return dnnl.pool2d_forward_impl(list(size), scale=scale, **kwargs)
+    return dnnl.pool2d_forward_impl(list(size), scale=scale, dtype=call.dtype, **kwargs)
 
 
 def supports(call: Any) -> bool | str:
     """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
-    return refusal(lambda: _plan(call))
+    return refusal(lambda: _plan(call), call.dtype)
 
 
 def supports_adaptive(call: Any) -> bool | str:

@@ -8,9 +8,11 @@ namespace {
 // are seen as one flat array.
 struct Add {
     dims a, b;
+    dt type = dt::f32;
 
-    memory::desc src0() const { return a == b ? plain({numel(a)}, tag::a) : dense(a); }
-    memory::desc src1() const { return a == b ? plain({numel(b)}, tag::a) : dense(b); }
+    memory::desc src0() const { return a == b ? plain({numel(a)}, tag::a, type) : with_type(dense(a)); }
+    memory::desc src1() const { return a == b ? plain({numel(b)}, tag::a, type) : with_type(dense(b)); }
+    memory::desc with_type(const memory::desc &md) const { return memory::desc(md.get_dims(), type, md.get_strides()); }
 };
 
 Add parse_add(const dims &a, const dims &b) {
@@ -25,7 +27,7 @@ Add parse_add(const dims &a, const dims &b) {
 }
 
 PlanPtr add_plan(const Add &s) {
-    return cached_plan(make_key("add", {s.a, s.b}), [&] {
+    return cached_plan(make_key("add", {s.a, s.b}, type_name(s.type)), [&] {
         dnnl::binary::primitive_desc pd(cpu_engine(), dnnl::algorithm::binary_add, s.src0(), s.src1(), s.src0(),
                                         user_scratchpad());
         Plan p;
@@ -38,11 +40,13 @@ PlanPtr add_plan(const Add &s) {
     });
 }
 
-py::array_t<float> add(py::handle a, py::handle b) {
+py::array add(py::handle a, py::handle b) {
     return guarded("add", [&] {
-        F32 A = check_f32(a, "add", "a"), B = check_f32(b, "add", "b");
+        Tensor A = check_float(a, "add", "a"), B = check_float(b, "add", "b");
+        if (B.type != A.type) throw py::type_error("algoswap_dnnl add: argument 'b' must have a's dtype");
         Add s = parse_add(A.shape, B.shape);
-        auto out = empty_f32(A.shape);
+        s.type = A.type;
+        py::array out = empty_like_type(A, A.shape);
         if (numel(A.shape) > 0) add_plan(s)->run({A.data, B.data, out.mutable_data()});
         return out;
     });
@@ -136,10 +140,15 @@ void init_binary(py::module_ &m) {
     m.def("add", &add, "a + b, b broadcast over a (same rank, each dimension of b equal to a's or 1).", py::arg("a"),
           py::arg("b"));
     m.def("add_impl",
-          [](const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
-              return guarded("add", [&] { return info(add_plan(parse_add(as_dims(a), as_dims(b)))); });
+          [](const std::vector<int64_t> &a, const std::vector<int64_t> &b, const std::string &type) {
+              return guarded("add", [&] {
+                  Add s = parse_add(as_dims(a), as_dims(b));
+                  s.type = parse_type(type);
+                  return info(add_plan(s));
+              });
           },
-          "impl_info_str() of the primitive add runs for these shapes.", py::arg("a_shape"), py::arg("b_shape"));
+          "impl_info_str() of the primitive add runs for these shapes.", py::arg("a_shape"), py::arg("b_shape"),
+          py::arg("dtype") = "float32");
     m.def("concat", &concat, "The inputs joined along axis (shapes equal elsewhere).", py::arg("inputs"), py::arg("axis") = 0);
     m.def("concat_impl",
           [](const std::vector<std::vector<int64_t>> &shapes, int64_t axis) {

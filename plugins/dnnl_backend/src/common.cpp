@@ -228,6 +228,47 @@ F32 check_f32(const py::handle &obj, const char *op, const char *name) {
     return F32{array, static_cast<float *>(const_cast<void *>(array.data())), shape};
 }
 
+std::string type_name(dt type) { return type == dt::bf16 ? "bfloat16" : "float32"; }
+
+dt parse_type(const std::string &name) {
+    if (name == "float32") return dt::f32;
+    if (name == "bfloat16") return dt::bf16;
+    throw py::type_error("algoswap_dnnl: dtype must be 'float32' or 'bfloat16', got '" + name + "'");
+}
+
+memory::desc plain(const dims &shape, tag t, dt type) { return memory::desc(shape, type, t); }
+
+Tensor check_float(const py::handle &obj, const char *op, const char *name) {
+    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
+    if (!py::isinstance<py::array>(obj))
+        throw py::type_error(where + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+    auto array = py::reinterpret_borrow<py::array>(obj);
+    std::string dtype = py::str(array.dtype());
+    dt type;
+    if (array.dtype().equal(py::dtype::of<float>())) type = dt::f32;
+    else if (dtype == "bfloat16" && array.itemsize() == 2) type = dt::bf16;
+    else throw py::type_error(where + "must be float32 or bfloat16, got " + dtype + " array of shape " + shape_text(array));
+    if (!(array.flags() & py::array::c_style))
+        throw py::value_error(where + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
+    dims shape(array.shape(), array.shape() + array.ndim());
+    return Tensor{array, const_cast<void *>(array.data()), shape, type};
+}
+
+void *optional_like(const py::handle &obj, dt type, const char *op, const char *name, const dims &expected,
+                    const std::string &what) {
+    if (obj.is_none()) return nullptr;
+    Tensor t = check_float(obj, op, name);
+    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
+    if (t.type != type) throw py::type_error(where + "must be " + type_name(type) + " like the input, got " + type_name(t.type));
+    if (t.shape != expected) throw py::value_error(where + "must have shape " + what);
+    return t.data;  // the caller's argument keeps the array alive
+}
+
+py::array empty_like_type(const Tensor &like, const dims &shape) {
+    std::vector<py::ssize_t> s(shape.begin(), shape.end());
+    return py::array(like.array.dtype(), s);
+}
+
 py::array_t<float> empty_f32(const dims &shape) {
     std::vector<py::ssize_t> s(shape.begin(), shape.end());
     return py::array_t<float>(s);

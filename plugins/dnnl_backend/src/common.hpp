@@ -103,6 +103,23 @@ struct F32 {
 };
 F32 check_f32(const py::handle &obj, const char *op, const char *name);
 py::array_t<float> empty_f32(const dims &shape);
+
+// Checked view of a float32 or bfloat16 (numpy arrays of ml_dtypes.bfloat16) C-contiguous array.
+struct Tensor {
+    py::array array;
+    void *data;
+    dims shape;
+    dt type;
+};
+Tensor check_float(const py::handle &obj, const char *op, const char *name);
+// The same argument again (bias, residual): of `type`, C-contiguous, shape `expected`; nullptr for None.
+void *optional_like(const py::handle &obj, dt type, const char *op, const char *name, const dims &expected,
+                    const std::string &what);
+// A new array of `like`'s dtype.
+py::array empty_like_type(const Tensor &like, const dims &shape);
+memory::desc plain(const dims &shape, tag t, dt type);
+std::string type_name(dt type);
+dt parse_type(const std::string &name);
 dims as_dims(const std::vector<int64_t> &v);
 
 std::string make_key(const char *op, std::initializer_list<dims> parts, const std::string &extra = "");

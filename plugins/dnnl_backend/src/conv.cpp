@@ -18,25 +18,27 @@ struct Conv {
     bool channels_last = false;    // the caller's input, output and residual are in NHWC memory order
     bool residual = false;         // a residual of the output's shape is added (binary_add post-op)
     std::string activation = "none";  // applied last ("relu": eltwise post-op)
+    dt type = dt::f32;             // of input, weight, bias, residual and output (forward; f32 accumulation)
 
     std::string key(const char *op) const {
-        std::string fused = (channels_last ? "/nhwc" : "/nchw") + std::string(residual ? "/residual/" : "/") + activation;
+        std::string fused = (channels_last ? "/nhwc" : "/nchw") + std::string(residual ? "/residual/" : "/") + activation +
+                            "/" + type_name(type);
         return make_key(op, {x, w, stride, pad_l, pad_r, dilation, {groups, bias ? 1 : 0}}, algo_name + "/" + layout + fused);
     }
     // The caller's layout of an activation (input, output, residual).
-    memory::desc user_act(const dims &shape) const { return plain(shape, channels_last ? tag::nhwc : tag::nchw); }
+    memory::desc user_act(const dims &shape) const { return plain(shape, channels_last ? tag::nhwc : tag::nchw, type); }
     // The layout the primitive works in: the caller's (plain), channels-last, or oneDNN's choice.
     memory::desc act(const dims &shape) const {
         if (layout == "plain") return user_act(shape);
-        return plain(shape, layout == "nhwc" ? tag::nhwc : tag::any);
+        return plain(shape, layout == "nhwc" ? tag::nhwc : tag::any, type);
     }
     dims wdims() const {
         if (groups == 1) return w;
         return {groups, w[0] / groups, w[1], w[2], w[3]};
     }
-    memory::desc user_w() const { return plain(wdims(), groups == 1 ? tag::oihw : tag::goihw); }
-    memory::desc wts() const { return layout == "plain" ? user_w() : plain(wdims(), tag::any); }
-    memory::desc bias_md() const { return bias ? plain({w[0]}, tag::a) : memory::desc(); }
+    memory::desc user_w() const { return plain(wdims(), groups == 1 ? tag::oihw : tag::goihw, type); }
+    memory::desc wts() const { return layout == "plain" ? user_w() : plain(wdims(), tag::any, type); }
+    memory::desc bias_md() const { return bias ? plain({w[0]}, tag::a, type) : memory::desc(); }
     // Residual addition, then the activation, fused as post-ops.
     dnnl::primitive_attr fused_attr() const {
         dnnl::primitive_attr attr = user_scratchpad();
@@ -75,7 +77,8 @@ dnnl::algorithm conv_algorithm(const std::string &name) {
 
 Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &stride, const V &pad_l, const V &pad_r,
            const V &dilation, int64_t groups, const std::string &algorithm, const std::string &layout,
-           bool channels_last = false, bool residual = false, const std::string &activation = "none") {
+           bool channels_last = false, bool residual = false, const std::string &activation = "none",
+           dt type = dt::f32) {
     std::string where = std::string("algoswap_dnnl ") + op + ": ";
     if (activation != "none" && activation != "relu")
         throw py::value_error(where + "activation must be 'none' or 'relu', got '" + activation + "'");
@@ -87,7 +90,7 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
     if (layout != "plain" && layout != "any" && layout != "nhwc" && layout != "auto")
         throw py::value_error(where + "layout must be 'auto', 'plain', 'any' or 'nhwc', got '" + layout + "'");
     Conv c{x, w, {x[0], w[0], 0, 0}, as_dims(stride), as_dims(pad_l), as_dims(pad_r), {dilation[0] - 1, dilation[1] - 1},
-           groups, bias, conv_algorithm(algorithm), algorithm, layout, channels_last, residual, activation};
+           groups, bias, conv_algorithm(algorithm), algorithm, layout, channels_last, residual, activation, type};
     for (int i = 0; i < 2; ++i) {
         int64_t span = x[2 + i] + pad_l[i] + pad_r[i] - (dilation[i] * (w[2 + i] - 1) + 1);
         if (span < 0 || stride[i] < 1) throw py::value_error(where + "the dilated kernel does not fit in the padded input");
@@ -153,31 +156,23 @@ PlanPtr weights_plan(const Conv &c) {
     return cached_plan(c.key("conv2d_grad_weight"), [&] { return make(c, make_backward_weights); });
 }
 
-// A checked optional argument of conv2d_forward: its data, or nullptr for None.
-float *optional_f32(py::handle obj, const char *name, const dims &expected, const std::string &what) {
-    if (obj.is_none()) return nullptr;
-    F32 A = check_f32(obj, "conv2d", name);
-    if (A.shape != expected) throw py::value_error(std::string("algoswap_dnnl conv2d: ") + name + " must have shape " + what);
-    return A.data;  // the caller's argument keeps the array alive
-}
-
 struct Fusion {
     std::string activation;
     bool channels_last;
 };
 
 // conv2d forward on the caller's arrays; weights plain (w) or already packed.
-py::array_t<float> run_forward(const F32 &X, const dims &wshape, float *w, const memory *packed, py::handle b,
-                               py::handle residual, const V &stride, const V &pad_l, const V &pad_r, const V &dilation,
-                               int64_t groups, const std::string &algorithm, const std::string &layout, const Fusion &f) {
+py::array run_forward(const Tensor &X, const dims &wshape, void *w, const memory *packed, py::handle b,
+                      py::handle residual, const V &stride, const V &pad_l, const V &pad_r, const V &dilation,
+                      int64_t groups, const std::string &algorithm, const std::string &layout, const Fusion &f) {
     if (f.channels_last && X.shape.size() != 4)
         throw py::value_error("algoswap_dnnl conv2d: a channels-last input must be 4-D (N, H, W, C)");
-    float *bias = optional_f32(b, "bias", {wshape.at(0)}, "(out_channels,)");
+    void *bias = optional_like(b, X.type, "conv2d", "bias", {wshape.at(0)}, "(out_channels,)");
     Conv c = parse("conv2d", logical(X.shape, f.channels_last), wshape, bias != nullptr, stride, pad_l, pad_r, dilation,
-                   groups, algorithm, layout, f.channels_last, !residual.is_none(), f.activation);
+                   groups, algorithm, layout, f.channels_last, !residual.is_none(), f.activation, X.type);
     dims out_shape = f.channels_last ? dims{c.y[0], c.y[2], c.y[3], c.y[1]} : c.y;
-    float *res = optional_f32(residual, "residual", out_shape, "of the output (in the input's memory order)");
-    auto out = empty_f32(out_shape);
+    void *res = optional_like(residual, X.type, "conv2d", "residual", out_shape, "of the output (in the input's memory order)");
+    py::array out = empty_like_type(X, out_shape);
     std::vector<void *> ptrs{X.data, w, bias, out.mutable_data(), res};
     if (packed == nullptr) {
         forward_plan(c)->run(ptrs);
@@ -188,11 +183,12 @@ py::array_t<float> run_forward(const F32 &X, const dims &wshape, float *w, const
     return out;
 }
 
-py::array_t<float> forward(py::handle x, py::handle w, py::handle b, py::handle residual, const V &stride, const V &pad_l,
-                           const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
-                           const std::string &layout, const std::string &activation, bool channels_last) {
+py::array forward(py::handle x, py::handle w, py::handle b, py::handle residual, const V &stride, const V &pad_l,
+                  const V &pad_r, const V &dilation, int64_t groups, const std::string &algorithm,
+                  const std::string &layout, const std::string &activation, bool channels_last) {
     return guarded("conv2d", [&] {
-        F32 X = check_f32(x, "conv2d", "input"), W = check_f32(w, "conv2d", "weight");
+        Tensor X = check_float(x, "conv2d", "input"), W = check_float(w, "conv2d", "weight");
+        if (W.type != X.type) throw py::type_error("algoswap_dnnl conv2d: argument 'weight' must have the input's dtype");
         return run_forward(X, W.shape, W.data, nullptr, b, residual, stride, pad_l, pad_r, dilation, groups, algorithm,
                            layout, {activation, channels_last});
     });
@@ -205,9 +201,9 @@ std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias,
                                    const std::string &algorithm, const std::string &layout,
                                    const std::string &activation, bool channels_last) {
     return guarded("conv2d", [&]() -> std::optional<Packed> {
-        F32 W = check_f32(w, "conv2d", "weight");
+        Tensor W = check_float(w, "conv2d", "weight");
         Conv c = parse("conv2d", as_dims(input_size), W.shape, bias, stride, pad_l, pad_r, dilation, groups, algorithm,
-                       layout, channels_last, residual, activation);
+                       layout, channels_last, residual, activation, W.type);
         PlanPtr plan = forward_plan(c);
         const Slot *slot = plan->slot_of(DNNL_ARG_WEIGHTS);
         if (slot == nullptr || !slot->convert) return std::nullopt;
@@ -225,12 +221,12 @@ std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias,
 }
 
 // conv2d_forward with weights packed by pack_weights (not reordered again).
-py::array_t<float> forward_packed(py::handle x, const Packed &w, py::handle b, py::handle residual, const V &stride,
-                                  const V &pad_l, const V &pad_r, const V &dilation, int64_t groups,
-                                  const std::string &algorithm, const std::string &layout,
-                                  const std::string &activation, bool channels_last) {
+py::array forward_packed(py::handle x, const Packed &w, py::handle b, py::handle residual, const V &stride,
+                         const V &pad_l, const V &pad_r, const V &dilation, int64_t groups,
+                         const std::string &algorithm, const std::string &layout, const std::string &activation,
+                         bool channels_last) {
     return guarded("conv2d", [&] {
-        F32 X = check_f32(x, "conv2d", "input");
+        Tensor X = check_float(x, "conv2d", "input");
         return run_forward(X, w.shape, nullptr, &w.mem, b, residual, stride, pad_l, pad_r, dilation, groups, algorithm,
                            layout, {activation, channels_last});
     });
@@ -295,13 +291,15 @@ void init_conv(py::module_ &m) {
 
     def("conv2d_forward_impl",
         [](const V &x, const V &w, bool bias, bool residual, const V &s, const V &pl, const V &pr, const V &d, int64_t g,
-           const std::string &a, const std::string &l, const std::string &act, bool cl) {
+           const std::string &a, const std::string &l, const std::string &act, bool cl, const std::string &type) {
             return guarded("conv2d", [&] {
-                return info(forward_plan(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, l, cl, residual, act)));
+                return info(forward_plan(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, l, cl, residual, act,
+                                               parse_type(type))));
             });
         },
         "impl_info_str() of the (cached) primitive conv2d_forward runs for these (logical NCHW) shapes.",
-        fused(py::arg("input_size"), py::arg("weight_size"), py::arg("bias"), py::arg("residual")));
+        std::tuple_cat(fused(py::arg("input_size"), py::arg("weight_size"), py::arg("bias"), py::arg("residual")),
+                       std::make_tuple(py::arg("dtype") = "float32")));
     def("conv2d_backward_data_impl",
         [](const V &x, const V &w, const V &s, const V &pl, const V &pr, const V &d, int64_t g, const std::string &a,
            const std::string &l) {

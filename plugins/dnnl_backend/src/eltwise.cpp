@@ -8,7 +8,7 @@ namespace {
 using pk = dnnl::prop_kind;
 using alg = dnnl::algorithm;
 
-memory::desc flat(int64_t size) { return plain({size}, tag::a); }
+memory::desc flat(int64_t size, dt type = dt::f32) { return plain({size}, tag::a, type); }
 
 // One activation: its forward algorithm, and the backward one with what it reads (the forward
 // input, or for the *_use_dst_for_bwd kinds the forward output).
@@ -25,15 +25,16 @@ Kind parse(const std::string &kind) {
     throw py::value_error("algoswap_dnnl eltwise: kind must be 'relu', 'logistic' or 'tanh', got '" + kind + "'");
 }
 
-PlanPtr forward_plan(const Kind &k, int64_t size, float alpha) {
-    return cached_plan(make_key(k.name.c_str(), {{size}}, float_text(alpha)), [&] {
-        dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), pk::forward_inference, k.forward, flat(size), flat(size),
-                                                 alpha, 0.f, user_scratchpad());
+PlanPtr forward_plan(const Kind &k, int64_t size, float alpha, dt type = dt::f32) {
+    return cached_plan(make_key(k.name.c_str(), {{size}}, float_text(alpha) + type_name(type)), [&] {
+        memory::desc md = flat(size, type);
+        dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), pk::forward_inference, k.forward, md, md, alpha, 0.f,
+                                                 user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_forward(pd);
         finish(p, pd);
-        p.bind(DNNL_ARG_SRC, 0, false, flat(size), pd.src_desc());
-        p.bind(DNNL_ARG_DST, 1, true, flat(size), pd.dst_desc());
+        p.bind(DNNL_ARG_SRC, 0, false, md, pd.src_desc());
+        p.bind(DNNL_ARG_DST, 1, true, md, pd.dst_desc());
         return p;
     });
 }
@@ -57,12 +58,12 @@ PlanPtr backward_plan(const Kind &k, int64_t size, float alpha) {
     });
 }
 
-py::array_t<float> forward(py::handle x, const std::string &kind, float alpha) {
+py::array forward(py::handle x, const std::string &kind, float alpha) {
     return guarded(kind.c_str(), [&] {
         Kind k = parse(kind);
-        F32 X = check_f32(x, kind.c_str(), "input");
-        auto out = empty_f32(X.shape);
-        if (numel(X.shape) > 0) forward_plan(k, numel(X.shape), alpha)->run({X.data, out.mutable_data()});
+        Tensor X = check_float(x, kind.c_str(), "input");
+        py::array out = empty_like_type(X, X.shape);
+        if (numel(X.shape) > 0) forward_plan(k, numel(X.shape), alpha, X.type)->run({X.data, out.mutable_data()});
         return out;
     });
 }
@@ -100,11 +101,11 @@ void init_eltwise(py::module_ &m) {
           "Gradient of eltwise: from the forward input for 'relu', from the forward output for 'logistic' and 'tanh'.",
           py::arg("grad_output"), py::arg("data"), py::arg("kind"), py::arg("alpha") = 0.f);
     m.def("eltwise_impl",
-          [](int64_t size, const std::string &kind, float alpha) {
-              return guarded(kind.c_str(), [&] { return info(forward_plan(parse(kind), size, alpha)); });
+          [](int64_t size, const std::string &kind, float alpha, const std::string &type) {
+              return guarded(kind.c_str(), [&] { return info(forward_plan(parse(kind), size, alpha, parse_type(type))); });
           },
           "impl_info_str() of the primitive eltwise runs on this many elements.", py::arg("size"), py::arg("kind"),
-          py::arg("alpha") = 0.f);
+          py::arg("alpha") = 0.f, py::arg("dtype") = "float32");
     m.def("eltwise_grad_impl",
           [](int64_t size, const std::string &kind, float alpha) {
               return guarded((kind + "_grad").c_str(), [&] { return info(backward_plan(parse(kind), size, alpha)); });

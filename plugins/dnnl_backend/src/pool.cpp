@@ -14,13 +14,14 @@ struct Pool {
     std::string kind;
     float scale;  // applied to the output as an eltwise_linear post-op when not 1
     bool channels_last = false;  // the caller's input and output are in NHWC memory order (forward only)
+    dt type = dt::f32;           // forward only: float32 or bfloat16
 
     std::string key(const char *op) const {
         return make_key(op, {x, kernel, stride, dilation, pad_l, pad_r},
-                        kind + "/" + std::to_string(scale) + (channels_last ? "/nhwc" : "/nchw"));
+                        kind + "/" + std::to_string(scale) + (channels_last ? "/nhwc/" : "/nchw/") + type_name(type));
     }
-    memory::desc src() const { return plain(x, channels_last ? tag::nhwc : tag::nchw); }
-    memory::desc dst() const { return plain(y, channels_last ? tag::nhwc : tag::nchw); }
+    memory::desc src() const { return plain(x, channels_last ? tag::nhwc : tag::nchw, type); }
+    memory::desc dst() const { return plain(y, channels_last ? tag::nhwc : tag::nchw, type); }
     pool_fwd::primitive_desc forward(pk prop, dnnl::primitive_attr attr) const {
         if (scale != 1.f) {
             dnnl::post_ops ops;
@@ -80,15 +81,16 @@ PlanPtr forward_plan(const Pool &p) { return cached_plan(p.key("pool2d"), [&] { 
 PlanPtr training_plan(const Pool &p) { return cached_plan(p.key("pool2d_training"), [&] { return make_forward(p, true); }); }
 PlanPtr backward_plan(const Pool &p) { return cached_plan(p.key("pool2d_grad"), [&] { return make_backward(p); }); }
 
-py::array_t<float> forward(py::handle x, const V &kernel, const V &stride, const V &dilation, const V &pad_l,
-                           const V &pad_r, const std::string &kind, float scale, bool channels_last) {
+py::array forward(py::handle x, const V &kernel, const V &stride, const V &dilation, const V &pad_l,
+                  const V &pad_r, const std::string &kind, float scale, bool channels_last) {
     return guarded("pool2d", [&] {
-        F32 X = check_f32(x, "pool2d", "input");
+        Tensor X = check_float(x, "pool2d", "input");
         dims shape = X.shape;
         if (channels_last && shape.size() == 4) shape = {X.shape[0], X.shape[3], X.shape[1], X.shape[2]};
         Pool p = parse(shape, kernel, stride, dilation, pad_l, pad_r, kind, scale);
         p.channels_last = channels_last;
-        auto out = empty_f32(channels_last ? dims{p.y[0], p.y[2], p.y[3], p.y[1]} : p.y);
+        p.type = X.type;
+        py::array out = empty_like_type(X, channels_last ? dims{p.y[0], p.y[2], p.y[3], p.y[1]} : p.y);
         forward_plan(p)->run({X.data, out.mutable_data()});
         return out;
     });
@@ -130,12 +132,17 @@ void init_pool(py::module_ &m) {
           py::arg("grad_output"), py::arg("input").none(true), py::arg("input_size"), py::arg("kernel"),
           py::arg("stride"), py::arg("dilation"), py::arg("padding_l"), py::arg("padding_r"), py::arg("kind"));
     m.def("pool2d_forward_impl",
-          [](const V &x, const V &k, const V &s, const V &d, const V &pl, const V &pr, const std::string &kind, float scale) {
-              return guarded("pool2d", [&] { return info(forward_plan(parse(as_dims(x), k, s, d, pl, pr, kind, scale))); });
+          [](const V &x, const V &k, const V &s, const V &d, const V &pl, const V &pr, const std::string &kind, float scale,
+             const std::string &type) {
+              return guarded("pool2d", [&] {
+                  Pool p = parse(as_dims(x), k, s, d, pl, pr, kind, scale);
+                  p.type = parse_type(type);
+                  return info(forward_plan(p));
+              });
           },
           "impl_info_str() of the primitive pool2d_forward runs.", py::arg("input_size"), py::arg("kernel"),
           py::arg("stride"), py::arg("dilation"), py::arg("padding_l"), py::arg("padding_r"), py::arg("kind"),
-          py::arg("scale") = 1.f);
+          py::arg("scale") = 1.f, py::arg("dtype") = "float32");
     m.def("pool2d_backward_impl",
           [](const V &x, const V &k, const V &s, const V &d, const V &pl, const V &pr, const std::string &kind) {
               return guarded("pool2d_grad", [&] { return info(backward_plan(parse(as_dims(x), k, s, d, pl, pr, kind, 1.f))); });

@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
 
 BACKEND = "numpy"
-_ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+# Data movement (reshape, concat, slicing, ...) works on any dtype; bfloat16 arrays come from ml_dtypes.
+_ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16", "float32", "float64")
 
 
 def _winograd_supports(call: Any) -> bool | str:

@@ -1,0 +1,88 @@
+"""bfloat16 on the oneDNN backend: declared in the capability table, refused where the CPU would run
+oneDNN's reference kernel, and a whole swap_backend model in bfloat16 (the conformance suite covers
+each implementation in bfloat16 against the float64 reference)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import algoswap
+from algoswap import zoo
+from helpers import relative_error
+
+pytest.importorskip("algoswap_dnnl")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+
+BF16_OPS = ("conv2d", "conv2d_fused", "linear", "maxpool2d", "avgpool2d", "adaptiveavgpool2d", "relu", "add")
+
+
+def _dnnl_ready() -> None:
+    available = algoswap.registry().backends["dnnl"].availability()
+    if available is not True:
+        pytest.skip(f"dnnl unavailable: {available}")
+
+
+def _cpu_has_bf16() -> bool:
+    call = algoswap.registry().spec("conv2d").bind([(1, 64, 28, 28), (64, 64, 3, 3), None], ["bfloat16", "bfloat16", None], {"padding": 1})
+    return algoswap.registry().impls[("conv2d", "direct", "dnnl")].check(call) is True
+
+
+def test_the_capability_table_declares_bfloat16_for_forward_ops_only() -> None:
+    tables = algoswap.capabilities(backend="dnnl").tables
+    for op in BF16_OPS:
+        assert any("bfloat16" in cell.dtypes for cell in tables[op].rows["dnnl"].values() if cell.supported), op
+    assert tables["conv2d_grad_input"].rows["dnnl"]["direct"].dtypes == ("float32",)
+
+
+def test_a_reference_kernel_in_bfloat16_is_refused_with_a_reason() -> None:
+    from algoswap_dnnl._ext import refusal
+
+    reference = types.SimpleNamespace(impl="ref:any")
+    assert refusal(lambda: reference, "float32") is True
+    reason = refusal(lambda: reference, "bfloat16")
+    assert isinstance(reason, str) and "no bfloat16 kernel" in reason and "ref:any" in reason
+
+
+def test_resnet18_in_bfloat16_matches_float32_torch() -> None:
+    _dnnl_ready()
+    if not _cpu_has_bf16():
+        pytest.skip("this CPU has no bfloat16 instructions oneDNN uses")
+    model, x = zoo.build("resnet18").eval(), zoo.sample_input("resnet18", 2, small=True)
+    converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), dtype=torch.bfloat16)
+    with torch.no_grad():
+        expected = model(x)
+    got = converted(x)
+    assert got.dtype == torch.bfloat16 and relative_error(got.float(), expected) <= 3e-2
+    rows = converted.explain()
+    convs = [row for row in rows if row.op.startswith("conv2d")]
+    assert len(convs) == 20 and all(row.implementation.startswith("dnnl:") and not row.kernel.startswith("ref") for row in convs)
+    array_out = converted(x.numpy())  # numpy in: bfloat16 numpy out
+    assert array_out.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert relative_error(array_out.astype(np.float32), got.float()) <= 1e-2
+
+
+def test_bfloat16_weights_and_fallback_nodes() -> None:
+    _dnnl_ready()
+    if not _cpu_has_bf16():
+        pytest.skip("this CPU has no bfloat16 instructions oneDNN uses")
+
+    class WithGelu(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.gelu(self.conv(x))  # no registry op: runs in torch, in bfloat16
+
+    torch.manual_seed(0)
+    module = WithGelu().eval()
+    x = torch.randn(2, 3, 10, 10)
+    converted = algoswap.swap_backend(module.to(torch.bfloat16), fallback="torch")
+    assert converted.dtype == "bfloat16"  # the module's own dtype
+    with torch.no_grad():
+        expected = module.float()(x)
+    assert relative_error(converted(x).float(), expected) <= 3e-2
