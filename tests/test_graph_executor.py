@@ -58,7 +58,7 @@ def test_transfers_are_inserted_between_memory_spaces_and_shared_by_consumers(st
     r = g.relu(h, name="act")  # staging
     out = g.add(r, g.sigmoid(h, name="gate"), name="mix")  # staging: the host sigmoid is moved there
     y = g.mul_scalar(out, value=2.0, name="twice")  # host again
-    executor = g.Executor([y, r])
+    executor = g.Executor([y, r], backends=["staging", "numpy"])  # the same plan on machines with a GPU
     program = executor.plan()
     assert {s.name: s.backend for s in program.steps if not s.is_transfer}["act"] == "staging"
     assert [(s.name, s.note) for s in program.transfers] == [
@@ -205,3 +205,37 @@ def test_inference_of_zoo_models_peaks_at_half_of_keeping_every_value(name: str)
     imported = g.from_torch(zoo.build(name), zoo.input_shape(name, 1, small=True))
     report = g.Executor([imported.output]).memory()
     assert report.ratio <= 0.5, str(report)
+
+
+def _small_cnn(weights: dict[str, np.ndarray], batch: int) -> tuple[g.Node, g.Node, g.Node]:
+    x = g.placeholder("x", (batch, 3, 16, 16))
+    labels = g.placeholder("labels", (batch,), "int64")
+    p = {k: g.parameter(k, v) for k, v in weights.items()}
+    h = g.maxpool2d(g.relu(g.conv2d(x, p["w1"], p["b1"], padding=1)), kernel_size=2)
+    h = g.maxpool2d(g.relu(g.conv2d(h, p["w2"], p["b2"], padding=1)), kernel_size=2)
+    loss = g.softmax_cross_entropy(g.linear(g.flatten(h), p["fc"], p["fcb"]), labels)
+    return x, labels, loss
+
+
+def test_on_a_gpu_nodes_run_in_device_memory_with_transfers_and_train_like_numpy(rng: np.random.Generator) -> None:
+    cuda = algoswap.registry().backends.get("cuda")
+    if cuda is None or cuda.availability() is not True:
+        pytest.skip(f"needs the CUDA backend and a GPU: {'not installed' if cuda is None else cuda.availability()}")
+    weights = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+               "w2": rng.standard_normal((16, 8, 3, 3)) * 0.1, "b2": rng.standard_normal(16) * 0.1,
+               "fc": rng.standard_normal((10, 256)) * 0.05, "fcb": np.zeros(10)}
+    weights = {k: v.astype(np.float32) for k, v in weights.items()}
+    xv, yv = rng.standard_normal((16, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 16)
+    losses = {}
+    for label, backends in (("gpu", None), ("numpy", ["numpy"])):
+        x, labels, loss = _small_cnn(weights, 16)
+        executor = g.Executor([loss, g.Momentum(0.05).minimize(loss)], backends=backends)
+        losses[label] = [float(executor.run(feed={x: xv, labels: yv})[0]) for _ in range(4)]
+        if label == "gpu":
+            program = executor.plan()
+            ran = {s.backend for s in program.steps if not s.is_transfer}
+            assert "cuda" in ran and "numpy" in ran, ran  # the loss and the updates have no CUDA implementation
+            notes = {s.note for s in program.transfers}
+            assert {"host -> cuda", "cuda -> host"} <= notes, notes
+    assert losses["gpu"][-1] < losses["gpu"][0]
+    assert relative_error(losses["gpu"], losses["numpy"]) < 1e-3  # TF32 may be on

@@ -11,6 +11,7 @@ from .._global import get_registry
 from .._select import check_known
 from .._spec import Shape
 from ._node import GraphError, Node, topological
+from ._explain import PlanText, explain_program
 from ._program import MemoryReport, Program, build_program
 
 Override = Mapping[Any, str]
@@ -155,11 +156,9 @@ class Executor:
         """Peak bytes of the planned program against keeping every value."""
         return self.plan(subgraph, feed).memory()
 
-    def explain(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> str:
+    def explain(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> PlanText:
         """The plan as a table: node, op, backend:algorithm, device, output shape, bytes; then the
         transfers between memory spaces and the memory report."""
-        from ._explain import explain_program
-
         return explain_program(self.plan(subgraph, feed))
 
 

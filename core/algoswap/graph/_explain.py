@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from ._program import Program, Step
 
+class PlanText(str):
+    """The plan as text; shown as a table (not a quoted string) at the Python prompt."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 _COLUMNS = ("node", "op", "implementation", "device", "memory", "output shape", "bytes", "inputs")
 
 
@@ -14,7 +21,7 @@ def _row(step: Step, names: dict[int, str]) -> tuple[str, ...]:
     return (step.name, step.op, implementation, step.device, step.memory.name, str(step.shape), size, inputs)
 
 
-def explain_program(program: Program) -> str:
+def explain_program(program: Program) -> PlanText:
     names = {slot: node.name for slot, node in program.sources}
     rows = []
     for step in program.steps:
@@ -29,4 +36,4 @@ def explain_program(program: Program) -> str:
     else:
         lines.append("transfers: none (every node runs in host memory)")
     lines.append(f"memory: {program.memory()}")
-    return "\n".join(lines)
+    return PlanText("\n".join(lines))
