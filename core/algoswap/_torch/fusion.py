@@ -18,7 +18,7 @@ from .._errors import AlgoswapError
 from .._global import get_registry
 from .._select import Selection, select
 from .._trace import record
-from .plan import OpStep, Step, invoke, slots_in
+from .plan import OpStep, Step, array_key, invoke, slots_in
 
 FUSABLE_REQUESTS = ("default", "auto")
 
@@ -60,7 +60,7 @@ class FusedStep:
     def run(self, values: list[Any]) -> None:
         arrays = [None if i is None else values[i] for i in self.conv.inputs]
         residual = None if self.residual is None else values[self.residual]
-        key = tuple(None if a is None else (a.shape, a.dtype) for a in [*arrays, residual])
+        key = array_key([*arrays, residual])
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = self._decide(arrays, residual)
@@ -81,9 +81,8 @@ class FusedStep:
         shapes = [None if a is None else a.shape for a in [*arrays, residual]]
         dtypes = [None if a is None else str(a.dtype) for a in [*arrays, residual]]
         attrs = {**self.conv.attrs, "activation": "relu" if self.relu is not None else "none"}
-        memory = None if self.conv.request == "auto" else "host"
-        try:
-            fused = select(get_registry(), "conv2d_fused", shapes, dtypes, attrs, chosen.impl.qualified, memory)
+        try:  # the backend is named: its memory is where the conv2d runs
+            fused = select(get_registry(), "conv2d_fused", shapes, dtypes, attrs, chosen.impl.qualified, None)
         except AlgoswapError as exc:
             return f"not fused: {chosen.impl.qualified} has no conv2d_fused for this call ({str(exc).splitlines()[0]})"
         return fused.impl.callable, dict(fused.call.attrs), fused
@@ -124,6 +123,7 @@ class _Shaped:
 
     shape: tuple[int, ...]
     dtype: Any
+    where: str = "host"
 
 
 def fuse(steps: list[Any], output: Any) -> list[Any]:

@@ -10,7 +10,9 @@ import torch
 
 from .explain import Explanation, Row
 from .fusion import AnyStep, FusedStep
-from .plan import OpStep, TorchStep, array_to_tensor, bfloat16, resolve, tensor_to_array
+from .._global import get_registry
+from .._records import MemorySpace, resolve_ref
+from .plan import OpStep, Resident, TorchStep, array_to_tensor, bfloat16, resolve, tensor_to_array
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -94,11 +96,15 @@ class Model:
                 values[slot] = None
         return resolve(self.output, values)
 
-    def _to_array(self, value: Any) -> np.ndarray:
+    def _to_array(self, value: Any) -> Any:
         """An input as a contiguous numpy array; floating inputs in the model's dtype, others as they are."""
         if isinstance(value, torch.Tensor):
-            tensor = value.detach().cpu()
-            return tensor_to_array((tensor.to(self.torch_dtype) if tensor.is_floating_point() else tensor).contiguous())
+            tensor = value.detach()
+            tensor = (tensor.to(self.torch_dtype) if tensor.is_floating_point() else tensor).contiguous()
+            space = _device_space(tensor.device.type)
+            if space is not None and space.from_dlpack is not None:  # stays on its device, not copied
+                return Resident(resolve_ref(space.from_dlpack)(tensor), space)
+            return tensor_to_array(tensor.cpu())
         array = np.asarray(value)
         floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
         dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
@@ -180,12 +186,24 @@ def _op_row(step: OpStep) -> Row:
         waiting = "not run yet: call the model or pass sample_input_shape"
         return Row(step.name, step.op, None, step.request, note=f"{note}; {waiting}" if note else waiting)
     row = Row.from_selection(step.name, selection, step.request, selection.call.shapes[0], backward=False)
-    row.note = note
+    row.note = "; ".join(filter(None, [note, step.transfers()]))
     return row
+
+
+def _device_space(device_type: str) -> MemorySpace | None:
+    """The memory space of an available backend whose arrays live on this torch device type ("cuda", ...)."""
+    if device_type == "cpu":
+        return None
+    registry = get_registry()
+    return next((b.memory for b in registry.backends.values() if b.memory.name == device_type and b.availability() is True), None)
 
 
 def _wrap(value: Any, like: torch.Tensor | None) -> Any:
     """Output arrays as tensors on ``like``'s device (or as arrays when the inputs were arrays)."""
+    if isinstance(value, Resident):
+        if like is not None and like.device.type == value.space.name and hasattr(value.array, "__dlpack__"):
+            return torch.utils.dlpack.from_dlpack(value.array)  # stays on the device
+        return _wrap(value.host(), like)
     if isinstance(value, np.ndarray):
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
         array = np.ascontiguousarray(array)  # channels-last activations come out NCHW

@@ -21,7 +21,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .._errors import NoImplementationError
 from .._global import get_registry
+from .._records import MemorySpace
 from .._select import Selection, _freeze, select
 from .._trace import record
 
@@ -91,8 +93,9 @@ class OpStep:
         values[self.output] = invoke(fn, selection, arrays, canonical, self.params)
 
     def entry(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
-        """(implementation, canonical attributes, selection) for these arrays, selected once per shapes."""
-        key = tuple(None if a is None else (a.shape, a.dtype) for a in arrays)
+        """(implementation, canonical attributes, selection) for these arrays, selected once per shapes
+        (and memory spaces they are in)."""
+        key = array_key(arrays)
         if self.dynamic:
             key += (_freeze(attrs),)
         entry = self._cache.get(key)
@@ -101,21 +104,27 @@ class OpStep:
         self.last_shapes = key
         return entry
 
-    def selection(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
-        """Validate the call and choose its implementation (cached by the registry)."""
-        memory = None if self.request == "auto" else "host"
-        return select(get_registry(), self.op, shapes, dtypes, attrs, self.request, memory)
+    def selection(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any], where: str = "host") -> Selection:
+        """Validate the call and choose its implementation (cached by the registry); ``where`` is the
+        memory space of its inputs, preferred unless nothing there serves the call."""
+        memory = memory_for(self.request, where)
+        try:
+            return select(get_registry(), self.op, shapes, dtypes, attrs, self.request, memory)
+        except NoImplementationError:
+            if memory is None:
+                raise
+            return select(get_registry(), self.op, shapes, dtypes, attrs, self.request, None)
 
     def _prepare(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
-        shapes = [None if a is None else a.shape for a in arrays]
+        shapes = [None if a is None else tuple(a.shape) for a in arrays]
         dtypes = [None if a is None else str(a.dtype) for a in arrays]
-        chosen = self.selection(shapes, dtypes, attrs)
+        chosen = self.selection(shapes, dtypes, attrs, location(arrays))
         return chosen.impl.callable, dict(chosen.call.attrs), chosen
 
     def preselect(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
         """Select now for inputs of these shapes (conversion with a sample input) and cache it."""
         chosen = self.selection(shapes, dtypes, attrs)
-        key = tuple(None if s is None else (tuple(s), _numpy_dtype(d)) for s, d in zip(shapes, dtypes))
+        key = tuple(None if s is None else (tuple(s), _numpy_dtype(d), "host") for s, d in zip(shapes, dtypes))
         if self.dynamic:
             key += (_freeze(attrs),)
         self._cache[key] = (chosen.impl.callable, dict(chosen.call.attrs), chosen)
@@ -127,6 +136,16 @@ class OpStep:
         """The selection of the latest call (or of the sample input), None before any."""
         entry = self._cache.get(self.last_shapes) if self.last_shapes is not None else None
         return None if entry is None else entry[2]
+
+    def transfers(self) -> str:
+        """Where the latest call's activations (weights aside) had to move from, e.g. "host → sycl"."""
+        chosen = self.last_selection
+        if chosen is None or self.last_shapes is None:
+            return ""
+        target = chosen.backend.memory.name
+        keys = [k for i, k in enumerate(self.last_shapes[: len(self.inputs)]) if k is not None and i not in self.params]
+        sources = sorted({k[2] for k in keys if k[2] != target})
+        return f"inputs moved {', '.join(sources)} → {target}" if sources else ""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -189,13 +208,64 @@ class TorchStep:
         values[self.output] = to_numpy(result)
 
 
+@dataclass(frozen=True)
+class Resident:
+    """A value a Model keeps in a backend's memory space between steps (a CuPy array on the GPU, a
+    SYCL USM array, ...): moved to host memory only where a step elsewhere reads it."""
+
+    array: Any
+    space: MemorySpace
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.array.shape)
+
+    @property
+    def dtype(self) -> Any:
+        return np.dtype(self.array.dtype)
+
+    def host(self) -> np.ndarray:
+        array: np.ndarray = self.space.download(self.array)
+        return array
+
+
+def on_host(value: Any) -> Any:
+    """``value`` as a host array (Residents are downloaded)."""
+    return value.host() if isinstance(value, Resident) else value
+
+
+def location(arrays: list[Any]) -> str:
+    """The memory space the first array is in: the one whose implementations need no transfer."""
+    first = next((a for a in arrays if a is not None), None)
+    return first.space.name if isinstance(first, Resident) else "host"
+
+
+def memory_for(request: str, where: str) -> str | None:
+    """The memory space selection prefers: the inputs' for "default" and unqualified algorithm
+    names; none for "auto" or a request naming a backend (the data moves there)."""
+    return None if request == "auto" or ":" in request else where
+
+
+def array_key(arrays: list[Any]) -> tuple[Any, ...]:
+    """Shapes, dtypes and memory spaces of a step's inputs: what its selection depends on."""
+    return tuple(None if a is None else (tuple(a.shape), a.dtype, a.space.name if isinstance(a, Resident) else "host")
+                 for a in arrays)
+
+
 def invoke(fn: Callable[..., Any], selection: Selection, arrays: list[Any], attrs: dict[str, Any],
            params: tuple[int, ...]) -> Any:
-    """Call a selected implementation: host arrays laid out as it takes them, others moved to its memory and back."""
+    """Call a selected implementation: host arrays laid out as it takes them; for another memory
+    space, inputs moved there (unless already there) and the output kept there as a Resident."""
     space = selection.backend.memory
     if space.is_host:
-        return fn(*arrange(arrays, selection.impl.layout, params), **attrs)
-    return space.download(fn(*(None if a is None else space.upload(a) for a in arrays), **attrs))
+        return fn(*arrange([on_host(a) for a in arrays], selection.impl.layout, params), **attrs)
+    moved = [None if a is None else a.array if isinstance(a, Resident) and a.space == space else space.upload(on_host(a))
+             for a in arrays]
+    return Resident(fn(*moved, **attrs), space)
 
 
 def is_channels_last(array: np.ndarray) -> bool:
@@ -271,6 +341,8 @@ def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
 
 def to_torch(value: Any) -> Any:
     """numpy arrays (through lists, tuples, dicts) as CPU tensors sharing their memory where possible."""
+    if isinstance(value, Resident):
+        return array_to_tensor(value.host())
     if isinstance(value, np.ndarray):
         return array_to_tensor(value if value.flags.writeable else value.copy())
     if isinstance(value, (list, tuple)):
