@@ -61,10 +61,10 @@ def _op_node(step: Any, values: list[Any], constants: dict[int, Any], params: di
             arrays.append(None)
         elif values[slot] is None and slot in constants:
             label = f"{step.module or step.name}.{names[position]}"
-            maker = parameter if position in step.params or step.module else constant
-            values[slot] = maker(constants[slot], label) if maker is constant else parameter(label, constants[slot])
-            if values[slot].kind == "parameter":
-                params[label] = values[slot]
+            if position in step.params or step.module is not None:  # a module's weight: trainable
+                values[slot] = params[label] = parameter(label, constants[slot])
+            else:
+                values[slot] = constant(constants[slot], label)
             arrays.append(values[slot])
         else:
             arrays.append(values[slot])
