@@ -217,6 +217,20 @@ def test_read_only_weights_are_copied_to_the_device_once(rng: np.random.Generato
     assert resident_count() == before
 
 
+def test_scratch_memory_is_reused_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from algoswap_sycl import _device
+
+    ctx, f32 = _device.context(), np.dtype(np.float32)
+    first = ctx.empty((1000,), f32, temporary=True).memory
+    ctx.wait()  # the op is over: its temporaries go back to the pool
+    assert ctx.empty((1000,), f32, temporary=True).memory is first
+    ctx.wait()
+    monkeypatch.setattr(_device, "POOL_BYTES", 0)
+    dropped = ctx.empty((1234,), f32, temporary=True).memory
+    ctx.wait()
+    assert all(memory is not dropped for memory in ctx._pool.get(1234 * 4, []))
+
+
 def test_writeable_weights_changed_in_place_are_seen(rng: np.random.Generator) -> None:
     from algoswap_sycl import conv
 

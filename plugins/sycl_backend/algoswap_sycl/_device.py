@@ -24,7 +24,7 @@ _chosen: str | None = None  # set by use_device(); wins over ALGOSWAP_SYCL_DEVIC
 _contexts: dict[str, "Context"] = {}
 _lock = threading.RLock()
 POOL_PER_SIZE = 4  # free allocations kept per size
-POOL_LARGEST = 512 * 2**20  # larger scratch allocations are freed, not kept
+POOL_BYTES = 512 * 2**20  # at most this much free scratch memory is kept; the rest is freed
 
 
 def _find_libintelocl() -> str | None:
@@ -128,6 +128,7 @@ class Context:
     kernels: dict[tuple[str, str], Any] = field(default_factory=dict)
     _resident: dict[tuple[Any, ...], tuple[Any, SyclArray]] = field(default_factory=dict, repr=False)
     _pool: dict[int, list[Any]] = field(default_factory=dict, repr=False)
+    _pooled_bytes: int = field(default=0, repr=False)
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
@@ -176,6 +177,7 @@ class Context:
             with _lock:
                 free = self._pool.get(nbytes)
                 memory = free.pop() if free else None
+                self._pooled_bytes -= nbytes if memory is not None else 0
         if memory is None:
             memory = dpctl.memory.MemoryUSMShared(nbytes, queue=self.queue)
         if temporary:
@@ -194,8 +196,9 @@ class Context:
         with _lock:
             for memory in temporaries:
                 free = self._pool.setdefault(memory.nbytes, [])
-                if len(free) < POOL_PER_SIZE and memory.nbytes <= POOL_LARGEST:
+                if len(free) < POOL_PER_SIZE and self._pooled_bytes + memory.nbytes <= POOL_BYTES:
                     free.append(memory)
+                    self._pooled_bytes += memory.nbytes
         temporaries.clear()
 
     def upload(self, array: np.ndarray, temporary: bool = False) -> SyclArray:
