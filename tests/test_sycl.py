@@ -217,6 +217,21 @@ def test_read_only_weights_are_copied_to_the_device_once(rng: np.random.Generato
     assert resident_count() == before
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 12000, 2**30])  # 1, 2 (then 1) and all 5 images per product
+def test_smm_takes_images_in_chunks(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator, chunk_bytes: int) -> None:
+    from algoswap_sycl import conv
+
+    monkeypatch.setattr(conv, "SMM_CHUNK_BYTES", chunk_bytes)
+    for shapes, attrs in [(((5, 4, 9, 8), (6, 2, 3, 3), (6,)), {"groups": 2, "padding": 1, "stride": (2, 1)}),
+                          (((3, 4, 6, 5), (6, 2, 1, 1), None), {"groups": 2})]:  # 1x1: the input is the matrix
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in shapes[:2])
+        b = None if shapes[2] is None else rng.standard_normal(shapes[2]).astype(np.float32)
+        got = algoswap.ops.conv2d(x, w, b, algorithm="sycl:smm", **attrs)
+        want = algoswap.ops.conv2d(x.astype(np.float64), w.astype(np.float64), None if b is None else b.astype(np.float64),
+                                   algorithm="numpy:smm", **attrs)
+        assert relative_error(got, want) <= 1e-5, (chunk_bytes, shapes)
+
+
 def test_scratch_memory_is_reused_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from algoswap_sycl import _device
 

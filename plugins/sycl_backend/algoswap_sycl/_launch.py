@@ -57,10 +57,10 @@ for _array in (np.zeros(1, np.float32), np.zeros(1, np.float64)):
 def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray, *, m: int, n: int, k: int,
          sam: int, sak: int, ldb: int, ldc: int, groups: int = 1, batches: int = 1, a_g: int = 0, b_n: int = 0,
          b_g: int = 0, c_n: int = 0, c_g: int = 0, bias: SyclArray | None = None, bias_mode: int = 0,
-         b_padded: bool = False) -> None:
+         b_padded: bool = False, c_off: int = 0) -> None:
     """C = A @ B (+ bias) per (batch, group) on the tiled matrix-product kernel (see kernels.cl)."""
     args = [a, b, c, bias if bias is not None else dummy(ctx, dtype), m, n, k, sam, sak, ldb, ldc, groups,
-            Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g), bias_mode, int(b_padded)]
+            Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g), bias_mode, int(b_padded), Long(c_off)]
     if ctx.local_panel:  # work-groups of WGN work-items along the columns share a panel of A
         ctx.run(dtype, "gemm", args, [batches * groups, ceil_div(m, TM), round_up(ceil_div(n, VN), WGN)], [1, 1, WGN])
     else:  # row blocks fastest: the blocks that read the same columns of B run one after another
@@ -70,7 +70,7 @@ def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray
 def swap01(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int, temporary: bool = True) -> SyclArray:
     """out[b, a, c] = x[a, b, c]."""
     out = ctx.empty((b, a, c), dtype, temporary)
-    ctx.run(dtype, "swap01", [x, out, a, b, c], [a, b, c])
+    ctx.run(dtype, "swap01", [x, out, a, b, c, Long(0)], [a, b, c])
     return out
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._device import Context, SyclArray
+from ._device import Context, Long, SyclArray
 from ._launch import ceil_div, finish, gemm, gemm_kernel_name, optional, round_up, start, sum02, swap01
 
 Pair = tuple[int, int]
@@ -97,29 +97,39 @@ def _geometry(x: Any, w_shape: tuple[int, ...], stride: Pair, padding: PadHW, di
     return Geometry.of(tuple(x), w_shape, stride, padding, dilation, groups, padding_mode)
 
 
+SMM_CHUNK_BYTES = 8 * 2**20  # im2col matrix per product: images are taken in chunks of about this size
+
+
 def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                padding_mode: str) -> Any:
-    """im2col with the batch side by side (rows padded to 32 columns), one tiled matrix product per
-    group with the bias in its epilogue, then (batch > 1) the batch moved back in front."""
+    """im2col of a chunk of images side by side (rows padded to 32 columns; about 8 MiB, so that the
+    matrix is still in cache when the product reads it), one tiled matrix product per group with the
+    bias in its epilogue, then (several images) the images moved back in front of the channels."""
     ctx, dtype, (xd, wd) = start(x, w)
     bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
-    columns = g.n * g.pixels
-    if g.kh == g.kw == 1 and g.stride == (1, 1) and g.unpadded and g.n == 1:
-        col, ldb, padded = xd, g.pixels, False  # a 1x1 convolution of one image: the input is the im2col matrix
-    else:
-        ldb, padded = round_up(columns, 32), True
-        xp = _pad(ctx, dtype, xd, g, g.wp)
-        col = ctx.empty((g.groups, g.taps, ldb), dtype, temporary=True)
-        ctx.run(dtype, "im2col", [xp, col, g.n, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
-                [g.n * g.groups * g.taps, g.oh])
-    product = y if g.n == 1 else ctx.empty((g.o, g.n, g.pixels), dtype, temporary=True)
-    gemm(ctx, dtype, wd, col, product, m=g.og, n=columns, k=g.taps, sam=g.taps, sak=1, ldb=ldb, ldc=columns,
-         groups=g.groups, a_g=g.og * g.taps, b_g=g.taps * ldb, c_g=g.og * columns, bias=bd,
-         bias_mode=0 if bd is None else 1, b_padded=padded)
-    if g.n > 1:
-        ctx.run(dtype, "swap01", [product, y, g.o, g.n, g.pixels], [g.o, g.n, g.pixels])
+    kwargs = dict(m=g.og, k=g.taps, sam=g.taps, sak=1, groups=g.groups, a_g=g.og * g.taps, bias=bd,
+                  bias_mode=0 if bd is None else 1)
+    if g.kh == g.kw == 1 and g.stride == (1, 1) and g.unpadded:  # a 1x1 convolution: the input is the im2col matrix
+        gemm(ctx, dtype, wd, xd, y, n=g.pixels, ldb=g.pixels, ldc=g.pixels, batches=g.n, b_n=g.c * g.pixels,
+             b_g=g.taps * g.pixels, c_n=g.o * g.pixels, c_g=g.og * g.pixels, **kwargs)  # type: ignore[arg-type]
+        return finish(ctx, y, (x, w, b))
+    chunk = max(1, min(g.n, SMM_CHUNK_BYTES // (g.groups * g.taps * g.pixels * dtype.itemsize)))
+    ldb = round_up(chunk * g.pixels, 32)
+    xp = _pad(ctx, dtype, xd, g, g.wp)
+    col = ctx.empty((g.groups, g.taps, ldb), dtype, temporary=True)
+    product = y if chunk == 1 else ctx.empty((g.o, chunk, g.pixels), dtype, temporary=True)
+    for first in range(0, g.n, chunk):
+        count = min(chunk, g.n - first)
+        columns = count * g.pixels
+        ctx.run(dtype, "im2col", [xp, col, first, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
+                [count * g.groups * g.taps, g.oh])
+        gemm(ctx, dtype, wd, col, product, n=columns, ldb=ldb, ldc=columns, b_g=g.taps * ldb, c_g=g.og * columns,
+             b_padded=True, c_off=first * g.o * g.pixels if chunk == 1 else 0, **kwargs)  # type: ignore[arg-type]
+        if chunk > 1:
+            ctx.run(dtype, "swap01", [product, y, g.o, count, g.pixels, Long(first * g.o * g.pixels)],
+                    [g.o, count, g.pixels])
     return finish(ctx, y, (x, w, b))
 
 
@@ -213,10 +223,12 @@ def kernel(call: Any) -> str:
         return f"{gemm_kernel_name(ctx)} + col2im{' + fold_axis' if padded else ''}"
     if call.op == "conv2d_grad_weight":
         return f"{pad}im2col_t + swap01 + {gemm_kernel_name(ctx)}"
-    batch, weight = call.shape("input")[0], call.shape("weight")
-    if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded and batch == 1:
+    x, weight = call.shape("input"), call.shape("weight")
+    if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded:
         return f"{gemm_kernel_name(ctx)} (a 1x1 convolution: the input is the im2col matrix)"
-    return f"{pad}im2col + {gemm_kernel_name(ctx)}{' + swap01' if batch > 1 else ''}"
+    taps, pixels = weight[1] * weight[2] * weight[3], call.out_shape[2] * call.out_shape[3]
+    chunk = max(1, min(x[0], SMM_CHUNK_BYTES // (a["groups"] * taps * pixels * 4)))
+    return f"{pad}im2col + {gemm_kernel_name(ctx)}{' + swap01' if chunk > 1 else ''} ({chunk} image(s) per product)"
 
 
 def kernel_direct(call: Any) -> str:

@@ -8,7 +8,8 @@
 #define CAT_(a, b) a##b
 
 // ----------------------------------------------------------------------------- matrix product
-// C[m, n] = sum_k A[m*sam + k*sak] * B[k*ldb + n] (+ bias), batched over get_global_id(2) = nb*G + g.
+// C[m, n] = sum_k A[m*sam + k*sak] * B[k*ldb + n] (+ bias), batched over get_global_id(2) = nb*G + g;
+// C starts c_off elements into its buffer.
 // Each work-item keeps a TM x 32 register tile (two REAL16 per row): B rows are read with vload16,
 // A values are broadcast. With LOCAL_PANEL (devices whose local memory is on-chip: GPUs), the
 // work-group's WGN work-items share one TM x KT panel of A staged in local memory. On a CPU device
@@ -57,9 +58,9 @@ inline void gemm_store(__global REAL *C, __global const REAL *bias, REAL16 *acc0
 
 #define GEMM_ARGUMENTS __global const REAL *A, __global const REAL *B, __global REAL *C, __global const REAL *bias, \
     int M, int N, int K, int sam, int sak, int ldb, int ldc, int G, long a_g, long b_n, long b_g, long c_n, long c_g, \
-    int bias_mode, int b_padded
+    int bias_mode, int b_padded, long c_off
 #define GEMM_BATCH int batch = get_global_id(2); int g = batch % G, nb = batch / G; \
-    A += g * a_g; B += nb * b_n + g * b_g; C += nb * c_n + g * c_g
+    A += g * a_g; B += nb * b_n + g * b_g; C += c_off + nb * c_n + g * c_g
 #define GEMM_ZERO REAL16 acc0[TM], acc1[TM]; \
     for (int i = 0; i < TM; i++) { acc0[i] = (REAL16)(0); acc1[i] = (REAL16)(0); }
 #define GEMM_ROW(i, value) { REAL16 a = (REAL16)(value); acc0[i] = fma(a, b0, acc0[i]); acc1[i] = fma(a, b1, acc1[i]); }
@@ -119,10 +120,10 @@ __kernel void gemm(GEMM_ARGUMENTS) {
 #endif
 
 // ----------------------------------------------------------------------------- data movement
-// out[b, a, c] = in[a, b, c]: transposes (C == 1) and moving the batch axis behind the channels.
-__kernel void swap01(__global const REAL *in, __global REAL *out, int A, int B, int Cn) {
+// out[out_off + (b, a, c)] = in[a, b, c]: transposes (C == 1) and moving the batch axis across the channels.
+__kernel void swap01(__global const REAL *in, __global REAL *out, int A, int B, int Cn, long out_off) {
     int c = get_global_id(0), b = get_global_id(1), a = get_global_id(2);
-    out[((long)b * A + a) * Cn + c] = in[((long)a * B + b) * Cn + c];
+    out[out_off + ((long)b * A + a) * Cn + c] = in[((long)a * B + b) * Cn + c];
 }
 
 // out[b] = sum over a, c of in[a, b, c] (bias gradients).
@@ -176,20 +177,20 @@ __kernel void fold_axis(__global const REAL *in, __global REAL *out, int L, int 
     out[((long)r * L + l) * S + s] = total;
 }
 
-// col[g, k][n * P + p] from the padded input xp[n, c, Hp, Wpa]: k = (c * KH + kh) * KW + kw over the
-// group's channels, p = oh * OW + ow; the batch is laid side by side, so that one product per group
-// covers it. Rows are ldc >= N * P apart (columns past N * P are never written: the product reads
+// col[g, k][n * P + p] from images n_first + n of the padded input xp[n, c, Hp, Wpa]: k = (c * KH + kh)
+// * KW + kw over the group's channels, p = oh * OW + ow; the images are laid side by side, so that one
+// product per group covers them. Rows are ldc >= N * P apart (columns past N * P are never written: the product reads
 // them only into output lanes it does not store). A work-item copies one output row (k, n, oh),
 // 16 columns at a time.
 __attribute__((vec_type_hint(REAL16)))
-__kernel void im2col(__global const REAL *xp, __global REAL *col, int N, int C, int Hp, int Wpa, int Cg, int KH, int KW,
+__kernel void im2col(__global const REAL *xp, __global REAL *col, int n_first, int C, int Hp, int Wpa, int Cg, int KH, int KW,
                      int OH, int OW, int sh, int sw, int dh, int dw, int G, int ldc) {
     int oh = get_global_id(0), row = get_global_id(1);
     int Kg = Cg * KH * KW;
     int k = row % Kg, batch = row / Kg;
     int g = batch % G, n = batch / G;
     int kw = k % KW, kh = (k / KW) % KH, c = k / (KW * KH);
-    __global const REAL *src = xp + (((long)n * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + kw * dw;
+    __global const REAL *src = xp + (((long)(n_first + n) * C + g * Cg + c) * Hp + oh * sh + kh * dh) * Wpa + kw * dw;
     __global REAL *dst = col + ((long)g * Kg + k) * ldc + ((long)n * OH + oh) * OW;
     int ow = 0;
     if (sw == 1)
