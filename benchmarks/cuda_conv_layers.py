@@ -6,6 +6,7 @@ Achieved TFLOP/s of the largest layers are set against a measured ceiling (a lar
 through cuBLAS in the same precision). Needs a GPU, CuPy and the cuDNN frontend:
 
     python benchmarks/cuda_conv_layers.py [--batch 32] [--reps 20] [--out results.json]
+    python benchmarks/cuda_conv_layers.py --model-only [--algorithms guess]   # whole ResNet-50 alone
 """
 
 from __future__ import annotations
@@ -107,29 +108,40 @@ def bench_layer(layer: dict[str, Any], tf32: bool, reps: int) -> dict[str, Any]:
     return row
 
 
-def whole_model(batch: int, reps: int) -> dict[str, Any]:
-    """ResNet-50 inference: eager PyTorch, swap_conv2d(cuda:guess), and swap_backend('auto')."""
+def whole_model(batch: int, reps: int, algorithms: tuple[str, ...] = ("guess", "find")) -> dict[str, Any]:
+    """ResNet-50 inference: eager PyTorch, swap_conv2d (each of ``algorithms``), and swap_backend
+    (default requests: CUDA inputs stay in GPU memory between steps), each timed like a layer."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     algoswap_cuda.set_tf32(False)
     model = zoo.build("resnet50").cuda()
     x = zoo.sample_input("resnet50", batch).cuda()
     out: dict[str, Any] = {}
+
+    def error(got: torch.Tensor) -> float:
+        return float(torch.linalg.norm(got - expected) / torch.linalg.norm(expected))
+
     with torch.no_grad():
         expected = model(x)
         out["eager_ms"] = timed(lambda: model(x), reps)
-        for algorithm in ("guess", "find"):
+        for algorithm in algorithms:
             swapped = algoswap.swap_conv2d(zoo.build("resnet50").cuda(), f"cuda:{algorithm}")
-            got = swapped(x)
-            out[f"swap_conv2d_{algorithm}_error"] = float(torch.linalg.norm(got - expected) / torch.linalg.norm(expected))
+            out[f"swap_conv2d_{algorithm}_error"] = error(swapped(x))
             out[f"swap_conv2d_{algorithm}_ms"] = timed(lambda: swapped(x), reps)
     try:
-        converted = algoswap.swap_backend(zoo.build("resnet50").cuda(), "auto")
-        got = converted(x)
-        out["swap_backend_error"] = float(torch.linalg.norm(got - expected) / torch.linalg.norm(expected))
         start = time.perf_counter()
-        out["swap_backend_ms"] = timed(lambda: converted(x), 3, warmup=1, inner=1)
-        out["swap_backend_wall_s"] = time.perf_counter() - start
+        converted = algoswap.swap_backend(zoo.build("resnet50").cuda(), sample_input_shape=tuple(x.shape))
+        out["swap_backend_error"] = error(converted(x))
+        out["swap_backend_first_call_s"] = time.perf_counter() - start  # conversion and selection included
+        out["swap_backend_backends"] = converted.backends()
+        out["swap_backend_moves"] = [row.name for row in converted.explain() if "inputs moved" in row.note]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        converted(x)
+        torch.cuda.synchronize()
+        slow = time.perf_counter() - start > 0.2  # host round trips: time a few single calls, not 130
+        out["swap_backend_ms"] = timed(lambda: converted(x), 3 if slow else reps, 1 if slow else 3, 1 if slow else 10)
+        out["swap_backend_vs_eager"] = out["swap_backend_ms"] / out["eager_ms"]
     except Exception as exc:  # noqa: BLE001 - reported, not hidden
         out["swap_backend_error"] = f"{type(exc).__name__}: {exc}"
     return out
@@ -141,9 +153,18 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", default="")
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--model-only", action="store_true", help="only whole ResNet-50 (eager, swap_conv2d, swap_backend)")
+    parser.add_argument("--algorithms", nargs="*", default=["guess", "find"], help="swap_conv2d algorithms for the whole model")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()})  cupy {cp.__version__}")
+    if args.model_only:
+        model = whole_model(args.batch, args.reps, tuple(args.algorithms))
+        print("ResNet-50 inference, batch", args.batch, "(TF32 off):", json.dumps(model, indent=1))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"model": model}, f, indent=1, default=str)
+        return 0
     layers = resnet50_layers(args.batch)
     results: dict[str, Any] = {"layers": layers, "runs": {}}
     for tf32 in (False, True):
@@ -153,7 +174,7 @@ def main() -> int:
         results["runs"]["tf32" if tf32 else "fp32"] = {"ceiling_tflops": ceiling, "rows": rows}
         print_table(layers, rows, tf32, ceiling)
     if not args.skip_model:
-        results["model"] = whole_model(args.batch, args.reps)
+        results["model"] = whole_model(args.batch, args.reps, tuple(args.algorithms))
         print("\nResNet-50 inference, batch", args.batch, "(TF32 off):", json.dumps(results["model"], indent=1))
     if args.out:
         with open(args.out, "w") as f:

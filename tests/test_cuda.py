@@ -207,3 +207,26 @@ def test_swap_backend_on_the_gpu(name: str) -> None:
     converted = algoswap.swap_backend(model, "auto")
     got = converted(x)
     assert got.device.type == "cuda" and relative_error(got.cpu(), expected.cpu()) <= 1e-4
+
+
+@gpu
+def test_swap_backend_keeps_values_on_the_gpu() -> None:
+    """CUDA inputs stay Resident in GPU memory through a whole ResNet-50: every step runs on cuda,
+    no step moves its activations, and the output comes back as a CUDA tensor matching PyTorch."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    module = algoswap.zoo.build("resnet50").cuda()
+    x = algoswap.zoo.sample_input("resnet50", 2, small=True, seed=3).cuda()
+    with torch.no_grad():
+        expected = module(x)
+    model = algoswap.swap_backend(module, sample_input_shape=tuple(x.shape))
+    got = model(x)
+    assert isinstance(got, torch.Tensor) and got.device.type == "cuda"
+    assert relative_error(got.cpu(), expected.cpu()) <= 1e-4
+    rows = list(model.explain())
+    convs = [row for row in rows if row.op.startswith("conv2d")]
+    assert len(convs) == sum(isinstance(m, torch.nn.Conv2d) for m in module.modules())
+    assert all(row.implementation.startswith("cuda:") for row in rows), [(r.name, r.implementation) for r in rows]
+    assert not [row.note for row in rows if "inputs moved" in row.note]  # every op of ResNet-50 has a CUDA implementation
+    assert model.backends() == ["cuda"]

@@ -125,3 +125,32 @@ def test_unbatched_input_and_a_swapped_root_module() -> None:
     swapped = algoswap.swap_conv2d(conv, "direct")
     assert isinstance(swapped, nn.Conv2d) and swapped is not conv and swapped.weight is conv.weight
     assert relative_error(swapped(x).detach(), conv(x).detach()) <= 1e-5
+
+
+def test_parameter_views_are_kept_and_follow_the_parameter() -> None:
+    """The bridge makes a parameter's backend view once; in-place updates show through it, a new
+    ``.data`` gets a new view, and the view goes with the parameter."""
+    import gc
+
+    from algoswap._torch import bridge
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(2, 3, 3, padding=1)
+    swapped = algoswap.swap_conv2d(copy.deepcopy(conv), "numpy:smm")
+    x = torch.randn(1, 2, 5, 5)
+    with torch.no_grad():
+        swapped(x)
+        view = bridge._VIEWS[id(swapped.weight)][2]
+        swapped(x)
+        assert bridge._VIEWS[id(swapped.weight)][2] is view  # made once
+        swapped.weight.mul_(2)
+        conv.weight.mul_(2)
+        assert relative_error(swapped(x), conv(x)) < 1e-6
+        swapped.weight.data = torch.randn(3, 2, 3, 3)
+        conv.weight.data = swapped.weight.data.clone()
+        assert relative_error(swapped(x), conv(x)) < 1e-6
+        assert bridge._VIEWS[id(swapped.weight)][2] is not view
+    key = id(swapped.weight)
+    del swapped
+    gc.collect()
+    assert key not in bridge._VIEWS

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -54,8 +55,9 @@ def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[t
     return _plan(op, request, attrs, inputs)[0]
 
 
-def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> tuple[Selection, Any, dict[str, Any]]:
-    """(selection, implementation, keyword attributes), cached per op, request, attrs, memory, shapes, dtypes."""
+def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> tuple[Selection, Any, dict[str, Any], Any]:
+    """(selection, implementation, keyword attributes, the backend's DLPack import or None), cached per
+    op, request, attrs, memory, shapes, dtypes: nothing is resolved again on later calls."""
     present = next(t for t in inputs if t is not None)
     memory = None if request == "auto" else memory_of(present)
     shapes = tuple(None if t is None else t.shape for t in inputs)
@@ -67,13 +69,16 @@ def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Ten
         names = [None if d is None else _DTYPE_NAMES.get(d, str(d)) for d in dtypes]
         plain_shapes = [None if s is None else tuple(s) for s in shapes]
         selection = select(get_registry(), op, plain_shapes, names, decode_attrs(attrs), request, memory)
-        plan = cache[key] = (selection, selection.impl.callable, dict(selection.call.attrs))
+        space = selection.backend.memory
+        enter = None if space.from_dlpack is None else resolve_ref(space.from_dlpack)
+        plan = cache[key] = (selection, selection.impl.callable, dict(selection.call.attrs), enter)
     return plan
 
 
 def _host_array(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of the tensor (a copy only when it is not a contiguous CPU tensor)."""
-    tensor = tensor.detach()
+    if tensor.requires_grad:
+        tensor = tensor.detach()
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     if not tensor.is_contiguous():
@@ -90,11 +95,47 @@ def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torc
     return tensor if like.device.type == "cpu" else tensor.to(like.device)
 
 
-def _to_backend(tensor: torch.Tensor, selection: Selection) -> Any:
-    """The tensor in the backend's memory: through DLPack (zero-copy) when it is already there."""
+# Backend views of parameters, made once: id(parameter) -> (weak reference, where its memory is, view).
+# Only views that alias the parameter's memory are kept (a numpy view of a CPU tensor, a DLPack view
+# of a device tensor), so in-place updates show through them; copies (uploads to another memory
+# space) are never kept: ``p.data.copy_(...)`` changes a parameter without bumping its version.
+_VIEWS: dict[int, tuple[Any, tuple[Any, ...], Any]] = {}
+
+
+def _aliasing_view(tensor: torch.Tensor, make: Any) -> Any:
+    """``make(tensor)`` for a parameter, kept while the parameter's memory stays where it is."""
+    if type(tensor) is not torch.nn.Parameter:
+        return make(tensor.detach() if tensor.requires_grad else tensor)
+    where = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device, make)
+    entry = _VIEWS.get(id(tensor))
+    if entry is not None and entry[1] == where and entry[0]() is tensor:
+        return entry[2]
+    view = make(tensor.detach())  # the view holds the detached alias, never the parameter itself
+    key = id(tensor)
+    _VIEWS[key] = (weakref.ref(tensor, lambda _ref: _VIEWS.pop(key, None)), where, view)
+    return view
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.numpy()
+
+
+def _host_view(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor (kept for parameters), else a copy."""
+    if tensor.device.type == "cpu" and tensor.is_contiguous():
+        view: np.ndarray = _aliasing_view(tensor, _numpy)
+        return view
+    return _host_array(tensor)
+
+
+def _to_backend(tensor: torch.Tensor, selection: Selection, enter: Any) -> Any:
+    """The tensor in the backend's memory: through DLPack (zero-copy, kept for parameters) when it is
+    already there, else uploaded from a host copy."""
     space = selection.backend.memory
-    if space.from_dlpack is not None and memory_of(tensor) == space.name:
-        return resolve_ref(space.from_dlpack)(tensor.detach().contiguous())
+    if enter is not None and memory_of(tensor) == space.name:
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+        return _aliasing_view(tensor, enter)
     return space.upload(_host_array(tensor))
 
 
@@ -107,12 +148,12 @@ def _to_torch(result: Any, selection: Selection, like: torch.Tensor) -> torch.Te
 
 def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
     """Select (cached) and run the implementation on tensors; the result is a new tensor."""
-    selection, implementation, kwargs = _plan(op, request, attrs, inputs)
+    selection, implementation, kwargs, enter = _plan(op, request, attrs, inputs)
     like = next(t for t in inputs if t is not None)
     if selection.backend.memory.is_host:
-        arrays = [None if t is None else _host_array(t) for t in inputs]
+        arrays = [None if t is None else _host_view(t) for t in inputs]
         return _from_host(implementation(*arrays, **kwargs), arrays, like)
-    moved = [None if t is None else _to_backend(t, selection) for t in inputs]
+    moved = [None if t is None else _to_backend(t, selection, enter) for t in inputs]
     return _to_torch(implementation(*moved, **kwargs), selection, like)
 
 
