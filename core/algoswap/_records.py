@@ -54,7 +54,9 @@ class MemorySpace:
     ``name`` is "host" for host memory; a memory space whose arrays live on a torch device is
     named after that device type ("cuda", "xpu", "mps"), so torch tensors find their backends.
     ``from_dlpack`` makes a backend array from any DLPack-capable object (a torch tensor) without
-    copying; results go back to torch through their own ``__dlpack__``.
+    copying; results go back to torch through their own ``__dlpack__``. ``accepts_host``: host
+    inputs are served without being asked for transfers (the caller uploads them), as for a device
+    the host reaches cheaply (SYCL USM on a CPU device); a GPU's memory leaves it False.
     """
 
     name: str
@@ -63,6 +65,7 @@ class MemorySpace:
     from_host: Ref = _host_array
     description: str = ""
     from_dlpack: Ref | None = None
+    accepts_host: bool = False
 
     @property
     def is_host(self) -> bool:

@@ -60,7 +60,7 @@ def _reject_reason(registry: Registry, impl: ImplRecord, call: OpCall, memory: s
     available = backend.availability()
     if available is not True:
         return f"backend unavailable: {available}"
-    if memory is not None and backend.memory.name != memory:
+    if memory is not None and backend.memory.name != memory and not (memory == "host" and backend.memory.accepts_host):
         return f"works on {backend.memory.name} memory; the inputs are in {memory} memory (pass transfer=True to move them)"
     answer = impl.check(call)
     return None if answer is True else str(answer)

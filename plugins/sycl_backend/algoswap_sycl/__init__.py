@@ -65,9 +65,11 @@ def algoswap_register(registry: Any) -> None:
             backend[0].device = f"sycl {context().filter_string}"
         return answer
 
+    from ._memory import USM
+
     backend.append(registry.add_backend(
-        BACKEND, device="sycl", priority=-10, probe=probe,
-        description="OpenCL C kernels through dpctl on a SYCL device (host arrays copied into USM per call)"))
+        BACKEND, device="sycl", memory=USM, priority=-10, probe=probe,
+        description="OpenCL C kernels through dpctl on a SYCL device (USM; host arrays copied in)"))
     _register_conv(registry)
     _register_others(registry)
 

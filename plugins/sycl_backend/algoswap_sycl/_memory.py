@@ -1,7 +1,7 @@
-"""USM, the memory space of SYCL device arrays (SyclArray), for a core that keeps values on the device.
+"""USM, the memory space of SYCL device arrays (SyclArray): the backend's memory.
 
-Not declared by the backend yet: the core selects only host-memory backends for CPU tensors in
-swap_conv2d and Model steps. Every kernel already takes SyclArrays and then returns SyclArrays.
+Host arrays are accepted (``accepts_host``: the caller copies them into USM, as swap_conv2d does for
+CPU tensors); a swap_backend Model keeps SyclArrays on the device between consecutive SYCL steps.
 """
 
 from __future__ import annotations
@@ -14,4 +14,5 @@ USM = MemorySpace(
     to_host="algoswap_sycl._device:to_host",
     from_host="algoswap_sycl._device:from_host",
     description="SYCL USM (shared) allocations on the selected device, C-contiguous",
+    accepts_host=True,
 )
