@@ -4,6 +4,7 @@ run; and the per-call overhead a swapped layer adds over calling its implementat
     .venv/bin/python benchmarks/swap_models.py                  # every zoo model, reduced inputs, batch 1
     .venv/bin/python benchmarks/swap_models.py --full --models resnet18 vgg16 --batch 8
     .venv/bin/python benchmarks/swap_models.py --plot swap.png  # also a bar chart (needs matplotlib)
+    .venv/bin/python benchmarks/swap_models.py --full --models resnet18 --algorithms dnnl:direct --extra unfused bf16
 
 Target (issue 3): <= 20 us added per swapped layer call on a tiny input.
 """
@@ -26,66 +27,44 @@ from torch import nn
 import algoswap
 from algoswap import zoo
 from algoswap._progress import progress
-from algoswap._torch.job import conv_algorithms, median_ms, relative_error
+from algoswap._torch.job import conv_algorithms, relative_error
 
 
-def per_call_us(run: Callable[[], Any], number: int = 5000) -> float:
-    return min(timeit.repeat(run, number=number, repeat=7)) / number * 1e6
+def timed_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median ms of each run, timed in turns (one of each per round) after one warm-up each, so that
+    load elsewhere on the machine falls on all of them alike."""
+    for run in runs.values():
+        run()
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(repeats):
+        for label, run in runs.items():
+            started = timeit.default_timer()
+            run()
+            times[label].append(timeit.default_timer() - started)
+    return {label: float(np.median(t)) * 1e3 for label, t in times.items()}
 
 
-def _noop_conv(x: np.ndarray, w: np.ndarray, b: Any, **attrs: Any) -> np.ndarray:
-    return x
-
-
-def _register_noop(registry: Any) -> None:
-    registry.add_backend("noop", priority=-100)  # never the default choice
-    registry.add_implementation("conv2d", "noop", "noop", _noop_conv)
-
-
-def overhead_rows() -> list[tuple[str, float, float, float]]:
-    """(layer, swapped module us, implementation called directly us, torch module us). The no-op
-    conv2d isolates the swap machinery from the kernel's own run-to-run noise."""
-    import types
-
-    from algoswap_numpy import activation, conv
-
-    plugin = types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=_register_noop)
-    algoswap.register_plugin(plugin, name="noop")
-    x = torch.randn(1, 1, 4, 4)
-    conv_module, relu_module = nn.Conv2d(1, 1, 3, padding=1), nn.ReLU()
-    swapped_smm = algoswap.swap_conv2d(copy.deepcopy(conv_module), "numpy:smm")
-    swapped_noop = algoswap.swap_conv2d(copy.deepcopy(conv_module), "noop:noop")
-    swapped_relu = algoswap.swap_operation("relu", copy.deepcopy(relu_module), "numpy:direct")
-    xn, wn, bn = x.numpy(), conv_module.weight.detach().numpy(), conv_module.bias.detach().numpy()
-    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, padding_mode="zeros")
-    with torch.no_grad():
-        rows = [
-            ("relu 1x1x4x4", per_call_us(lambda: swapped_relu(x)), per_call_us(lambda: activation.relu(xn)),
-             per_call_us(lambda: relu_module(x))),
-            ("conv2d no-op kernel", per_call_us(lambda: swapped_noop(x)), per_call_us(lambda: _noop_conv(xn, wn, bn, **attrs)),
-             per_call_us(lambda: conv_module(x))),
-            ("conv2d 1x1x4x4 smm", per_call_us(lambda: swapped_smm(x)), per_call_us(lambda: conv.conv2d_smm(xn, wn, bn, **attrs)),
-             per_call_us(lambda: conv_module(x))),
-        ]
-    algoswap.reload_plugins()  # the no-op backend is for this measurement only
-    return rows
-
-
-def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: list[str] | None = None) -> list[tuple[str, str, float, float]]:
-    """(model, way, ms, relative error) for torch, swap_conv2d per algorithm, and swap_backend."""
+def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: list[str] | None = None,
+               extra: tuple[str, ...] = ()) -> list[tuple[str, str, float, float]]:
+    """(model, way, ms, relative error) for torch, swap_conv2d per algorithm, and swap_backend
+    (``extra``: "unfused" adds swap_backend(fuse=False); "bf16" adds torch and swap_backend in bfloat16)."""
     model, x = zoo.build(name), zoo.sample_input(name, batch, small=small)
-    rows = []
+    runs: dict[str, Callable[[], Any]] = {"torch": lambda: model(x)}
+    for algorithm in algorithms if algorithms is not None else conv_algorithms():
+        swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
+        runs[f"swap_conv2d {algorithm}"] = lambda swapped=swapped: swapped(x)
+    variants = {"default": {}, "unfused": {"fuse": False}, "bf16": {"dtype": torch.bfloat16}}
+    for label in ("default",) + extra:
+        converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), **variants[label])  # type: ignore[arg-type]
+        runs[f"swap_backend {label}"] = lambda converted=converted: converted(x)
+    if "bf16" in extra:
+        low, x_low = copy.deepcopy(model).to(torch.bfloat16), x.to(torch.bfloat16)
+        runs["torch bf16"] = lambda: low(x_low)
     with torch.inference_mode():
         expected = model(x)
-        rows.append((name, "torch", median_ms(lambda: model(x), repeats), 0.0))
-        for algorithm in algorithms if algorithms is not None else conv_algorithms():
-            swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
-            rows.append((name, f"swap_conv2d {algorithm}", median_ms(lambda: swapped(x), repeats), relative_error(swapped(x), expected)))
-    if hasattr(algoswap, "swap_backend"):
-        converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
-        out = converted(x)
-        rows.append((name, "swap_backend default", median_ms(lambda: converted(x), repeats), relative_error(out, expected)))
-    return rows
+        errors = {label: relative_error(run().float(), expected) for label, run in runs.items()}
+        times = timed_in_turns(runs, repeats)
+    return [(name, label, times[label], errors[label]) for label in runs]
 
 
 def plot(rows: list[tuple[str, str, float, float]], path: str) -> None:
@@ -121,6 +100,8 @@ def main() -> None:
     parser.add_argument("--plot", help="write a bar chart of the ratios to this PNG file")
     parser.add_argument("--algorithms", nargs="*", help="conv2d algorithms for swap_conv2d (default: every available one)")
     parser.add_argument("--skip-overhead", action="store_true", help="only the model table")
+    parser.add_argument("--extra", nargs="*", default=[], choices=["unfused", "bf16"],
+                        help="also swap_backend(fuse=False), and/or torch and swap_backend in bfloat16")
     args = parser.parse_args()
 
     if not args.skip_overhead:
@@ -129,7 +110,7 @@ def main() -> None:
             print(f"{layer:<22} {swapped:11.1f} {direct:10.1f} {swapped - direct:9.1f} {plain:9.1f}")
     rows = []
     for name in progress(args.models, "benchmarking models"):
-        rows += model_rows(name, args.batch, not args.full, args.repeats, args.algorithms)
+        rows += model_rows(name, args.batch, not args.full, args.repeats, args.algorithms, tuple(args.extra))
     torch_ms = {r[0]: r[2] for r in rows if r[1] == "torch"}
     print(f"\n{'model':<11} {'way':<28} {'ms':>9} {'vs torch':>9} {'rel. error':>11}")
     for name, way, ms, error in rows:
