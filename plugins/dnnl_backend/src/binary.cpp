@@ -1,34 +1,44 @@
-// Binary add (src1 broadcast over src0 where its dimensions are 1) and concatenation.
+// Binary add, sub, mul and div (src1 broadcast over src0 where its dimensions are 1) and concatenation.
 #include "common.hpp"
 
 namespace algoswap_dnnl {
 namespace {
 
-// a + b: a has the output's shape; b has a's rank, each dimension equal to a's or 1. Equal shapes
+// a (op) b: a has the output's shape; b has a's rank, each dimension equal to a's or 1. Equal shapes
 // are seen as one flat array.
 struct Add {
     dims a, b;
     dt type = dt::f32;
+    std::string kind = "add";  // add, sub, mul or div
 
     memory::desc src0() const { return a == b ? plain({numel(a)}, tag::a, type) : with_type(dense(a)); }
     memory::desc src1() const { return a == b ? plain({numel(b)}, tag::a, type) : with_type(dense(b)); }
     memory::desc with_type(const memory::desc &md) const { return memory::desc(md.get_dims(), type, md.get_strides()); }
 };
 
-Add parse_add(const dims &a, const dims &b) {
-    const char *where = "algoswap_dnnl add: ";
+dnnl::algorithm binary_kind(const std::string &kind) {
+    if (kind == "add") return dnnl::algorithm::binary_add;
+    if (kind == "sub") return dnnl::algorithm::binary_sub;
+    if (kind == "mul") return dnnl::algorithm::binary_mul;
+    if (kind == "div") return dnnl::algorithm::binary_div;
+    throw py::value_error("algoswap_dnnl binary: kind must be 'add', 'sub', 'mul' or 'div', got '" + kind + "'");
+}
+
+Add parse_add(const dims &a, const dims &b, const std::string &kind = "add") {
+    binary_kind(kind);
+    std::string where = "algoswap_dnnl " + kind + ": ";
     if (a.size() != b.size() || a.empty())
         throw py::value_error(std::string(where) + "a and b must have one rank (>= 1): pad b's shape with leading 1s");
     for (size_t i = 0; i < a.size(); ++i)
         if (b[i] != a[i] && b[i] != 1)
             throw py::value_error(std::string(where) + "b must broadcast to a's shape (oneDNN broadcasts only src1): "
                                   "each dimension of b equal to a's or 1");
-    return Add{a, b};
+    return Add{a, b, dt::f32, kind};
 }
 
 PlanPtr add_plan(const Add &s) {
-    return cached_plan(make_key("add", {s.a, s.b}, type_name(s.type)), [&] {
-        dnnl::binary::primitive_desc pd(cpu_engine(), dnnl::algorithm::binary_add, s.src0(), s.src1(), s.src0(),
+    return cached_plan(make_key(s.kind.c_str(), {s.a, s.b}, type_name(s.type)), [&] {
+        dnnl::binary::primitive_desc pd(cpu_engine(), binary_kind(s.kind), s.src0(), s.src1(), s.src0(),
                                         user_scratchpad());
         Plan p;
         p.prim = dnnl::binary(pd);
@@ -40,11 +50,11 @@ PlanPtr add_plan(const Add &s) {
     });
 }
 
-py::array add(py::handle a, py::handle b) {
-    return guarded("add", [&] {
-        Tensor A = check_float(a, "add", "a"), B = check_float(b, "add", "b");
-        if (B.type != A.type) throw py::type_error("algoswap_dnnl add: argument 'b' must have a's dtype");
-        Add s = parse_add(A.shape, B.shape);
+py::array binary(py::handle a, py::handle b, const std::string &kind) {
+    return guarded(kind.c_str(), [&] {
+        Tensor A = check_float(a, kind.c_str(), "a"), B = check_float(b, kind.c_str(), "b");
+        if (B.type != A.type) throw py::type_error("algoswap_dnnl " + kind + ": argument 'b' must have a's dtype");
+        Add s = parse_add(A.shape, B.shape, kind);
         s.type = A.type;
         py::array out = empty_like_type(A, A.shape);
         if (numel(A.shape) > 0) add_plan(s)->run({A.data, B.data, out.mutable_data()});
@@ -137,8 +147,20 @@ py::array_t<float> concat(const std::vector<py::handle> &inputs, int64_t axis) {
 }  // namespace
 
 void init_binary(py::module_ &m) {
-    m.def("add", &add, "a + b, b broadcast over a (same rank, each dimension of b equal to a's or 1).", py::arg("a"),
-          py::arg("b"));
+    m.def("add", [](py::handle a, py::handle b) { return binary(a, b, "add"); },
+          "a + b, b broadcast over a (same rank, each dimension of b equal to a's or 1).", py::arg("a"), py::arg("b"));
+    m.def("binary", &binary, "a (kind: 'add', 'sub', 'mul' or 'div') b, b broadcast over a as in add.", py::arg("a"),
+          py::arg("b"), py::arg("kind"));
+    m.def("binary_impl",
+          [](const std::vector<int64_t> &a, const std::vector<int64_t> &b, const std::string &kind, const std::string &type) {
+              return guarded(kind.c_str(), [&] {
+                  Add s = parse_add(as_dims(a), as_dims(b), kind);
+                  s.type = parse_type(type);
+                  return info(add_plan(s));
+              });
+          },
+          "impl_info_str() of the primitive binary runs for these shapes.", py::arg("a_shape"), py::arg("b_shape"),
+          py::arg("kind"), py::arg("dtype") = "float32");
     m.def("add_impl",
           [](const std::vector<int64_t> &a, const std::vector<int64_t> &b, const std::string &type) {
               return guarded("add", [&] {

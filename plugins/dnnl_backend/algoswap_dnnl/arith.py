@@ -1,0 +1,163 @@
+"""Elementwise arithmetic on oneDNN primitives: sub, mul and div on binary (broadcasting as in
+elementwise.py), the unary and scalar-constant ops on eltwise, and their gradients.
+
+eltwise constants are oneDNN's: linear is alpha * x + beta (neg, add_scalar, mul_scalar, sub_grad_b),
+pow is alpha * x ** beta (rsqrt, rdiv_scalar, pow_scalar). Gradients come from eltwise backward:
+d(alpha * x ** beta) = alpha * beta * x ** (beta - 1), so rsqrt's gradient from its output y,
+-y**3 / 2, is pow's backward at y with alpha = -1/8, beta = 4. A gradient that must be summed down
+to a broadcast operand's shape is a reduction, which oneDNN 3.2 runs with its reference kernel:
+the predicates refuse those calls and say so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._ext import dnnl, refusal
+from .elementwise import binary, plan, supports_binary
+
+Shape = tuple[int, ...]
+# op -> (eltwise kind, alpha, beta) of its attributes
+_ELTWISE: dict[str, Any] = {
+    "neg": lambda a: ("linear", -1.0, 0.0),
+    "add_scalar": lambda a: ("linear", 1.0, a["value"]),
+    "mul_scalar": lambda a: ("linear", a["value"], 0.0),
+    "sqrt": lambda a: ("sqrt", 0.0, 0.0),
+    "rsqrt": lambda a: ("pow", 1.0, -0.5),
+    "rdiv_scalar": lambda a: ("pow", a["value"], -1.0),
+    "pow_scalar": lambda a: ("pow", 1.0, a["exponent"]),
+    "sub_grad_b": lambda a: ("linear", -1.0, 0.0),
+}
+# gradient op -> (eltwise kind, alpha, beta) of the backward primitive, read at its second input
+_BACKWARD: dict[str, Any] = {
+    "sqrt_grad": lambda a: ("sqrt", 0.0, 0.0),
+    "rsqrt_grad": lambda a: ("pow", -0.125, 4.0),
+    "rdiv_scalar_grad": lambda a: ("pow", a["value"], -1.0),
+    "pow_scalar_grad": lambda a: ("pow", 1.0, a["exponent"]),
+}
+_REDUCTION = ("the gradient is summed from {full} down to the operand's shape {shape}: a reduction, and oneDNN 3.2's "
+              "reduction primitive runs its reference kernel for it")
+
+
+def _eltwise(op: str, x: np.ndarray, **attrs: float) -> np.ndarray:
+    kind, alpha, beta = _ELTWISE[op](attrs)
+    return dnnl.eltwise(np.ascontiguousarray(x), kind, float(alpha), float(beta))
+
+
+def _eltwise_grad(op: str, dy: np.ndarray, data: np.ndarray, **attrs: float) -> np.ndarray:
+    kind, alpha, beta = _BACKWARD[op](attrs)
+    return dnnl.eltwise_grad(np.ascontiguousarray(dy), np.ascontiguousarray(data), kind, float(alpha), float(beta))
+
+
+def sub(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return binary("sub", a, b)
+
+
+def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return binary("mul", a, b)
+
+
+def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return binary("div", a, b)
+
+
+def sub_grad_b(dy: np.ndarray, *, shape: Shape) -> np.ndarray:
+    """-dy (b had the output's shape)."""
+    return _eltwise("sub_grad_b", dy)
+
+
+def mul_grad(dy: np.ndarray, other: np.ndarray, *, shape: Shape) -> np.ndarray:
+    """dy * other (the operand had the output's shape; other may broadcast)."""
+    return binary("mul", dy, other)
+
+
+def div_grad_a(dy: np.ndarray, b: np.ndarray, *, shape: Shape) -> np.ndarray:
+    """dy / b (a had the output's shape; b may broadcast)."""
+    return binary("div", dy, b)
+
+
+def neg(x: np.ndarray) -> np.ndarray:
+    return _eltwise("neg", x)
+
+
+def sqrt(x: np.ndarray) -> np.ndarray:
+    return _eltwise("sqrt", x)
+
+
+def sqrt_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """dy / (2 y): eltwise_sqrt_use_dst_for_bwd."""
+    return _eltwise_grad("sqrt_grad", dy, y)
+
+
+def rsqrt(x: np.ndarray) -> np.ndarray:
+    return _eltwise("rsqrt", x)
+
+
+def rsqrt_grad(dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """-dy * y**3 / 2: eltwise_pow backward at y with alpha = -1/8, beta = 4."""
+    return _eltwise_grad("rsqrt_grad", dy, y)
+
+
+def add_scalar(x: np.ndarray, *, value: float) -> np.ndarray:
+    return _eltwise("add_scalar", x, value=value)
+
+
+def mul_scalar(x: np.ndarray, *, value: float) -> np.ndarray:
+    return _eltwise("mul_scalar", x, value=value)
+
+
+def rdiv_scalar(x: np.ndarray, *, value: float) -> np.ndarray:
+    """value * x ** -1."""
+    return _eltwise("rdiv_scalar", x, value=value)
+
+
+def rdiv_scalar_grad(dy: np.ndarray, x: np.ndarray, *, value: float) -> np.ndarray:
+    return _eltwise_grad("rdiv_scalar_grad", dy, x, value=value)
+
+
+def pow_scalar(x: np.ndarray, *, exponent: float) -> np.ndarray:
+    return _eltwise("pow_scalar", x, exponent=exponent)
+
+
+def pow_scalar_grad(dy: np.ndarray, x: np.ndarray, *, exponent: float) -> np.ndarray:
+    return _eltwise_grad("pow_scalar_grad", dy, x, exponent=exponent)
+
+
+# ---------------------------------------------------------------------- selection and kernels
+
+_BINARY = {"sub": ("sub", "a", "b"), "mul": ("mul", "a", "b"), "div": ("div", "a", "b"),
+           "mul_grad": ("mul", "grad_output", "other"), "div_grad_a": ("div", "grad_output", "other")}
+
+
+def _size(call: Any) -> int:
+    return int(np.prod(call.out_shape, dtype=np.int64))
+
+
+def _eltwise_plan(call: Any) -> Any:
+    if call.op in _BACKWARD:
+        kind, alpha, beta = _BACKWARD[call.op](call.attrs)
+        return dnnl.eltwise_grad_impl(_size(call), kind, float(alpha), float(beta))
+    kind, alpha, beta = _ELTWISE[call.op](call.attrs)
+    return dnnl.eltwise_impl(_size(call), kind, float(alpha), beta=float(beta))
+
+
+def supports(call: Any) -> bool | str:
+    """Binary ops: oneDNN's broadcasting rule; gradients: no reduction; then oneDNN is asked."""
+    if "shape" in call.attrs and call.attrs["shape"] != call.shape("grad_output"):
+        return _REDUCTION.format(full=call.shape("grad_output"), shape=call.attrs["shape"])
+    if call.op in _BINARY:
+        return supports_binary(call, *_BINARY[call.op])
+    if _size(call) == 0:
+        return True
+    return refusal(lambda: _eltwise_plan(call))
+
+
+def kernel(call: Any) -> str:
+    if _size(call) == 0:
+        return "none (empty array)"
+    if call.op in _BINARY:
+        return str(plan(call, *_BINARY[call.op]))
+    return str(_eltwise_plan(call))
+
