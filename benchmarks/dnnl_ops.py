@@ -11,7 +11,12 @@ which the binary ops' predicates refuse (the registry does not offer it).
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # before torch loads libgomp: see algoswap._cli.quiet_openmp_spinning
+
 import argparse
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -28,6 +33,9 @@ CASES: list[Case] = [
     ("mul", "direct", ((64, 256, 28, 28), (256, 1, 1)), {}, torch.mul),
     ("div", "direct", ((64, 256, 28, 28), (64, 256, 28, 28)), {}, torch.div),
     ("sqrt", "direct", ((64, 256, 28, 28),), {}, torch.sqrt),
+    ("rsqrt", "direct", ((64, 256, 28, 28),), {}, torch.rsqrt),
+    ("rsqrt_grad", "direct", ((64, 256, 28, 28), (64, 256, 28, 28)), {}, lambda dy, y: dy * y * y * y * -0.5),
+    ("pow_scalar", "direct", ((64, 256, 28, 28),), {"exponent": 2.0}, lambda x, exponent: torch.pow(x, exponent)),
     ("pow_scalar", "direct", ((64, 256, 28, 28),), {"exponent": 2.5}, lambda x, exponent: torch.pow(x, exponent)),
     ("mul_scalar", "direct", ((64, 256, 28, 28),), {"value": 0.5}, lambda x, value: x * value),
     ("matmul", "gemm", ((1024, 1024), (1024, 1024)), {}, torch.matmul),
@@ -50,12 +58,13 @@ def main() -> None:
     for op, algorithm, shapes, attrs, torch_fn in CASES:
         arrays = [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in shapes]
         tensors = [torch.from_numpy(a) for a in arrays]
-        runs = {name: (lambda name=name: algoswap.ops.call(op, *arrays, algorithm=f"{name}:{algorithm}", **attrs))
-                for name in ("dnnl", "numpy")}
-        runs["torch"] = lambda: torch_fn(*tensors, **attrs)
+        runs: dict[str, Callable[[], Any]] = {
+            name: functools.partial(algoswap.ops.call, op, *arrays, algorithm=f"{name}:{algorithm}", **attrs)
+            for name in ("dnnl", "numpy")}
+        runs["torch"] = functools.partial(torch_fn, *tensors, **attrs)
         with torch.inference_mode():
             ms = median_ms(runs, args.runs)
-        with algoswap.trace() as ran:
+        with algoswap.trace() as ran:  # type: ignore[attr-defined]
             algoswap.ops.call(op, *arrays, algorithm=f"dnnl:{algorithm}", **attrs)
         kernel = ran[0].kernel
         label = " x ".join(str(s) for s in shapes) + (f" {attrs}" if attrs else "")

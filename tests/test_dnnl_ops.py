@@ -116,6 +116,7 @@ def test_ops_report_their_kernels() -> None:
         ("mul", [(2, 64, 8, 8), (64, 1, 1)], {}, ("jit",)),
         ("div_grad_a", [(4, 5), (4, 5)], {"shape": (4, 5)}, ("jit",)),
         ("pow_scalar", [(4096,)], {"exponent": 1.5}, ("jit",)),
+        ("rsqrt", [(4096,)], {}, ("jit",)),
         ("rsqrt_grad", [(4096,), (4096,)], {}, ("jit",)),
         ("matmul", [(64, 32), (48, 64)], {"trans_a": True, "trans_b": True}, ("brg", "gemm")),
         ("batch_matmul", [(4, 1, 16, 8), (3, 8, 16)], {}, ("brg", "gemm")),
@@ -125,6 +126,7 @@ def test_ops_report_their_kernels() -> None:
         selection = algoswap.select(op, shapes, algorithm="dnnl:default", **attrs)
         assert selection.impl.backend == "dnnl", op
         assert any(word in selection.kernel for word in words), (op, selection.kernel)
+    assert algoswap.select("rsqrt", [(4096,)], algorithm="dnnl:default").kernel.count("jit") == 2  # sqrt, then pow(-1)
     kernel = algoswap.select("instance_norm_grad_weight", [(2, 8, 4, 4), (2, 8, 4, 4)], algorithm="dnnl:default").kernel
     assert "numpy sum over N" in kernel
 
