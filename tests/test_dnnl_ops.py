@@ -98,7 +98,6 @@ def test_instance_norm_and_gradients_on_a_larger_input(rng: np.random.Generator)
 
 def test_arith_predicates_say_why_onednn_cannot_run_a_call() -> None:
     refusals = [
-        ("sub", [(1,), (3, 2)], {}, "does not commute"),
         ("div", [(4, 1), (3,)], {}, "broadcasts only one operand"),
         ("mul", [(2, 64, 8, 8), (8, 1)], {}, "reference kernel"),
         ("mul_grad", [(3, 4), (4,)], {"shape": (3, 1)}, "reduction"),
@@ -108,7 +107,25 @@ def test_arith_predicates_say_why_onednn_cannot_run_a_call() -> None:
         with pytest.raises(algoswap.NoImplementationError, match=words):
             algoswap.select(op, shapes, algorithm="dnnl:direct", **attrs)
         assert algoswap.select(op, shapes, **attrs).impl.backend != "dnnl", op  # another backend serves it
-    assert algoswap.select("mul", [(1,), (3, 2)], algorithm="dnnl:direct").impl.backend == "dnnl"  # mul commutes
+
+
+
+@pytest.mark.parametrize("op, shapes", [("sub", ((3, 1, 1, 1), (2, 3, 4, 5, 6))), ("div", ((5, 1), (3, 5, 7)))])
+def test_a_broadcast_first_operand_is_swapped_and_turned_back_by_a_post_op(op: str, shapes: Any,
+                                                                           rng: np.random.Generator) -> None:
+    a, b = (rng.uniform(0.5, 2.0, s).astype(np.float32) for s in shapes)
+    got, ref = _both(op, [a, b])
+    assert relative_error(got, ref) < TOLERANCE
+    assert algoswap.select(op, list(shapes), algorithm="dnnl:direct").impl.backend == "dnnl"
+
+
+def test_div_grad_b_is_one_binary_primitive_with_post_ops(rng: np.random.Generator) -> None:
+    dy, b = rng.standard_normal((2, 8, 6, 5), dtype=np.float32), rng.uniform(0.5, 2.0, (2, 8, 6, 5)).astype(np.float32)
+    a = rng.standard_normal((8, 1, 1), dtype=np.float32)
+    got, ref = _both("div_grad_b", [dy, a, b], shape=b.shape)
+    assert relative_error(got, ref) < TOLERANCE
+    with pytest.raises(algoswap.NoImplementationError, match="reduction"):
+        algoswap.select("div_grad_b", [(2, 8), (2, 8), (8,)], algorithm="dnnl:direct", shape=(8,))
 
 
 def test_ops_report_their_kernels() -> None:
@@ -133,7 +150,7 @@ def test_ops_report_their_kernels() -> None:
 
 @pytest.mark.parametrize("op, words", [
     ("reduce_sum", "reference kernel"), ("sum_to_shape", "reference kernel"), ("broadcast_to", "no broadcast primitive"),
-    ("div_grad_b", "binary post-ops"), ("pad", "no padding primitive"), ("embedding", "gather"),
+("pad", "no padding primitive"), ("embedding", "gather"),
     ("dropout", "random-number"), ("softmax_cross_entropy", "no loss primitive"), ("csrmm", "sparse"),
     ("adam_update_sparse", "no optimizer primitive"), ("zeros_like", "no fill primitive"),
 ])
@@ -159,6 +176,10 @@ def test_extension_refuses_wrong_arrays_and_names_the_op() -> None:
         ext().binary(x, x, "pow")
     with pytest.raises(ValueError, match="div: b must broadcast"):
         ext().binary(x, np.ones((2, 4), np.float32), "div")
+    with pytest.raises(ValueError, match="mul: post-op 0: its array must broadcast"):
+        ext().binary(x, x, "mul", [("div", np.ones((3, 3), np.float32), 0.0, 0.0)])
+    with pytest.raises(TypeError, match="mul: argument 'post\\[0\\]' must be float32"):
+        ext().binary(x, x, "mul", [("div", x.astype(np.float64), 0.0, 0.0)])
     with pytest.raises(ValueError, match="transpose: perm must be a permutation"):
         ext().transpose(x, [0, 0])
     with pytest.raises(ValueError, match="matmul: batch dimension 0 of a and b differ"):

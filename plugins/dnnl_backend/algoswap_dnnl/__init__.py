@@ -126,7 +126,7 @@ def _register_more(registry: Any) -> None:
     add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=_lazy("shape", "kernel"))
 
 
-_ARITH = ("sub mul div sub_grad_b mul_grad div_grad_a neg sqrt sqrt_grad rsqrt rsqrt_grad add_scalar mul_scalar "
+_ARITH = ("sub mul div sub_grad_b mul_grad div_grad_a div_grad_b neg sqrt sqrt_grad rsqrt rsqrt_grad add_scalar mul_scalar "
           "rdiv_scalar rdiv_scalar_grad pow_scalar pow_scalar_grad").split()
 _MATMUL = ("matmul", "matmul_grad_a", "matmul_grad_b", "batch_matmul", "batch_matmul_grad_a", "batch_matmul_grad_b")
 
@@ -152,8 +152,6 @@ def _register_ops(registry: Any) -> None:
 _UNSUPPORTED = {
     "reduce_sum reduce_mean sum_to_shape": REDUCTION_REASON,
     "reduce_sum_grad reduce_mean_grad broadcast_to": "a broadcast copy: oneDNN 3.2 has no broadcast primitive",
-    "div_grad_b": "-grad_output * a / b**2 is three binary ops (and a reduction where b was broadcast); one oneDNN "
-                  "primitive would need binary post-ops, not mapped here",
     "zeros_like ones_like": "a fill: oneDNN 3.2 has no fill primitive",
     "slice split slice_grad": "a copy into or out of a window: oneDNN 3.2 has no slicing primitive (a reorder of a "
                               "sub-memory could copy it, with NumPy's memory traffic; not mapped)",

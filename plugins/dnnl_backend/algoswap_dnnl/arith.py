@@ -1,5 +1,6 @@
 """Elementwise arithmetic on oneDNN primitives: sub, mul and div on binary (broadcasting as in
-elementwise.py), the unary and scalar-constant ops on eltwise, and their gradients.
+elementwise.py), the unary and scalar-constant ops on eltwise, and their gradients. div_grad_b,
+-grad_output * a / b**2, is one binary primitive: mul, then post-ops div by b twice and linear -x.
 
 eltwise constants are oneDNN's: linear is alpha * x + beta (neg, add_scalar, mul_scalar, sub_grad_b),
 pow is alpha * x ** beta (rdiv_scalar, pow_scalar). oneDNN's pow has fast paths only for some
@@ -82,6 +83,11 @@ def div_grad_a(dy: np.ndarray, b: np.ndarray, *, shape: Shape) -> np.ndarray:
     return binary("div", dy, b)
 
 
+def div_grad_b(dy: np.ndarray, a: np.ndarray, b: np.ndarray, *, shape: Shape) -> np.ndarray:
+    """-dy * a / b**2 (b had the output's shape; a may broadcast)."""
+    return binary("mul", dy, a, [("div", b, 0.0, 0.0), ("div", b, 0.0, 0.0), ("linear", None, -1.0, 0.0)])
+
+
 def neg(x: np.ndarray) -> np.ndarray:
     return _eltwise("neg", x)
 
@@ -132,8 +138,12 @@ def pow_scalar_grad(dy: np.ndarray, x: np.ndarray, *, exponent: float) -> np.nda
 
 # ---------------------------------------------------------------------- selection and kernels
 
-_BINARY = {"sub": ("sub", "a", "b"), "mul": ("mul", "a", "b"), "div": ("div", "a", "b"),
-           "mul_grad": ("mul", "grad_output", "other"), "div_grad_a": ("div", "grad_output", "other")}
+# op -> (binary kind, its inputs as src0 and src1, post-ops with their arrays named by input)
+_BINARY: dict[str, tuple[str, str, str, list[Any]]] = {
+    "sub": ("sub", "a", "b", []), "mul": ("mul", "a", "b", []), "div": ("div", "a", "b", []),
+    "mul_grad": ("mul", "grad_output", "other", []), "div_grad_a": ("div", "grad_output", "other", []),
+    "div_grad_b": ("mul", "grad_output", "a", [("div", "b", 0.0, 0.0), ("div", "b", 0.0, 0.0), ("linear", None, -1.0, 0.0)]),
+}
 
 
 def _size(call: Any) -> int:
@@ -156,7 +166,8 @@ def supports(call: Any) -> bool | str:
     if "shape" in call.attrs and call.attrs["shape"] != call.shape("grad_output"):
         return _REDUCTION.format(full=call.shape("grad_output"), shape=call.attrs["shape"])
     if call.op in _BINARY:
-        return supports_binary(call, *_BINARY[call.op])
+        kind, a, b, post = _BINARY[call.op]
+        return supports_binary(call, kind, a, b, post)
     if _size(call) == 0:
         return True
     return refusal(lambda: _eltwise_plans(call))
@@ -166,6 +177,7 @@ def kernel(call: Any) -> str:
     if _size(call) == 0:
         return "none (empty array)"
     if call.op in _BINARY:
-        return str(plan(call, *_BINARY[call.op]))
+        kind, a, b, post = _BINARY[call.op]
+        return str(plan(call, kind, a, b, post))
     return " + ".join(str(plan.impl) for plan in _eltwise_plans(call))
 
