@@ -8,6 +8,12 @@ normalisation. The gradient ops receive the forward input, not its statistics: t
 recomputes them with a cached forward_training primitive, then runs the backward primitive
 (backward_data for the input's gradient, backward with use_scale for the weight's). Bias gradients
 are plain sums, done by NumPy (see BIAS_KERNEL).
+
+instance_norm is batch normalisation of the input seen as (1, N*C, H, W): each (sample, channel)
+plane becomes a channel of a batch of one, so the batch statistics over (1, H, W) are the instance
+statistics over (H, W), and the gradients through them are instance norm's. The per-channel weight
+is repeated for each sample; its gradient comes back per (sample, channel) and is summed over the
+N samples by NumPy (N * C numbers).
 """
 
 from __future__ import annotations
@@ -90,21 +96,66 @@ def layer_norm_grad_bias(dy: np.ndarray, *, normalized_ndim: int) -> np.ndarray:
     return total
 
 
+# ---------------------------------------------------------------------------- instance norm
+
+
+def _planes(a: np.ndarray) -> np.ndarray:
+    """NCHW seen as (1, N*C, H, W)."""
+    n, c, h, w = a.shape
+    return np.ascontiguousarray(a).reshape(1, n * c, h, w)
+
+
+def _per_plane(weight: np.ndarray | None, samples: int) -> np.ndarray | None:
+    return None if weight is None else np.tile(np.ascontiguousarray(weight).reshape(-1), samples)
+
+
+def instance_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
+    n = x.shape[0]
+    y = dnnl.batch_norm(_planes(x), None, None, _per_plane(weight, n), _per_plane(bias, n), eps)
+    return y.reshape(x.shape)
+
+
+def instance_norm_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, eps: float) -> np.ndarray:
+    dx = dnnl.batch_norm_backward(_planes(dy), _planes(x), _per_plane(weight, x.shape[0]), eps, "input")
+    return dx.reshape(x.shape)
+
+
+def instance_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, eps: float) -> np.ndarray:
+    """The per-plane weight gradients of oneDNN, summed over the samples."""
+    dw = dnnl.batch_norm_backward(_planes(dy), _planes(x), None, eps, "weight")
+    total: np.ndarray = dw.reshape(x.shape[:2]).sum(axis=0)
+    return total
+
+
+def instance_norm_grad_bias(dy: np.ndarray) -> np.ndarray:
+    """dy summed over (N, H, W) (NumPy, as for the other bias gradients)."""
+    return batch_norm_train_grad_bias(dy)
+
+
 # ---------------------------------------------------------------------- selection and kernels
 
 
+def _norm_input(call: Any) -> tuple[str, list[int]]:
+    """The batch-norm op an instance_norm op runs as, and the input shape its primitive sees."""
+    if not call.op.startswith("instance_norm"):
+        return call.op, list(call.shape("input"))
+    n, c, h, w = call.shape("input")
+    return call.op.replace("instance_norm", "batch_norm_train"), [1, n * c, h, w]
+
+
 def _plan(call: Any) -> Any:
-    op, a = call.op, call.attrs
+    a = call.attrs
+    op, shape = _norm_input(call)
     if op == "batchnorm2d":
         return dnnl.batch_norm_impl(list(call.shape("input")), True, call.shape("weight") is not None,
                                     call.shape("bias") is not None, a["eps"])
     if op == "batch_norm_train":
-        return dnnl.batch_norm_impl(list(call.shape("input")), False, call.shape("weight") is not None,
+        return dnnl.batch_norm_impl(shape, False, call.shape("weight") is not None,
                                     call.shape("bias") is not None, a["eps"])
     if op.startswith("batch_norm_train_grad_"):
         want = op.rsplit("_", 1)[1]
         scale = want == "input" and call.shape("weight") is not None
-        return dnnl.batch_norm_backward_impl(list(call.shape("input")), scale, a["eps"], want)
+        return dnnl.batch_norm_backward_impl(shape, scale, a["eps"], want)
     rows = list(_rows(call.shape("input"), a["normalized_ndim"]))
     if op == "layer_norm":
         return dnnl.layer_norm_impl(rows, call.shape("weight") is not None, call.shape("bias") is not None, a["eps"])
@@ -119,4 +170,5 @@ def supports(call: Any) -> bool | str:
 
 
 def kernel(call: Any) -> str:
-    return str(_plan(call).impl)
+    impl = str(_plan(call).impl)
+    return f"{impl} per (sample, channel), then numpy sum over N" if call.op == "instance_norm_grad_weight" else impl

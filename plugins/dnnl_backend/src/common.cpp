@@ -321,4 +321,5 @@ PYBIND11_MODULE(_dnnl, m) {
     init_norm(m);
     init_softmax(m);
     init_binary(m);
+    init_transpose(m);
 }

@@ -158,5 +158,6 @@ void init_eltwise(py::module_ &m);
 void init_norm(py::module_ &m);
 void init_softmax(py::module_ &m);
 void init_binary(py::module_ &m);
+void init_transpose(py::module_ &m);
 
 }  // namespace algoswap_dnnl

@@ -1,5 +1,6 @@
-// Elementwise activations (relu / leaky relu, logistic, tanh), forward and backward, on arrays of
-// any shape (seen as one flat array).
+// Elementwise primitives (relu / leaky relu, logistic, tanh, linear, sqrt, pow), forward and
+// backward, on arrays of any shape (seen as one flat array). alpha and beta are oneDNN's: linear is
+// alpha * x + beta, pow is alpha * x ** beta.
 #include "common.hpp"
 
 namespace algoswap_dnnl {
@@ -22,13 +23,19 @@ Kind parse(const std::string &kind) {
     if (kind == "relu") return {kind, alg::eltwise_relu, alg::eltwise_relu, false};
     if (kind == "logistic") return {kind, alg::eltwise_logistic, alg::eltwise_logistic_use_dst_for_bwd, true};
     if (kind == "tanh") return {kind, alg::eltwise_tanh, alg::eltwise_tanh_use_dst_for_bwd, true};
-    throw py::value_error("algoswap_dnnl eltwise: kind must be 'relu', 'logistic' or 'tanh', got '" + kind + "'");
+    if (kind == "linear") return {kind, alg::eltwise_linear, alg::eltwise_linear, false};
+    if (kind == "sqrt") return {kind, alg::eltwise_sqrt, alg::eltwise_sqrt_use_dst_for_bwd, true};
+    if (kind == "pow") return {kind, alg::eltwise_pow, alg::eltwise_pow, false};
+    throw py::value_error("algoswap_dnnl eltwise: kind must be 'relu', 'logistic', 'tanh', 'linear', 'sqrt' or 'pow', got '" +
+                          kind + "'");
 }
 
-PlanPtr forward_plan(const Kind &k, int64_t size, float alpha, dt type = dt::f32) {
-    return cached_plan(make_key(k.name.c_str(), {{size}}, float_text(alpha) + type_name(type)), [&] {
+std::string constants(float alpha, float beta) { return float_text(alpha) + "/" + float_text(beta); }
+
+PlanPtr forward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f, dt type = dt::f32) {
+    return cached_plan(make_key(k.name.c_str(), {{size}}, constants(alpha, beta) + type_name(type)), [&] {
         memory::desc md = flat(size, type);
-        dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), pk::forward_inference, k.forward, md, md, alpha, 0.f,
+        dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), pk::forward_inference, k.forward, md, md, alpha, beta,
                                                  user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_forward(pd);
@@ -39,11 +46,11 @@ PlanPtr forward_plan(const Kind &k, int64_t size, float alpha, dt type = dt::f32
     });
 }
 
-PlanPtr backward_plan(const Kind &k, int64_t size, float alpha) {
-    return cached_plan(make_key((k.name + "_grad").c_str(), {{size}}, float_text(alpha)), [&] {
+PlanPtr backward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f) {
+    return cached_plan(make_key((k.name + "_grad").c_str(), {{size}}, constants(alpha, beta)), [&] {
         dnnl::eltwise_forward::primitive_desc hint(cpu_engine(), pk::forward_training, k.backward, flat(size), flat(size),
-                                                   alpha, 0.f);
-        dnnl::eltwise_backward::primitive_desc pd(cpu_engine(), k.backward, flat(size), flat(size), flat(size), alpha, 0.f,
+                                                   alpha, beta);
+        dnnl::eltwise_backward::primitive_desc pd(cpu_engine(), k.backward, flat(size), flat(size), flat(size), alpha, beta,
                                                   hint, user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_backward(pd);
@@ -58,18 +65,18 @@ PlanPtr backward_plan(const Kind &k, int64_t size, float alpha) {
     });
 }
 
-py::array forward(py::handle x, const std::string &kind, float alpha) {
+py::array forward(py::handle x, const std::string &kind, float alpha, float beta) {
     return guarded(kind.c_str(), [&] {
         Kind k = parse(kind);
         Tensor X = check_float(x, kind.c_str(), "input");
         py::array out = empty_like_type(X, X.shape);
-        if (numel(X.shape) > 0) forward_plan(k, numel(X.shape), alpha, X.type)->run({X.data, out.mutable_data()});
+        if (numel(X.shape) > 0) forward_plan(k, numel(X.shape), alpha, beta, X.type)->run({X.data, out.mutable_data()});
         return out;
     });
 }
 
 // data: the forward input (relu) or output (logistic, tanh).
-py::array_t<float> backward(py::handle dy, py::handle data, const std::string &kind, float alpha) {
+py::array_t<float> backward(py::handle dy, py::handle data, const std::string &kind, float alpha, float beta) {
     std::string op = kind + "_grad";
     return guarded(op.c_str(), [&] {
         Kind k = parse(kind);
@@ -78,7 +85,7 @@ py::array_t<float> backward(py::handle dy, py::handle data, const std::string &k
         if (DY.shape != D.shape)
             throw py::value_error("algoswap_dnnl " + op + ": grad_output and " + second + " shapes differ");
         auto out = empty_f32(D.shape);
-        if (numel(D.shape) > 0) backward_plan(k, numel(D.shape), alpha)->run({DY.data, D.data, out.mutable_data()});
+        if (numel(D.shape) > 0) backward_plan(k, numel(D.shape), alpha, beta)->run({DY.data, D.data, out.mutable_data()});
         return out;
     });
 }
@@ -86,8 +93,8 @@ py::array_t<float> backward(py::handle dy, py::handle data, const std::string &k
 }  // namespace
 
 void init_eltwise(py::module_ &m) {
-    m.def("relu", [](py::handle x) { return forward(x, "relu", 0.f); }, "max(input, 0) elementwise.", py::arg("input"));
-    m.def("relu_grad", [](py::handle dy, py::handle x) { return backward(dy, x, "relu", 0.f); },
+    m.def("relu", [](py::handle x) { return forward(x, "relu", 0.f, 0.f); }, "max(input, 0) elementwise.", py::arg("input"));
+    m.def("relu_grad", [](py::handle dy, py::handle x) { return backward(dy, x, "relu", 0.f, 0.f); },
           "grad_output where input > 0, else 0.", py::arg("grad_output"), py::arg("input"));
     m.def("relu_impl", [](int64_t size) { return guarded("relu", [&] { return info(forward_plan(parse("relu"), size, 0.f)); }); },
           "impl_info_str() of the primitive relu runs on this many elements.", py::arg("size"));
@@ -95,23 +102,25 @@ void init_eltwise(py::module_ &m) {
           [](int64_t size) { return guarded("relu_grad", [&] { return info(backward_plan(parse("relu"), size, 0.f)); }); },
           "impl_info_str() of the primitive relu_grad runs on this many elements.", py::arg("size"));
     m.def("eltwise", &forward,
-          "kind 'relu' (alpha: the slope below 0, leaky relu), 'logistic' (sigmoid) or 'tanh', elementwise.",
-          py::arg("input"), py::arg("kind"), py::arg("alpha") = 0.f);
+          "kind 'relu' (alpha: the slope below 0, leaky relu), 'logistic' (sigmoid), 'tanh', 'linear' "
+          "(alpha * x + beta), 'sqrt' or 'pow' (alpha * x ** beta), elementwise.",
+          py::arg("input"), py::arg("kind"), py::arg("alpha") = 0.f, py::arg("beta") = 0.f);
     m.def("eltwise_grad", &backward,
-          "Gradient of eltwise: from the forward input for 'relu', from the forward output for 'logistic' and 'tanh'.",
-          py::arg("grad_output"), py::arg("data"), py::arg("kind"), py::arg("alpha") = 0.f);
+          "Gradient of eltwise: from the forward output for 'logistic', 'tanh' and 'sqrt', else from the forward input.",
+          py::arg("grad_output"), py::arg("data"), py::arg("kind"), py::arg("alpha") = 0.f, py::arg("beta") = 0.f);
     m.def("eltwise_impl",
-          [](int64_t size, const std::string &kind, float alpha, const std::string &type) {
-              return guarded(kind.c_str(), [&] { return info(forward_plan(parse(kind), size, alpha, parse_type(type))); });
+          [](int64_t size, const std::string &kind, float alpha, const std::string &type, float beta) {
+              return guarded(kind.c_str(),
+                             [&] { return info(forward_plan(parse(kind), size, alpha, beta, parse_type(type))); });
           },
           "impl_info_str() of the primitive eltwise runs on this many elements.", py::arg("size"), py::arg("kind"),
-          py::arg("alpha") = 0.f, py::arg("dtype") = "float32");
+          py::arg("alpha") = 0.f, py::arg("dtype") = "float32", py::arg("beta") = 0.f);
     m.def("eltwise_grad_impl",
-          [](int64_t size, const std::string &kind, float alpha) {
-              return guarded((kind + "_grad").c_str(), [&] { return info(backward_plan(parse(kind), size, alpha)); });
+          [](int64_t size, const std::string &kind, float alpha, float beta) {
+              return guarded((kind + "_grad").c_str(), [&] { return info(backward_plan(parse(kind), size, alpha, beta)); });
           },
           "impl_info_str() of the primitive eltwise_grad runs on this many elements.", py::arg("size"), py::arg("kind"),
-          py::arg("alpha") = 0.f);
+          py::arg("alpha") = 0.f, py::arg("beta") = 0.f);
 }
 
 }  // namespace algoswap_dnnl
