@@ -29,7 +29,8 @@ DIV: list[Case] = [
 
 SCALAR: list[Case] = [(((3, 4),), {"value": 2.5}), (((2, 3, 4),), {"value": -1})]
 RDIV_SCALAR: list[Case] = [((Arg((3, 4), "positive"),), {"value": 2.5}), ((Arg((5,), "positive"),), {"value": -1})]
-POW_SCALAR: list[Case] = [((Arg((3, 4), "positive"),), {"exponent": 2.5}), ((Arg((5,), "positive"),), {"exponent": -0.5}), (((2, 3),), {"exponent": 3})]
+POW_SCALAR: list[Case] = [((Arg((3, 4), "positive"),), {"exponent": 2.5}), ((Arg((5,), "positive"),), {"exponent": -0.5}), (((2, 3),), {"exponent": 3}),
+                          (((4, 3),), {"exponent": 2}), ((Arg((2, 5), "positive"),), {"exponent": -1})]
 
 MATMUL: list[Case] = [
     (((3, 4), (4, 5)), {}),
