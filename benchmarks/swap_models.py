@@ -4,7 +4,7 @@ run; and the per-call overhead a swapped layer adds over calling its implementat
     .venv/bin/python benchmarks/swap_models.py                  # every zoo model, reduced inputs, batch 1
     .venv/bin/python benchmarks/swap_models.py --full --models resnet18 vgg16 --batch 8
     .venv/bin/python benchmarks/swap_models.py --plot swap.png  # also a bar chart (needs matplotlib)
-    .venv/bin/python benchmarks/swap_models.py --full --models resnet18 --algorithms dnnl:direct --extra unfused bf16
+    .venv/bin/python benchmarks/swap_models.py --full --models resnet18 --algorithms dnnl:direct --extra unfused bf16 torch_bf16
 
 Target (issue 3): <= 20 us added per swapped layer call on a tiny input.
 """
@@ -47,17 +47,17 @@ def timed_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str
 def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: list[str] | None = None,
                extra: tuple[str, ...] = ()) -> list[tuple[str, str, float, float]]:
     """(model, way, ms, relative error) for torch, swap_conv2d per algorithm, and swap_backend
-    (``extra``: "unfused" adds swap_backend(fuse=False); "bf16" adds torch and swap_backend in bfloat16)."""
+    (``extra``: "unfused" adds swap_backend(fuse=False), "bf16" swap_backend in bfloat16, "torch_bf16" eager in bfloat16)."""
     model, x = zoo.build(name), zoo.sample_input(name, batch, small=small)
     runs: dict[str, Callable[[], Any]] = {"torch": lambda: model(x)}
     for algorithm in algorithms if algorithms is not None else conv_algorithms():
         swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
         runs[f"swap_conv2d {algorithm}"] = lambda swapped=swapped: swapped(x)
     variants = {"default": {}, "unfused": {"fuse": False}, "bf16": {"dtype": torch.bfloat16}}
-    for label in ("default",) + extra:
+    for label in ("default",) + tuple(e for e in extra if e in variants):
         converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), **variants[label])  # type: ignore[arg-type]
         runs[f"swap_backend {label}"] = lambda converted=converted: converted(x)
-    if "bf16" in extra:
+    if "torch_bf16" in extra:
         low, x_low = copy.deepcopy(model).to(torch.bfloat16), x.to(torch.bfloat16)
         runs["torch bf16"] = lambda: low(x_low)
     with torch.inference_mode():
@@ -100,8 +100,8 @@ def main() -> None:
     parser.add_argument("--plot", help="write a bar chart of the ratios to this PNG file")
     parser.add_argument("--algorithms", nargs="*", help="conv2d algorithms for swap_conv2d (default: every available one)")
     parser.add_argument("--skip-overhead", action="store_true", help="only the model table")
-    parser.add_argument("--extra", nargs="*", default=[], choices=["unfused", "bf16"],
-                        help="also swap_backend(fuse=False), and/or torch and swap_backend in bfloat16")
+    parser.add_argument("--extra", nargs="*", default=[], choices=["unfused", "bf16", "torch_bf16"],
+                        help="also swap_backend(fuse=False), swap_backend in bfloat16, PyTorch eager in bfloat16")
     args = parser.parse_args()
 
     if not args.skip_overhead:

@@ -97,6 +97,12 @@ double timed_run(const Plan &plan, const Scratch &scratch) {
 // Candidates are timed in turns (so that a burst of load elsewhere hits them alike), best of up
 // to 5 turns, fewer once 50 ms have been spent.
 Plan pick_faster(std::vector<Plan> candidates) {
+    // oneDNN's reference kernels are never the faster one, and timing one on a large layer takes
+    // seconds: they are dropped untimed whenever a real kernel is among the candidates.
+    auto reference = [](const Plan &plan) { return plan.impl.rfind("ref", 0) == 0; };
+    if (!std::all_of(candidates.begin(), candidates.end(), reference))
+        candidates.erase(std::remove_if(candidates.begin(), candidates.end(), reference), candidates.end());
+    if (candidates.size() == 1) return std::move(candidates.front());
     std::vector<Scratch> scratch;
     for (const Plan &plan : candidates) {
         scratch.emplace_back(plan);
