@@ -4,6 +4,7 @@ each implementation in bfloat16 against the float64 reference)."""
 
 from __future__ import annotations
 
+import copy
 import types
 
 import numpy as np
@@ -86,3 +87,19 @@ def test_bfloat16_weights_and_fallback_nodes() -> None:
     with torch.no_grad():
         expected = module.float()(x)
     assert relative_error(converted(x).float(), expected) <= 3e-2
+
+
+def test_swap_conv2d_runs_bfloat16_layers_on_dnnl() -> None:
+    _dnnl_ready()
+    if not _cpu_has_bf16():
+        pytest.skip("this CPU has no bfloat16 instructions oneDNN uses")
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(64, 32, 3, padding=1).to(torch.bfloat16)
+    swapped = algoswap.swap_conv2d(torch.nn.Sequential(copy.deepcopy(conv)), "dnnl:auto")
+    x = torch.randn(2, 64, 14, 14, dtype=torch.bfloat16)
+    with torch.no_grad():
+        expected = copy.deepcopy(conv).float()(x.float())
+        got = swapped(x)
+    assert got.dtype == torch.bfloat16 and relative_error(got.float(), expected) <= 3e-2
+    with pytest.raises(algoswap.NoImplementationError, match="dtype bfloat16 not supported"):
+        algoswap.swap_conv2d(torch.nn.Sequential(copy.deepcopy(conv)), "numpy:smm")(x)

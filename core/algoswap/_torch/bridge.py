@@ -24,6 +24,7 @@ from .._global import get_registry
 from .._records import resolve_ref
 from .._select import Selection, select
 from .._spec import GradRule, OpCall
+from .plan import array_to_tensor, tensor_to_array
 
 REFERENCE_BACKEND = "numpy"
 _TORCH_DTYPES = {
@@ -83,7 +84,7 @@ def _host_array(tensor: torch.Tensor) -> np.ndarray:
         tensor = tensor.cpu()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    return tensor.numpy()
+    return tensor_to_array(tensor)
 
 
 def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torch.Tensor:
@@ -91,7 +92,7 @@ def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torc
     aliases = array.base is not None and any(a is not None and np.may_share_memory(array, a) for a in arrays)
     if aliases or not array.flags.writeable or not array.flags.c_contiguous:
         array = np.ascontiguousarray(array).copy()
-    tensor = torch.from_numpy(array)
+    tensor = array_to_tensor(array)
     return tensor if like.device.type == "cpu" else tensor.to(like.device)
 
 
@@ -117,7 +118,7 @@ def _aliasing_view(tensor: torch.Tensor, make: Any) -> Any:
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.numpy()
+    return tensor_to_array(tensor)  # bfloat16 too (an ml_dtypes view)
 
 
 def _host_view(tensor: torch.Tensor) -> np.ndarray:
