@@ -238,3 +238,14 @@ def test_contiguous_cpu_tensors_reach_the_backend_without_a_copy(recording_backe
     view = torch.randn(5, 3).t()
     assert relative_error(relu(view), view.clamp(min=0)) == 0  # a non-contiguous view is copied into shape first
     assert recording_backend[-1].flags.c_contiguous
+
+
+def test_explain_folds_the_rejections_of_one_unavailable_backend() -> None:
+    from algoswap._torch.explain import Explanation, Row
+
+    reason = "backend unavailable: no device"
+    row = Row("conv1", "conv2d", (1, 3, 8, 8), "default", "numpy:smm", "gemm",
+              rejected=[f"gpu:{a}: {reason}" for a in ("gemm", "fft", "direct")] + ["numpy:winograd: needs a 3x3 kernel"])
+    text = str(Explanation([row]))
+    assert f"rejected gpu (3 algorithms): {reason}" in text and "rejected numpy:winograd: needs a 3x3 kernel" in text
+    assert "gpu:fft" not in text

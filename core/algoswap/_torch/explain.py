@@ -54,11 +54,22 @@ class Explanation(list):  # type: ignore[type-arg]
         details = []
         for r in self:
             unusual = [text for text in r.backward if "(" in text]  # fallbacks and gaps
-            notes = [f"  rejected {text}" for text in r.rejected] + [f"  backward {text}" for text in unusual]
+            notes = [f"  rejected {text}" for text in _grouped(r.rejected)] + [f"  backward {text}" for text in unusual]
             notes += [f"  note: {r.note}"] if r.note else []
             if notes:
                 details.append(f"{r.name}:\n" + "\n".join(notes))
         return "\n".join(lines + ([""] + details if details else []))
+
+
+def _grouped(rejected: list[str]) -> list[str]:
+    """"backend:algorithm: reason" lines, those of one backend sharing a reason (an unavailable
+    backend) folded into one: "cuda (10 algorithms): backend unavailable: ..."."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for text in rejected:
+        name, _, reason = text.partition(": ")
+        groups.setdefault((name.split(":")[0], reason), []).append(name)
+    return [f"{names[0]}: {reason}" if len(names) == 1 else f"{backend} ({len(names)} algorithms): {reason}"
+            for (backend, reason), names in groups.items()]
 
 
 def _backward_summary(backward: list[str]) -> str:
