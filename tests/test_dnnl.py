@@ -319,3 +319,17 @@ def test_swap_backend_reorders_its_constant_weights_once() -> None:
     assert relative_error(first, expected) <= 1e-4
     assert relative_error(second, expected) <= 1e-4
     assert count > 0 and conv.packed_weights_count() == count  # the second call reused every entry
+
+
+def test_large_outputs_reuse_pooled_buffers() -> None:
+    x = np.full((1, 64, 64, 64), -1.0, np.float32)  # 1 MiB: pooled
+    first = ext().relu(x)
+    address = first.ctypes.data
+    del first  # its buffer goes back to the pool, not to the system
+    assert ext().pooled_idle_bytes() >= x.nbytes
+    second = ext().relu(-x)
+    third = ext().relu(x)  # while the second lives: another buffer
+    assert second.ctypes.data == address and third.ctypes.data != address
+    np.testing.assert_array_equal(second, -x)
+    np.testing.assert_array_equal(third, np.zeros_like(x))
+    assert second.flags.writeable and second.flags.c_contiguous

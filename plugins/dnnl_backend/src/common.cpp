@@ -270,14 +270,76 @@ void *optional_like(const py::handle &obj, dt type, const char *op, const char *
     return t.data;  // the caller's argument keeps the array alive
 }
 
-py::array empty_like_type(const Tensor &like, const dims &shape) {
-    std::vector<py::ssize_t> s(shape.begin(), shape.end());
-    return py::array(like.array.dtype(), s);
+namespace {
+// Output buffers of 1 MiB and more are kept when their array dies and handed out again for the same
+// size: fresh memory costs a page fault per 4 KiB page at first touch (a VGG-16 112x112 layer took
+// 12 ms on fresh output memory, 6 ms on reused memory). At most 1 GiB is kept idle.
+struct BufferPool {
+    static constexpr size_t min_bytes = size_t(1) << 20, max_idle = size_t(1) << 30, header = 64;
+    std::mutex lock;
+    std::unordered_multimap<size_t, void *> idle;
+    size_t idle_bytes = 0;
+};
+
+BufferPool &buffer_pool() {
+    static BufferPool *pool = new BufferPool();  // never destroyed: arrays may die after static destruction
+    return *pool;
 }
 
-py::array_t<float> empty_f32(const dims &shape) {
+void *acquire_buffer(size_t bytes) {
+    BufferPool &pool = buffer_pool();
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        auto found = pool.idle.find(bytes);
+        if (found != pool.idle.end()) {
+            void *buffer = found->second;
+            pool.idle.erase(found);
+            pool.idle_bytes -= bytes;
+            return buffer;
+        }
+    }
+    size_t rounded = (bytes + BufferPool::header - 1) / BufferPool::header * BufferPool::header;
+    auto *raw = static_cast<char *>(std::aligned_alloc(BufferPool::header, BufferPool::header + rounded));
+    if (raw == nullptr) throw std::bad_alloc();
+    *reinterpret_cast<size_t *>(raw) = bytes;  // the size, in the header before the buffer
+    return raw + BufferPool::header;
+}
+
+void release_buffer(void *buffer) {
+    char *raw = static_cast<char *>(buffer) - BufferPool::header;
+    size_t bytes = *reinterpret_cast<size_t *>(raw);
+    BufferPool &pool = buffer_pool();
+    {
+        std::lock_guard<std::mutex> guard(pool.lock);
+        if (pool.idle_bytes + bytes <= BufferPool::max_idle) {
+            pool.idle.emplace(bytes, buffer);
+            pool.idle_bytes += bytes;
+            return;
+        }
+    }
+    std::free(raw);
+}
+
+py::array pooled_array(const py::dtype &dtype, const dims &shape) {
     std::vector<py::ssize_t> s(shape.begin(), shape.end());
-    return py::array_t<float>(s);
+    size_t bytes = static_cast<size_t>(dtype.itemsize());
+    for (auto d : shape) bytes *= static_cast<size_t>(d);
+    if (bytes < BufferPool::min_bytes) return py::array(dtype, s);
+    void *buffer = acquire_buffer(bytes);
+    py::capsule owner(buffer, [](void *b) { release_buffer(b); });
+    return py::array(dtype, s, std::vector<py::ssize_t>{}, buffer, owner);
+}
+}  // namespace
+
+py::array empty_like_type(const Tensor &like, const dims &shape) { return pooled_array(like.array.dtype(), shape); }
+
+py::array_t<float> empty_f32(const dims &shape) {
+    return py::reinterpret_steal<py::array_t<float>>(pooled_array(py::dtype::of<float>(), shape).release());
+}
+
+size_t pooled_idle_bytes() {
+    std::lock_guard<std::mutex> guard(buffer_pool().lock);
+    return buffer_pool().idle_bytes;
 }
 
 dims as_dims(const std::vector<int64_t> &v) { return dims(v.begin(), v.end()); }
@@ -314,6 +376,7 @@ PYBIND11_MODULE(_dnnl, m) {
             return "PlanInfo(impl='" + i.impl + "', layout='" + i.layout + "', ms=" + std::to_string(i.ms) + ")";
         });
     m.def("cache_size", &cache_size, "Number of cached plans (primitives with their reorders).");
+    m.def("pooled_idle_bytes", &pooled_idle_bytes, "Bytes of output buffers kept for reuse (1 MiB and larger).");
     m.def("cache_clear", &cache_clear, "Drop every cached plan.");
     m.def("set_cache_capacity", &set_cache_capacity, py::arg("capacity"), "Keep at most this many plans (LRU).");
     m.def("version", []() {

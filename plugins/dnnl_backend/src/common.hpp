@@ -102,7 +102,8 @@ struct F32 {
     dims shape;
 };
 F32 check_f32(const py::handle &obj, const char *op, const char *name);
-py::array_t<float> empty_f32(const dims &shape);
+py::array_t<float> empty_f32(const dims &shape);  // large outputs come from a pool of reused buffers
+size_t pooled_idle_bytes();
 
 // Checked view of a float32 or bfloat16 (numpy arrays of ml_dtypes.bfloat16) C-contiguous array.
 struct Tensor {
