@@ -28,20 +28,49 @@ import algoswap
 from algoswap import zoo
 from algoswap._progress import progress
 from algoswap._torch.job import conv_algorithms, relative_error
+from dnnl_conv_layers import median_ms as timed_in_turns  # every way timed in turns
 
 
-def timed_in_turns(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median ms of each run, timed in turns (one of each per round) after one warm-up each, so that
-    load elsewhere on the machine falls on all of them alike."""
-    for run in runs.values():
-        run()
-    times: dict[str, list[float]] = {label: [] for label in runs}
-    for _ in range(repeats):
-        for label, run in runs.items():
-            started = timeit.default_timer()
-            run()
-            times[label].append(timeit.default_timer() - started)
-    return {label: float(np.median(t)) * 1e3 for label, t in times.items()}
+def per_call_us(run: Callable[[], Any], number: int = 5000) -> float:
+    return min(timeit.repeat(run, number=number, repeat=7)) / number * 1e6
+
+
+def _noop_conv(x: np.ndarray, w: np.ndarray, b: Any, **attrs: Any) -> np.ndarray:
+    return x
+
+
+def _register_noop(registry: Any) -> None:
+    registry.add_backend("noop", priority=-100)  # never the default choice
+    registry.add_implementation("conv2d", "noop", "noop", _noop_conv)
+
+
+def overhead_rows() -> list[tuple[str, float, float, float]]:
+    """(layer, swapped module us, implementation called directly us, torch module us). The no-op
+    conv2d isolates the swap machinery from the kernel's own run-to-run noise."""
+    import types
+
+    from algoswap_numpy import activation, conv
+
+    plugin = types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=_register_noop)
+    algoswap.register_plugin(plugin, name="noop")
+    x = torch.randn(1, 1, 4, 4)
+    conv_module, relu_module = nn.Conv2d(1, 1, 3, padding=1), nn.ReLU()
+    swapped_smm = algoswap.swap_conv2d(copy.deepcopy(conv_module), "numpy:smm")
+    swapped_noop = algoswap.swap_conv2d(copy.deepcopy(conv_module), "noop:noop")
+    swapped_relu = algoswap.swap_operation("relu", copy.deepcopy(relu_module), "numpy:direct")
+    xn, wn, bn = x.numpy(), conv_module.weight.detach().numpy(), conv_module.bias.detach().numpy()
+    attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, padding_mode="zeros")
+    with torch.no_grad():
+        rows = [
+            ("relu 1x1x4x4", per_call_us(lambda: swapped_relu(x)), per_call_us(lambda: activation.relu(xn)),
+             per_call_us(lambda: relu_module(x))),
+            ("conv2d no-op kernel", per_call_us(lambda: swapped_noop(x)), per_call_us(lambda: _noop_conv(xn, wn, bn, **attrs)),
+             per_call_us(lambda: conv_module(x))),
+            ("conv2d 1x1x4x4 smm", per_call_us(lambda: swapped_smm(x)), per_call_us(lambda: conv.conv2d_smm(xn, wn, bn, **attrs)),
+             per_call_us(lambda: conv_module(x))),
+        ]
+    algoswap.reload_plugins()  # the no-op backend is for this measurement only
+    return rows
 
 
 def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: list[str] | None = None,
@@ -63,7 +92,7 @@ def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: lis
     with torch.inference_mode():
         expected = model(x)
         errors = {label: relative_error(run().float(), expected) for label, run in runs.items()}
-        times = timed_in_turns(runs, repeats)
+        times = timed_in_turns(runs, repeats, warmup=1)
     return [(name, label, times[label], errors[label]) for label in runs]
 
 

@@ -108,8 +108,8 @@ class FusedStep:
         if self.add is not None and add_shapes is not None:
             residual = add_shapes[self.add.inputs.index(self.residual)]
         self.last_key = tuple([*conv_shapes, residual])
-        arrays = [None if k is None else _Shaped(*k) for k in conv_shapes]
-        self._cache[self.last_key] = self._decide(arrays, None if residual is None else _Shaped(*residual))
+        arrays = [None if k is None else _Shaped(k[0], k[1]) for k in conv_shapes]
+        self._cache[self.last_key] = self._decide(arrays, None if residual is None else _Shaped(residual[0], residual[1]))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -123,7 +123,6 @@ class _Shaped:
 
     shape: tuple[int, ...]
     dtype: Any
-    where: str = "host"
 
 
 def fuse(steps: list[Any], output: Any) -> list[Any]:
