@@ -153,10 +153,10 @@ def test_the_local_memory_matrix_product_is_correct_too(monkeypatch: pytest.Monk
     """The variant built for devices with on-chip local memory (GPUs), run here on the CPU device."""
     import dataclasses
 
-    from algoswap_sycl import _device
+    from algoswap_sycl import _device, _pool
 
     ctx = _device.context()
-    staged = dataclasses.replace(ctx, local_panel=True, programs={}, kernels={}, _resident={}, _pool={})
+    staged = dataclasses.replace(ctx, local_panel=True, programs={}, kernels={}, _resident={}, pool=_pool.Pool())
     monkeypatch.setitem(_device._contexts, _device.device_name(), staged)
     assert "local-memory panel" in algoswap.select("linear", [(4, 8), (3, 8), None], algorithm="sycl:gemm").kernel
     for impl in algoswap.registry().implementations(backend="sycl"):
@@ -233,17 +233,37 @@ def test_smm_takes_images_in_chunks(monkeypatch: pytest.MonkeyPatch, rng: np.ran
 
 
 def test_scratch_memory_is_reused_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from algoswap_sycl import _device
+    from algoswap_sycl import _device, _pool
 
     ctx, f32 = _device.context(), np.dtype(np.float32)
     first = ctx.empty((1000,), f32, temporary=True).memory
     ctx.wait()  # the op is over: its temporaries go back to the pool
     assert ctx.empty((1000,), f32, temporary=True).memory is first
     ctx.wait()
-    monkeypatch.setattr(_device, "POOL_BYTES", 0)
+    monkeypatch.setattr(_pool, "MAX_BYTES", 0)
     dropped = ctx.empty((1234,), f32, temporary=True).memory
     ctx.wait()
-    assert all(memory is not dropped for memory in ctx._pool.get(1234 * 4, []))
+    assert all(memory is not dropped for memory in ctx.pool.free.get(1234 * 4, []))
+
+
+def test_output_memory_comes_back_when_every_view_of_it_is_gone() -> None:
+    import gc
+
+    from algoswap_sycl import _device
+
+    ctx, f32 = _device.context(), np.dtype(np.float32)
+    out = ctx.empty((999,), f32)
+    address = out.memory._pointer
+    view = out.host_view()
+    view[...] = 7
+    del out
+    gc.collect()
+    assert all(m._pointer != address for m in ctx.pool.free.get(999 * 4, []))  # the host view still uses it
+    again = ctx.empty((999,), f32)
+    assert again.memory._pointer != address and np.all(view == 7)
+    del view
+    gc.collect()
+    assert ctx.empty((999,), f32).memory._pointer == address
 
 
 def test_writeable_weights_changed_in_place_are_seen(rng: np.random.Generator) -> None:

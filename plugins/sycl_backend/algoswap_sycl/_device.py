@@ -18,13 +18,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ._pool import Pool
+
 ENV_DEVICE = "ALGOSWAP_SYCL_DEVICE"
 _DTYPES = {"float32": "float", "float64": "double"}
+SOURCES = ("matmul.cl", "layout.cl", "direct.cl", "pool.cl")  # kernels/*.cl, built as one program in this order
 _chosen: str | None = None  # set by use_device(); wins over ALGOSWAP_SYCL_DEVICE
 _contexts: dict[str, "Context"] = {}
 _lock = threading.RLock()
-POOL_PER_SIZE = 4  # free allocations kept per size
-POOL_BYTES = 512 * 2**20  # at most this much free scratch memory is kept; the rest is freed
 
 
 def _find_libintelocl() -> str | None:
@@ -127,8 +128,7 @@ class Context:
     programs: dict[str, Any] = field(default_factory=dict)
     kernels: dict[tuple[str, str], Any] = field(default_factory=dict)
     _resident: dict[tuple[Any, ...], tuple[Any, SyclArray]] = field(default_factory=dict, repr=False)
-    _pool: dict[int, list[Any]] = field(default_factory=dict, repr=False)
-    _pooled_bytes: int = field(default=0, repr=False)
+    pool: Pool = field(default_factory=Pool, repr=False)
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
@@ -157,31 +157,30 @@ class Context:
     def _build(self, dtype: np.dtype) -> Any:
         import dpctl.program
 
-        source = resources.files(__package__).joinpath("kernels.cl").read_text()
+        folder = resources.files(__package__).joinpath("kernels")
+        source = "\n".join(folder.joinpath(name).read_text() for name in SOURCES)
         if dtype.name == "float64":
             source = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
         return dpctl.program.create_program_from_source(self.queue, source, self._options(dtype))
 
     def _options(self, dtype: np.dtype) -> str:
-        return f"-DREAL={_DTYPES[dtype.name]} -DLOCAL_PANEL={int(self.local_panel)} -cl-mad-enable"
+        mask = "int16" if dtype.itemsize == 4 else "long16"  # select()'s lane mask for REAL16
+        return f"-DREAL={_DTYPES[dtype.name]} -DMASK16={mask} -DLOCAL_PANEL={int(self.local_panel)} -cl-mad-enable"
 
     def empty(self, shape: Sequence[int], dtype: np.dtype, temporary: bool = False) -> SyclArray:
-        """A new device array; a ``temporary`` one comes from (and goes back to, at ``release()``) a pool
-        of allocations, so that scratch memory is not allocated and faulted in at every call."""
+        """A new device array in memory from the pool (see _pool.py): a ``temporary`` one goes back at
+        ``release()``; any other when it and every view of it are gone."""
         import dpctl.memory
 
         shape = tuple(int(s) for s in shape)
         nbytes = max(int(np.prod(shape, dtype=np.int64)), 1) * dtype.itemsize
-        memory = None
-        if temporary:
-            with _lock:
-                free = self._pool.get(nbytes)
-                memory = free.pop() if free else None
-                self._pooled_bytes -= nbytes if memory is not None else 0
+        memory = self.pool.take(nbytes)
         if memory is None:
             memory = dpctl.memory.MemoryUSMShared(nbytes, queue=self.queue)
         if temporary:
             self._temporaries().append(memory)
+        else:
+            memory = self.pool.lease(memory)
         return SyclArray(memory, shape, dtype, self)
 
     def _temporaries(self) -> list[Any]:
@@ -193,12 +192,8 @@ class Context:
     def release(self) -> None:
         """Give this thread's temporaries back to the pool (after ``wait()``: no kernel reads them)."""
         temporaries = self._temporaries()
-        with _lock:
-            for memory in temporaries:
-                free = self._pool.setdefault(memory.nbytes, [])
-                if len(free) < POOL_PER_SIZE and self._pooled_bytes + memory.nbytes <= POOL_BYTES:
-                    free.append(memory)
-                    self._pooled_bytes += memory.nbytes
+        for memory in temporaries:
+            self.pool.give(memory)
         temporaries.clear()
 
     def upload(self, array: np.ndarray, temporary: bool = False) -> SyclArray:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ._device import Context, Long, SyclArray, context
 
-# Must match kernels.cl: rows per work-item, columns per work-item, work-items per group, panel depth.
+# Must match kernels/matmul.cl: rows per work-item, columns per work-item, work-items per group, panel depth.
 TM, VN, WGN, KT = 8, 32, 4, 64
 INT_LIMIT = 2**31 - 1
 
@@ -57,14 +57,18 @@ for _array in (np.zeros(1, np.float32), np.zeros(1, np.float64)):
 def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray, *, m: int, n: int, k: int,
          sam: int, sak: int, ldb: int, ldc: int, groups: int = 1, batches: int = 1, a_g: int = 0, b_n: int = 0,
          b_g: int = 0, c_n: int = 0, c_g: int = 0, bias: SyclArray | None = None, bias_mode: int = 0,
-         b_padded: bool = False, c_off: int = 0) -> None:
-    """C = A @ B (+ bias) per (batch, group) on the tiled matrix-product kernel (see kernels.cl)."""
-    args = [a, b, c, bias if bias is not None else dummy(ctx, dtype), m, n, k, sam, sak, ldb, ldc, groups,
-            Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g), bias_mode, int(b_padded), Long(c_off)]
+         b_padded: bool = False, c_off: int = 0, panel: int = 0) -> None:
+    """C = A @ B (+ bias) per (batch, group) on the tiled matrix-product kernel (see kernels/matmul.cl). B is
+    row-major with rows ldb apart, or (``panel``) stored in panels of that many columns, each K x ldb."""
+    pv = panel or n
+    args = [a, b, c, bias if bias is not None else dummy(ctx, dtype), m, n, k, sam, sak, ldb, pv,
+            Long(k * ldb if panel else 0), ldc, groups, Long(a_g), Long(b_n), Long(b_g), Long(c_n), Long(c_g),
+            bias_mode, int(b_padded), Long(c_off)]
+    tiles = ceil_div(n, pv) * ceil_div(pv, VN)
     if ctx.local_panel:  # work-groups of WGN work-items along the columns share a panel of A
-        ctx.run(dtype, "gemm", args, [batches * groups, ceil_div(m, TM), round_up(ceil_div(n, VN), WGN)], [1, 1, WGN])
+        ctx.run(dtype, "gemm", args, [batches * groups, ceil_div(m, TM), round_up(tiles, WGN)], [1, 1, WGN])
     else:  # row blocks fastest: the blocks that read the same columns of B run one after another
-        ctx.run(dtype, "gemm", args, [batches * groups, ceil_div(n, VN), ceil_div(m, TM)])
+        ctx.run(dtype, "gemm", args, [batches * groups, tiles, ceil_div(m, TM)])
 
 
 def swap01(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int, temporary: bool = True) -> SyclArray:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ._device import Context, Long, SyclArray
-from ._launch import ceil_div, finish, gemm, gemm_kernel_name, optional, round_up, start, sum02, swap01
+from ._device import Context, SyclArray
+from ._launch import ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
 
 Pair = tuple[int, int]
 PadHW = tuple[Pair, Pair]
@@ -88,7 +88,7 @@ def _pad(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry, width: int) -
         return x
     xp = ctx.empty((g.n, g.c, g.hp, width), dtype, temporary=True)
     (top, _), (left, _) = g.padding
-    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, width, top, left, g.mode], [g.n * g.c, g.hp, width])
+    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, width, top, left, g.mode], [g.n * g.c, g.hp])
     return xp
 
 
@@ -97,39 +97,44 @@ def _geometry(x: Any, w_shape: tuple[int, ...], stride: Pair, padding: PadHW, di
     return Geometry.of(tuple(x), w_shape, stride, padding, dilation, groups, padding_mode)
 
 
-SMM_CHUNK_BYTES = 8 * 2**20  # im2col matrix per product: images are taken in chunks of about this size
+SMM_CHUNK_BYTES = 8 * 2**20  # im2col matrices per product: images are taken in chunks of about this size
+PANEL, IM2COL_ROWS = 32, 8  # columns per panel of the im2col matrix, rows per work-item (kernels/layout.cl: im2col)
+
+
+def panels(g: Geometry) -> int:
+    return ceil_div(g.pixels, PANEL)
+
+
+def smm_chunk(g: Geometry, itemsize: int) -> int:
+    """Images per im2col + product: about SMM_CHUNK_BYTES of im2col matrix, so that it is still in cache
+    when the product reads it."""
+    return max(1, min(g.n, SMM_CHUNK_BYTES // (g.groups * g.taps * panels(g) * PANEL * itemsize)))
 
 
 def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                padding_mode: str) -> Any:
-    """im2col of a chunk of images side by side (rows padded to 32 columns; about 8 MiB, so that the
-    matrix is still in cache when the product reads it), one tiled matrix product per group with the
-    bias in its epilogue, then (several images) the images moved back in front of the channels."""
+    """im2col of a chunk of images (in panels of 32 columns, as the product reads them), then one tiled
+    matrix product per image and group, writing the output in place, with the bias in its epilogue."""
     ctx, dtype, (xd, wd) = start(x, w)
     bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
-    kwargs = dict(m=g.og, k=g.taps, sam=g.taps, sak=1, groups=g.groups, a_g=g.og * g.taps, bias=bd,
-                  bias_mode=0 if bd is None else 1)
+    kwargs = dict(m=g.og, n=g.pixels, k=g.taps, sam=g.taps, sak=1, ldc=g.pixels, groups=g.groups,
+                  a_g=g.og * g.taps, c_n=g.o * g.pixels, c_g=g.og * g.pixels, bias=bd, bias_mode=0 if bd is None else 1)
     if g.kh == g.kw == 1 and g.stride == (1, 1) and g.unpadded:  # a 1x1 convolution: the input is the im2col matrix
-        gemm(ctx, dtype, wd, xd, y, n=g.pixels, ldb=g.pixels, ldc=g.pixels, batches=g.n, b_n=g.c * g.pixels,
-             b_g=g.taps * g.pixels, c_n=g.o * g.pixels, c_g=g.og * g.pixels, **kwargs)  # type: ignore[arg-type]
+        gemm(ctx, dtype, wd, xd, y, ldb=g.pixels, batches=g.n, b_n=g.c * g.pixels, b_g=g.taps * g.pixels,
+             **kwargs)  # type: ignore[arg-type]
         return finish(ctx, y, (x, w, b))
-    chunk = max(1, min(g.n, SMM_CHUNK_BYTES // (g.groups * g.taps * g.pixels * dtype.itemsize)))
-    ldb = round_up(chunk * g.pixels, 32)
+    chunk = smm_chunk(g, dtype.itemsize)
+    matrix = g.taps * panels(g) * PANEL  # elements of one image's (and group's) im2col matrix
     xp = _pad(ctx, dtype, xd, g, g.wp)
-    col = ctx.empty((g.groups, g.taps, ldb), dtype, temporary=True)
-    product = y if chunk == 1 else ctx.empty((g.o, chunk, g.pixels), dtype, temporary=True)
+    col = ctx.empty((chunk * g.groups, matrix), dtype, temporary=True)
     for first in range(0, g.n, chunk):
         count = min(chunk, g.n - first)
-        columns = count * g.pixels
-        ctx.run(dtype, "im2col", [xp, col, first, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups, ldb],
-                [count * g.groups * g.taps, g.oh])
-        gemm(ctx, dtype, wd, col, product, n=columns, ldb=ldb, ldc=columns, b_g=g.taps * ldb, c_g=g.og * columns,
-             b_padded=True, c_off=first * g.o * g.pixels if chunk == 1 else 0, **kwargs)  # type: ignore[arg-type]
-        if chunk > 1:
-            ctx.run(dtype, "swap01", [product, y, g.o, count, g.pixels, Long(first * g.o * g.pixels)],
-                    [g.o, count, g.pixels])
+        ctx.run(dtype, "im2col", [xp, col, first, g.c, g.hp, g.wp, g.cg, *g.window(), g.groups],
+                [count * g.groups, panels(g), ceil_div(g.taps, IM2COL_ROWS)])
+        gemm(ctx, dtype, wd, col, y, ldb=PANEL, panel=PANEL, b_padded=True, batches=count, b_n=g.groups * matrix,
+             b_g=matrix, c_off=first * g.o * g.pixels, **kwargs)  # type: ignore[arg-type]
     return finish(ctx, y, (x, w, b))
 
 
@@ -226,9 +231,9 @@ def kernel(call: Any) -> str:
     x, weight = call.shape("input"), call.shape("weight")
     if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded:
         return f"{gemm_kernel_name(ctx)} (a 1x1 convolution: the input is the im2col matrix)"
-    taps, pixels = weight[1] * weight[2] * weight[3], call.out_shape[2] * call.out_shape[3]
-    chunk = max(1, min(x[0], SMM_CHUNK_BYTES // (a["groups"] * taps * pixels * 4)))
-    return f"{pad}im2col + {gemm_kernel_name(ctx)}{' + swap01' if chunk > 1 else ''} ({chunk} image(s) per product)"
+    g = Geometry.of(x, weight, a["stride"], a["padding"], a["dilation"], a["groups"], a["padding_mode"])
+    return (f"{pad}im2col + {gemm_kernel_name(ctx)} (im2col in panels of {PANEL} columns,"
+            f" {smm_chunk(g, 4 if call.dtype == 'float32' else 8)} image(s) at a time)")
 
 
 def kernel_direct(call: Any) -> str:
