@@ -8,6 +8,7 @@ OCL_ICD_FILENAMES names its libintelocl.so; it is set here, if the user has not,
 from __future__ import annotations
 
 import ctypes
+import math
 import functools
 import os
 import threading
@@ -18,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._pool import Pool
+from ._pool import HostWindow, Lease, Pool
 
 ENV_DEVICE = "ALGOSWAP_SYCL_DEVICE"
 _DTYPES = {"float32": "float", "float64": "double"}
@@ -98,6 +99,7 @@ class SyclArray:
     shape: tuple[int, ...]
     dtype: np.dtype
     context: "Context" = field(repr=False)
+    lease: Lease | None = field(default=None, repr=False)  # outputs and uploads: see _pool.py
 
     @property
     def ndim(self) -> int:
@@ -105,14 +107,16 @@ class SyclArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def host_view(self) -> np.ndarray:
         """The USM memory seen as a numpy array, without copying (shared USM is host-accessible)."""
+        if self.lease is not None:
+            return np.asarray(HostWindow(self.lease, self.shape, self.dtype.str))
         return np.frombuffer(self.memory, dtype=self.dtype, count=self.size).reshape(self.shape)
 
     def reshape(self, shape: Sequence[int]) -> "SyclArray":
-        return SyclArray(self.memory, tuple(int(s) for s in shape), self.dtype, self.context)
+        return SyclArray(self.memory, tuple(int(s) for s in shape), self.dtype, self.context, self.lease)
 
 
 @dataclass
@@ -173,15 +177,14 @@ class Context:
         import dpctl.memory
 
         shape = tuple(int(s) for s in shape)
-        nbytes = max(int(np.prod(shape, dtype=np.int64)), 1) * dtype.itemsize
+        nbytes = max(math.prod(shape), 1) * dtype.itemsize
         memory = self.pool.take(nbytes)
         if memory is None:
             memory = dpctl.memory.MemoryUSMShared(nbytes, queue=self.queue)
         if temporary:
             self._temporaries().append(memory)
-        else:
-            memory = self.pool.lease(memory)
-        return SyclArray(memory, shape, dtype, self)
+            return SyclArray(memory, shape, dtype, self)
+        return SyclArray(memory, shape, dtype, self, self.pool.lease(memory))
 
     def _temporaries(self) -> list[Any]:
         if not hasattr(self._local, "temporaries"):
@@ -256,9 +259,12 @@ class Long(int):
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A host numpy array of a SyclArray (a copy, independent of the USM memory) or of a host array."""
+    """A host numpy array of a SyclArray (a copy, independent of it: into memory from the pool, which
+    fresh numpy memory would not be, faulted in at first touch) or of a host array."""
     if isinstance(array, SyclArray):
-        return array.host_view().copy()
+        copy = array.context.empty(array.shape, array.dtype).host_view()
+        np.copyto(copy, array.host_view())
+        return copy
     return np.asarray(array)
 
 

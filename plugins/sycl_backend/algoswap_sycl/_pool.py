@@ -2,8 +2,9 @@
 5-15 ms fresh against 0.7 ms into memory touched before), so allocations go back to a pool and are reused.
 
 A scratch allocation is given back explicitly once the op is over (``give``). An output or an upload is
-handed out as a *lease*: a USM memory object viewing the pooled allocation, which comes back to the pool
-when the lease and everything made from it (SyclArrays, host numpy views, torch tensors) are gone.
+handed out with a *lease*, held by its SyclArray and by every host view of it (numpy arrays, torch
+tensors): the allocation comes back to the pool when the last of them is gone. (A dpctl memory object
+viewing the allocation would do too, but costs 10-30 us to make: dpctl asks the runtime about the pointer.)
 """
 
 from __future__ import annotations
@@ -16,12 +17,22 @@ PER_SIZE = 4  # free allocations kept per size
 MAX_BYTES = 512 * 2**20  # at most this much free memory is kept; the rest is freed
 
 
-class _Holder:
-    """Stands for a pooled allocation inside a lease (a USM memory made from it keeps it alive)."""
+class Lease:
+    """A pooled allocation in use; it goes back to its pool when this object is gone."""
+
+    __slots__ = ("memory", "__weakref__")
 
     def __init__(self, memory: Any) -> None:
         self.memory = memory
-        self.__sycl_usm_array_interface__ = memory.__sycl_usm_array_interface__
+
+
+class HostWindow:
+    """The numpy array interface of leased USM memory: arrays made from it keep the lease alive."""
+
+    def __init__(self, lease: Lease, shape: tuple[int, ...], typestr: str) -> None:
+        self.lease = lease
+        self.__array_interface__ = {"data": (lease.memory._pointer, False), "shape": shape, "typestr": typestr,
+                                    "version": 3}
 
 
 class Pool:
@@ -49,10 +60,8 @@ class Pool:
                 free.append(memory)
                 self.free_bytes += memory.nbytes
 
-    def lease(self, memory: Any) -> Any:
-        """A USM memory object viewing ``memory``; ``memory`` comes back here when the view is gone."""
-        import dpctl.memory
-
-        holder = _Holder(memory)
-        weakref.finalize(holder, self.give, memory).atexit = False
-        return dpctl.memory.MemoryUSMShared(holder)
+    def lease(self, memory: Any) -> Lease:
+        """A lease on ``memory``: it comes back here when the lease is gone."""
+        lease = Lease(memory)
+        weakref.finalize(lease, self.give, memory).atexit = False
+        return lease

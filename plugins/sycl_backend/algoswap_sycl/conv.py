@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ._device import Context, SyclArray
-from ._launch import ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
+from ._device import Context, Long, SyclArray
+from ._launch import TM, VN, ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
 
 Pair = tuple[int, int]
 PadHW = tuple[Pair, Pair]
@@ -88,7 +88,7 @@ def _pad(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry, width: int) -
         return x
     xp = ctx.empty((g.n, g.c, g.hp, width), dtype, temporary=True)
     (top, _), (left, _) = g.padding
-    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, width, top, left, g.mode], [g.n * g.c, g.hp])
+    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, g.hp, width, top, left, g.mode, 1, 1], [g.n * g.c, g.hp])
     return xp
 
 
@@ -138,31 +138,53 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
     return finish(ctx, y, (x, w, b))
 
 
-DIRECT_BLOCKS = (16, 4, 1)  # output channels per work-item: the kernels conv_direct16, conv_direct4, conv_direct1
+def _phases(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry) -> tuple[SyclArray, int, int]:
+    """(xs, hq, wq): the input padded and split into the sh x sw phases of the stride, hq x wq each, with
+    slack past the end for the direct kernel's vector loads (see kernels/direct.cl)."""
+    sh, sw = g.stride
+    hq, wq = ceil_div(g.hp, sh), ceil_div(g.wp, sw)
+    size = g.n * g.c * sh * sw * hq * wq
+    xs = ctx.empty((size + wq + 2 * VN,), dtype, temporary=True)
+    xs.host_view()[size:] = 0  # read into dropped columns only: zeros, never stale memory (denormals are slow)
+    (top, _), (left, _) = g.padding
+    ctx.run(dtype, "pad2d", [x, xs, g.h, g.w, g.hp, g.wp, hq, wq, top, left, g.mode, sh, sw], [g.n * g.c * sh * sw, hq])
+    return xs, hq, wq
 
 
-def direct_block(og: int) -> int:
-    """Output channels per work-item: the largest block that fits in the group's channels."""
-    return next(block for block in DIRECT_BLOCKS if block <= og)
+_OFFSETS: dict[tuple[Any, ...], SyclArray] = {}
+
+
+def _tap_offsets(ctx: Context, g: Geometry, hq: int, wq: int) -> SyclArray:
+    """Where each row k = (c, kh, kw) of the product's B starts in a group's phases (kernels/direct.cl)."""
+    key = (ctx.filter_string, g.cg, g.kh, g.kw, g.stride, g.dilation, hq, wq)
+    found = _OFFSETS.get(key)
+    if found is None:
+        (sh, sw), (dh, dw) = g.stride, g.dilation
+        kh, kw = np.divmod(np.arange(g.kh * g.kw), g.kw)
+        (di, ph), (dj, pw) = np.divmod(kh * dh, sh), np.divmod(kw * dw, sw)
+        taps = ((ph * sw + pw) * hq + di) * wq + dj
+        channels = np.arange(g.cg)[:, None] * (sh * sw * hq * wq)
+        found = ctx.upload((channels + taps).astype(np.int32).ravel())
+        if len(_OFFSETS) > 256:
+            _OFFSETS.clear()
+        _OFFSETS[key] = found
+    return found
 
 
 def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                   padding_mode: str) -> Any:
-    """Direct convolution: each work-item accumulates 16 output columns x 16 (4, 1) output channels tap by tap."""
+    """Direct convolution: the tiled matrix product reading the padded, phase-split input in place (no im2col
+    matrix); each work-item accumulates 8 output channels x 32 columns (kernels/direct.cl)."""
     ctx, dtype, (xd, wd) = start(x, w)
     bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
-    columns = ceil_div(g.ow, 16)
-    sw = g.stride[1]
-    # every vector load of the last column block must stay inside the padded rows
-    reach = (columns * 16 - 1) * sw + (g.kw - 1) * g.dilation[1] + 1 + (1 if sw == 2 else 0)
-    xp = _pad(ctx, dtype, xd, g, max(g.wp, reach))
+    xs, hq, wq = _phases(ctx, dtype, xd, g)
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
-    block = direct_block(g.og)
-    ctx.run(dtype, f"conv_direct{block}",
-            [xp, wd, bd if bd is not None else wd, y, g.c, g.hp, xp.shape[3], g.o, g.oh, g.ow, g.cg, g.og, g.kh, g.kw,
-             *g.stride, *g.dilation, g.groups, int(bd is not None)],
-            [g.n * g.groups * ceil_div(g.og, block), g.oh, columns])
+    ctx.run(dtype, "conv_direct",
+            [xs, wd, bd if bd is not None else wd, y, _tap_offsets(ctx, g, hq, wq), g.c, g.cg,
+             Long(g.stride[0] * g.stride[1] * hq * wq), g.o, g.og, g.oh, g.ow, wq, g.taps, g.groups,
+             int(bd is not None)],
+            [g.n * g.groups, ceil_div(g.oh * wq, VN), ceil_div(g.og, TM)])
     return finish(ctx, y, (x, w, b))
 
 
@@ -239,6 +261,5 @@ def kernel(call: Any) -> str:
 def kernel_direct(call: Any) -> str:
     from ._device import context
 
-    block = direct_block(call.shape("weight")[0] // call.attrs["groups"])
-    return (f"pad2d + conv_direct{block}: 16 output columns (one vector) x {block} output channel"
-            f"{'s' if block > 1 else ''} per work-item, on {context().describe()}")
+    return (f"pad2d (split into the stride's phases) + conv_direct: {TM}x{VN} register tile per work-item of the"
+            f" matrix product, B read from the input in place, on {context().describe()}")

@@ -1,49 +1,47 @@
 // Part of the SYCL backend's program (kernels/matmul.cl says how it is built).
 // ----------------------------------------------------------------------------- direct convolution
-// Each work-item: 16 consecutive output columns (one REAL16) x OB output channels of one group, one row,
-// accumulated tap by tap. xp is padded (and wide enough that every vector load stays inside it).
-// One body, inlined with OB constant: conv_direct16 / conv_direct4 / conv_direct1 (depthwise).
-#define DIRECT_ARGUMENTS __global const REAL *xp, __global const REAL *w, __global const REAL *bias, __global REAL *y, \
-    int C, int Hp, int Wpa, int O, int OH, int OW, int Cg, int Og, int KH, int KW, int sh, int sw, int dh, int dw, \
-    int G, int has_bias
-#define DIRECT_VALUES xp, w, bias, y, C, Hp, Wpa, O, OH, OW, Cg, Og, KH, KW, sh, sw, dh, dw, G, has_bias
+// y[n, o, oh, ow] = sum over k = (c, kh, kw) of w[o, k] * xs[n, g * Cg][offs[k] + oh * Wq + ow] (+ bias): the
+// tiled matrix product of kernels/matmul.cl with its B read straight from the input, padded and split into
+// the phases of the stride (pad2d), so that every row k of B is contiguous: column q = oh * Wq + ow, row k
+// at offset offs[k] (channel c's phases, the tap's phase, row and column). The columns with ow >= OW are
+// computed and dropped. Each work-item: TM output channels x 32 columns; xs has slack past its end for the
+// vector loads of the last tiles.
 
-inline void conv_direct_tile(DIRECT_ARGUMENTS, const int OB) {
-    int ow0 = get_global_id(0) * 16, oh = get_global_id(1), item = get_global_id(2);
-    int blocks = (Og + OB - 1) / OB;
-    int ob = item % blocks, g = (item / blocks) % G, n = item / (blocks * G);
-    int o0 = g * Og + ob * OB;
-    int count = min(OB, Og - ob * OB);
-    int taps = Cg * KH * KW;
-    __global const REAL *wrow[16];  // the weights of each output channel (the last repeated past count)
-    REAL16 acc[16];
-    for (int j = 0; j < OB; j++) {
-        wrow[j] = w + (long)(o0 + min(j, count - 1)) * taps;
-        acc[j] = (REAL16)(0);
+// Columns q .. q + 15 of an output plane (rows Wq apart in column space, OW apart in the output).
+inline void store_columns(__global REAL *plane, REAL16 v, int q, int OH, int OW, int Wq) {
+    int oh = q / Wq, ow = q - oh * Wq;
+    if (oh < OH && (ow + 16 <= OW || (Wq == OW && q + 16 <= OH * OW))) {
+        vstore16(v, 0, plane + oh * OW + ow);
+        return;
     }
-    int tap = 0;
-    for (int c = 0; c < Cg; c++) {
-        __global const REAL *plane = xp + ((long)n * C + g * Cg + c) * Hp * Wpa + (long)oh * sh * Wpa + ow0 * sw;
-        for (int kh = 0; kh < KH; kh++) {
-            __global const REAL *row = plane + (long)kh * dh * Wpa;
-            for (int kw = 0; kw < KW; kw++, tap++) {
-                __global const REAL *p = row + kw * dw;
-                REAL16 v;
-                if (sw == 1) v = vload16(0, p);
-                else if (sw == 2) { REAL16 lo = vload16(0, p), hi = vload16(0, p + 16); v = (REAL16)(lo.even, hi.even); }
-                else { REAL t[16]; for (int l = 0; l < 16; l++) t[l] = p[l * sw]; v = vload16(0, t); }
-                for (int j = 0; j < OB; j++) acc[j] = fma((REAL16)(wrow[j][tap]), v, acc[j]);
-            }
-        }
-    }
-    for (int j = 0; j < count; j++) {
-        REAL16 r = acc[j];
-        if (has_bias) r += (REAL16)(bias[o0 + j]);
-        store16_guarded(y + (((long)n * O + o0 + j) * OH + oh) * OW, ow0, OW, r);
+    REAL tmp[16];
+    vstore16(v, 0, tmp);
+    for (int e = 0; e < 16; e++, ow++) {
+        if (ow == Wq) { ow = 0; oh++; }
+        if (ow < OW && oh < OH) plane[oh * OW + ow] = tmp[e];
     }
 }
 
-__attribute__((vec_type_hint(REAL16))) __kernel void conv_direct16(DIRECT_ARGUMENTS) { conv_direct_tile(DIRECT_VALUES, 16); }
-__attribute__((vec_type_hint(REAL16))) __kernel void conv_direct4(DIRECT_ARGUMENTS) { conv_direct_tile(DIRECT_VALUES, 4); }
-__attribute__((vec_type_hint(REAL16))) __kernel void conv_direct1(DIRECT_ARGUMENTS) { conv_direct_tile(DIRECT_VALUES, 1); }
-
+__attribute__((vec_type_hint(REAL16)))
+__kernel void conv_direct(__global const REAL *xs, __global const REAL *w, __global const REAL *bias, __global REAL *y,
+                          __global const int *offs, int C, int Cg, long cstride, int O, int Og, int OH, int OW, int Wq,
+                          int K, int G, int has_bias) {
+    int batch = get_global_id(2), g = batch % G, n = batch / G;
+    int m0 = get_global_id(0) * TM, q0 = get_global_id(1) * VN;
+    __global const REAL *xc = xs + ((long)n * C + g * Cg) * cstride + q0;
+    __global const REAL *arow[TM];  // rows past Og repeat the last one (computed, never stored)
+    for (int i = 0; i < TM; i++) arow[i] = w + (long)(g * Og + min(m0 + i, Og - 1)) * K;
+    GEMM_ZERO
+    for (int k = 0; k < K; k++) {
+        __global const REAL *brow = xc + offs[k];
+        REAL16 b0 = vload16(0, brow), b1 = vload16(0, brow + 16);
+        for (int i = 0; i < TM; i++) { GEMM_ROW(i, *arow[i]) arow[i]++; }
+    }
+    for (int i = 0; i < TM && m0 + i < Og; i++) {
+        int o = g * Og + m0 + i;
+        REAL16 add = (REAL16)(has_bias ? bias[o] : (REAL)0);
+        __global REAL *plane = y + ((long)n * O + o) * OH * OW;
+        store_columns(plane, acc0[i] + add, q0, OH, OW, Wq);
+        store_columns(plane, acc1[i] + add, q0 + 16, OH, OW, Wq);
+    }
+}

@@ -30,24 +30,33 @@ inline int pad_source(int q, int size, int mode) {
     return f < size ? f : period - f;
 }
 
-// xp[n, c, i, j] for i < Hp, j < Wpa: the input padded by (top, left) in `mode`; zeros past (Hp, Wp).
-// A work-item writes one row: the border element by element, the inside 16 at a time.
+// xs[n, c, ph, pw, i, j] (i < Hq, j < Wq) = xp[i * sh + ph, j * sw + pw]: the input padded by (top, left) in
+// `mode` (zeros past (Hp, Wp)), split into the sh x sw phases of a stride (strides 1: one phase, the padded
+// input with rows Wq apart). A work-item writes one row: with stride 1, its inside 16 elements at a time.
 __attribute__((vec_type_hint(REAL16)))
-__kernel void pad2d(__global const REAL *x, __global REAL *xp, int H, int W, int Hp, int Wp, int Wpa,
-                    int top, int left, int mode) {
-    int i = get_global_id(0), plane = get_global_id(1);
-    __global REAL *dst = xp + ((long)plane * Hp + i) * Wpa;
-    int h = pad_source(i - top, H, mode);
+__kernel void pad2d(__global const REAL *x, __global REAL *xs, int H, int W, int Hp, int Wp, int Hq, int Wq,
+                    int top, int left, int mode, int sh, int sw) {
+    int i = get_global_id(0), row = get_global_id(1);
+    int plane = row / (sh * sw), ph = row / sw % sh, pw = row % sw;
+    __global REAL *dst = xs + ((long)row * Hq + i) * Wq;
+    int h = i * sh + ph < Hp ? pad_source(i * sh + ph - top, H, mode) : -1;
     if (h < 0) {
-        for (int j = 0; j < Wpa; j++) dst[j] = (REAL)0;
+        for (int j = 0; j < Wq; j++) dst[j] = (REAL)0;
         return;
     }
     __global const REAL *src = x + ((long)plane * H + h) * W;
+    if (sw > 1) {
+        for (int j = 0; j < Wq; j++) {
+            int from = j * sw + pw < Wp ? pad_source(j * sw + pw - left, W, mode) : -1;
+            dst[j] = from < 0 ? (REAL)0 : src[from];
+        }
+        return;
+    }
     for (int j = 0; j < left; j++) { int w = pad_source(j - left, W, mode); dst[j] = w < 0 ? (REAL)0 : src[w]; }
     int w = 0;
     for (; w + 16 <= W; w += 16) vstore16(vload16(0, src + w), 0, dst + left + w);
     for (; w < W; w++) dst[left + w] = src[w];
-    for (int j = left + W; j < Wpa; j++) {
+    for (int j = left + W; j < Wq; j++) {
         int from = j < Wp ? pad_source(j - left, W, mode) : -1;
         dst[j] = from < 0 ? (REAL)0 : src[from];
     }
