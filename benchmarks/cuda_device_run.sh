@@ -4,8 +4,11 @@
 # swap_conv2d and swap_backend, training steps), the engine listing, the ResNet-50 benchmark (per
 # layer, then whole-model inference: eager, swap_conv2d, swap_backend) and the per-call overhead.
 #
-#   bash benchmarks/cuda_device_run.sh [OUTDIR]
-#   bash benchmarks/cuda_device_run.sh --model-only [OUTDIR]   # install, the swap_backend tests, whole ResNet-50, overhead
+#   bash benchmarks/cuda_device_run.sh [all|tests|layers|model] [OUTDIR]
+#     tests:  the conformance suite for every CUDA implementation and tests/test_cuda.py
+#     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
+#     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend) and the per-call overhead
+#     all (default): the three in turn (about 12 minutes on an H200)
 #
 # Run from the repository root on a machine with an NVIDIA GPU, python3 with torch, CuPy and cuDNN.
 # Without internet there, first fetch the cuDNN frontend and its one needed dependency as wheels
@@ -13,8 +16,8 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #       --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 -d .whl nvidia-cudnn-frontend apache-tvm-ffi
 set -uo pipefail
-MODEL_ONLY=0
-if [ "${1:-}" = "--model-only" ]; then MODEL_ONLY=1; shift; fi
+PART=all
+case "${1:-}" in all|tests|layers|model) PART=$1; shift ;; esac
 OUT=${1:-${OUT:-benchmarks/results}}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -26,18 +29,20 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plug
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.backends['cuda'].availability())"
 
-if [ "$MODEL_ONLY" = 1 ]; then
-    timeout 70 python3 -m pytest tests/test_cuda.py -k "swap_backend or without_copies or (swap_conv2d and resnet18 and guess) or (training and resnet18)" -q -rfEs -p no:cacheprovider 2>&1 | tee "$OUT/tests.log"
-    timeout 75 python3 benchmarks/cuda_conv_layers.py --model-only --algorithms guess --out "$OUT/model.json" 2>&1 | tee "$OUT/model.log"
-    timeout 20 python3 benchmarks/cuda_call_overhead.py 2>&1 | tee "$OUT/overhead.log"
-    exit 0
+if [ "$PART" = all ] || [ "$PART" = tests ]; then
+    echo "== tests (conformance of every CUDA implementation, tests/test_cuda.py)"
+    timeout 420 python3 -m pytest tests/test_cuda.py tests/test_conformance.py -k cuda -q -rfEs -p no:cacheprovider \
+        --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
 fi
-echo "== tests (conformance of every CUDA implementation, tests/test_cuda.py)"
-timeout 420 python3 -m pytest tests/test_cuda.py tests/test_conformance.py -k cuda -q -rfEs -p no:cacheprovider \
-    --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
-echo "== cuDNN engines per layer"
-timeout 150 python3 benchmarks/cuda_engines.py --out "$OUT/engines.json" > "$OUT/engines.log" 2>&1; echo "engines rc=$? (log in engines.log)"
-echo "== ResNet-50 conv layers"
-timeout 400 python3 benchmarks/cuda_conv_layers.py --out "$OUT/conv_layers.json" 2>&1 | tee "$OUT/conv_layers.log"
-echo "== per-call overhead of a swapped layer"
-timeout 60 python3 benchmarks/cuda_call_overhead.py 2>&1 | tee "$OUT/overhead.log"
+if [ "$PART" = all ] || [ "$PART" = layers ]; then
+    echo "== cuDNN engines per layer"
+    timeout 150 python3 benchmarks/cuda_engines.py --out "$OUT/engines.json" > "$OUT/engines.log" 2>&1; echo "engines rc=$? (log in engines.log)"
+    echo "== ResNet-50 conv layers"
+    timeout 400 python3 benchmarks/cuda_conv_layers.py --skip-model --out "$OUT/conv_layers.json" 2>&1 | tee "$OUT/conv_layers.log"
+fi
+if [ "$PART" = all ] || [ "$PART" = model ]; then
+    echo "== whole ResNet-50"
+    timeout 150 python3 benchmarks/cuda_conv_layers.py --model-only --algorithms guess find --out "$OUT/model.json" 2>&1 | tee "$OUT/model.log"
+    echo "== per-call overhead of a swapped layer"
+    timeout 60 python3 benchmarks/cuda_call_overhead.py 2>&1 | tee "$OUT/overhead.log"
+fi

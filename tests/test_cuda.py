@@ -230,3 +230,24 @@ def test_swap_backend_keeps_values_on_the_gpu() -> None:
     assert all(row.implementation.startswith("cuda:") for row in rows), [(r.name, r.implementation) for r in rows]
     assert not [row.note for row in rows if "inputs moved" in row.note]  # every op of ResNet-50 has a CUDA implementation
     assert model.backends() == ["cuda"]
+
+
+@gpu
+def test_swap_backend_fuses_conv_add_relu_on_the_gpu() -> None:
+    """ResNet-50's conv → add → relu chains run as cuda conv2d_fused calls (the convolution, then bias,
+    residual and relu in one pass) and give what the unfused model and PyTorch give."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cudnn.allow_tf32 = False
+    module = algoswap.zoo.build("resnet50").cuda()
+    x = algoswap.zoo.sample_input("resnet50", 2, small=True, seed=5).cuda()
+    with torch.no_grad():
+        expected = module(x)
+    fused = algoswap.swap_backend(module, sample_input_shape=tuple(x.shape))
+    unfused = algoswap.swap_backend(module, sample_input_shape=tuple(x.shape), fuse=False)
+    got, plain = fused(x), unfused(x)
+    rows = list(fused.explain())
+    chains = [row for row in rows if row.op in ("conv2d+add+relu", "conv2d+relu")]
+    assert sum(row.op == "conv2d+add+relu" for row in chains) == 16 and len(chains) >= 40, [r.op for r in rows]
+    assert all(row.implementation == "cuda:guess" and "one CuPy element-wise pass" in row.kernel for row in chains)
+    assert relative_error(got.cpu(), plain.cpu()) <= 1e-5
+    assert relative_error(got.cpu(), expected.cpu()) <= 1e-4

@@ -60,7 +60,7 @@ def boxed() -> Iterator[None]:
     def register(registry: Any) -> None:
         space = algoswap.MemorySpace("boxed", "Box", to_host=_download, from_host=_upload)
         registry.add_backend("boxed", memory=space, priority=-5)
-        for op, algorithm in (("conv2d", "smm"), ("relu", "direct"), ("add", "direct")):
+        for op, algorithm in (("conv2d", "smm"), ("conv2d_fused", "smm"), ("relu", "direct"), ("add", "direct")):
             registry.add_implementation(op, algorithm, "boxed", _boxed(op, algorithm))
 
     plugin = types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=register)
@@ -106,3 +106,18 @@ def test_default_requests_never_leave_host_memory(boxed: None) -> None:
     model = algoswap.swap_backend(module, sample_input_shape=(1, 3, 6, 6))
     model(torch.randn(1, 3, 6, 6))
     assert MOVES == {"up": 0, "down": 0} and "boxed" not in model.backends()
+
+
+def test_backends_lists_what_ran_in_fused_chains(boxed: None) -> None:
+    """A chain fused on the boxed backend: its add and relu never ran on their own, so the host
+    backends their sample-input preselection named are not among the model's backends."""
+    torch.manual_seed(0)
+    module = Block().eval()
+    x = torch.randn(2, 3, 6, 6)
+    model = algoswap.swap_backend(module, {"conv2d": "boxed:default"}, tuple(x.shape))
+    with torch.no_grad():
+        expected = module(x)
+    assert relative_error(model(x), expected) <= 1e-5
+    rows = list(model.explain())
+    assert [row.implementation for row in rows if "+" in row.op] == ["boxed:smm", "boxed:smm"]
+    assert model.backends() == sorted({row.implementation.split(":")[0] for row in rows})

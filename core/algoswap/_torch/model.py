@@ -12,6 +12,7 @@ from .explain import Explanation, Row
 from .fusion import AnyStep, FusedStep
 from .._global import get_registry
 from .._records import MemorySpace, resolve_ref
+from .._select import Selection
 from .plan import OpStep, Resident, TorchStep, array_to_tensor, bfloat16, resolve, tensor_to_array
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -144,8 +145,19 @@ class Model:
 
     def backends(self) -> list[str]:
         """The backends of the implementations selected so far (empty before the first call without a sample input)."""
-        selections = [s.last_selection for s in self.op_steps()] + [s.last_selection for s in self.fused]
-        return sorted({chosen.backend.name for chosen in selections if chosen is not None})
+        return sorted({chosen.backend.name for chosen in self._selections_that_ran() if chosen is not None})
+
+    def _selections_that_ran(self) -> list[Selection | None]:
+        """Each step's latest selection; a fused chain's members count only where the chain ran unfused
+        (their own selections may be stale preselections for host inputs)."""
+        selections: list[Selection | None] = []
+        for step in self.steps:
+            if isinstance(step, FusedStep):
+                fused = step.last_selection
+                selections += [fused] if fused is not None else [m.last_selection for m in step.members]
+            elif isinstance(step, OpStep):
+                selections.append(step.last_selection)
+        return selections
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {op}" for op, n in sorted(self.op_counts().items(), key=lambda item: (-item[1], item[0])))

@@ -72,31 +72,50 @@ def algoswap_register(registry: Any) -> None:
 
 
 def _register_conv(registry: Any) -> None:
+    for op in ("conv2d", "conv2d_fused"):
+        _register_forward(registry, op)
     add = registry.add_implementation
     conv = f"{__name__}.conv"
-    add("conv2d", "guess", BACKEND, f"{conv}:conv2d_guess", dtypes=F32, priority=20,
-        supports=_lazy("conv", "supports_cudnn", "guess"), kernel=_lazy("conv", "kernel_cudnn", "guess"),
-        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE)
-    add("conv2d", "find", BACKEND, f"{conv}:conv2d_find", dtypes=F32, priority=15,
-        supports=_lazy("conv", "supports_cudnn", "find"), kernel=_lazy("conv", "kernel_cudnn", "find"),
-        description="cuDNN's first eight ranked engines timed once per layer, the fastest kept (like cudnnFind)." + _TF32_NOTE)
-    for name, engine in ENGINES.items():
-        if name == "winograd":
-            registry.declare_unsupported("conv2d", name, BACKEND, FUSED_WINOGRAD_REASON)
-            continue
-        add("conv2d", name, BACKEND, f"{conv}:conv2d_{name}", dtypes=F32, priority=10,
-            supports=_lazy("conv", "supports_cudnn", name), kernel=_lazy("conv", "kernel_cudnn", name),
-            description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)")
-    add("conv2d", "smm", BACKEND, f"{conv}:conv2d_smm", dtypes=OWN, priority=5, kernel=_lazy("conv", "kernel_smm"),
-        description="im2col gather + cuBLAS batched GEMM." + _TF32_NOTE)
-    add("conv2d", "direct", BACKEND, f"{conv}:conv2d_direct", dtypes=OWN, priority=0,
-        kernel="CuPy raw kernel conv2d_direct (one thread per output)", description="our direct-convolution CUDA kernel")
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
         add(op, "guess", BACKEND, f"{conv}:{op}", dtypes=F32, priority=20, supports=_lazy("conv", "supports_cudnn", "guess"),
             kernel=_lazy("conv", "kernel_cudnn", "guess"), description="cuDNN's heuristic pick." + _TF32_NOTE)
         add(op, "smm", BACKEND, f"{conv}:{op}_smm", dtypes=OWN, priority=5, kernel=_lazy("conv", "kernel_smm"),
             description="cuBLAS batched GEMM with im2col / col2im as a gather / scatter-add." + _TF32_NOTE)
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=OWN, kernel="CuPy sum reduction")
+
+
+def _register_forward(registry: Any, op: str) -> None:
+    """Every forward convolution algorithm, for conv2d and for its fused twin (the conv2d, then bias,
+    residual and relu in one element-wise pass)."""
+    add = registry.add_implementation
+    conv = f"{__name__}.conv"
+    fused = op == "conv2d_fused"
+    then = " Then bias, residual and relu in one element-wise pass." if fused else ""
+
+    def function(name: str) -> str:
+        return f"{conv}:conv2d_{name}_fused" if fused else f"{conv}:conv2d_{name}"
+
+    add(op, "guess", BACKEND, function("guess"), dtypes=F32, priority=20,
+        supports=_lazy("conv", "supports_cudnn", "guess"), kernel=_lazy("conv", "kernel_cudnn", "guess"),
+        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE + then)
+    add(op, "find", BACKEND, function("find"), dtypes=F32, priority=15,
+        supports=_lazy("conv", "supports_cudnn", "find"), kernel=_lazy("conv", "kernel_cudnn", "find"),
+        description="cuDNN's first sixteen qualifying ranked engines timed once per layer, the fastest kept (like cudnnFind)."
+        + _TF32_NOTE + then)
+    for name, engine in ENGINES.items():
+        if name == "winograd":
+            registry.declare_unsupported(op, name, BACKEND, FUSED_WINOGRAD_REASON)
+            continue
+        add(op, name, BACKEND, function(name), dtypes=F32, priority=10,
+            supports=_lazy("conv", "supports_cudnn", name), kernel=_lazy("conv", "kernel_cudnn", name),
+            description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)" + then)
+    add(op, "smm", BACKEND, function("smm"), dtypes=OWN, priority=5,
+        kernel=_lazy("conv", "kernel_fused" if fused else "kernel_smm"),
+        description="im2col gather + cuBLAS batched GEMM." + _TF32_NOTE + then)
+    direct = "CuPy raw kernel conv2d_direct (one thread per output)"
+    add(op, "direct", BACKEND, function("direct"), dtypes=OWN, priority=0,
+        kernel=_lazy("conv", "kernel_fused", direct) if fused else direct,
+        description="our direct-convolution CUDA kernel" + then)
 
 
 def _register_others(registry: Any) -> None:

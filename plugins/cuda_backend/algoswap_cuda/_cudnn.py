@@ -4,7 +4,7 @@ A plan is one graph (fprop, dgrad or wgrad of one layer geometry) with one engin
 geometry, engine and TF32 setting. A named algorithm builds the cuDNN engine its legacy algorithm
 became (``ENGINES``, read off the engines' numerical notes and workspaces: README, "CUDA backend");
 ``guess`` walks cuDNN's heuristic ranking and builds the first engine that qualifies; ``find`` times
-the first eight that qualify and the legacy FFT and Winograd engines, and keeps the fastest (as
+the first sixteen that qualify and the legacy FFT and Winograd engines, and keeps the fastest (as
 cudnnFind and torch's cudnn.benchmark do).
 Without TF32, engines with the TENSOR_CORE or DOWN_CONVERT_INPUTS note do not qualify for float32.
 """
@@ -247,7 +247,7 @@ def _legacy(g: Geometry) -> Iterator[Plan]:
             continue
 
 
-def _find(g: Geometry, tf32: bool, limit: int = 8) -> Plan:
+def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     """Time the first ``limit`` qualifying plans of cuDNN's ranking and the legacy FFT and Winograd
     engines on random data; keep the fastest."""
     graph, tensors, count = _ranked(g)
@@ -260,7 +260,7 @@ def _find(g: Geometry, tf32: bool, limit: int = 8) -> Plan:
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         plan.run(*arrays)
         start.record()
-        for _ in range(3):
+        for _ in range(5):
             plan.run(*arrays)
         stop.record()
         stop.synchronize()

@@ -8,7 +8,7 @@ from typing import Any
 
 import cupy as cp
 
-from . import _blas, _gather, _kernels, _runtime
+from . import _blas, _epilogue, _gather, _kernels, _runtime
 
 Pair = tuple[int, int]
 PadHW = tuple[tuple[int, int], tuple[int, int]]
@@ -44,7 +44,7 @@ def _zero_padded(size: tuple[int, ...], padding: PadHW, mode: str) -> tuple[tupl
 def _plan_of(call: Any, algorithm: str) -> Any:
     """The cuDNN plan serving ``call`` (built and cached now); _cudnn.NotServed if none."""
     a = call.attrs
-    if call.op == "conv2d":
+    if call.op in ("conv2d", "conv2d_fused"):
         size, padding = _zero_padded(call.shape("input"), a["padding"], a["padding_mode"])
         g = _geometry("fprop", size, call.shape("weight"), call.out_shape, a["stride"], padding, a["dilation"], call.dtype)
     elif call.op == "conv2d_grad_input":
@@ -72,7 +72,8 @@ def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
 
 
 def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
-    return str(_plan_of(call, algorithm).label)
+    label = str(_plan_of(call, algorithm).label)
+    return f"{label}, {_epilogue.label(call)}" if call.op == "conv2d_fused" else label
 
 
 _forward_plans: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
@@ -93,9 +94,7 @@ def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadH
     plan, shape = found
     y = cp.empty(shape, dtype=x.dtype)
     plan.run(x, w, y)
-    if b is not None:
-        y += b.reshape(1, -1, 1, 1)
-    return y
+    return _epilogue.apply(y, b)
 
 
 def _out_shape(x: tuple[int, ...], w: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair) -> tuple[int, ...]:
@@ -125,6 +124,20 @@ conv2d_fft = _cudnn_conv2d("fft")
 conv2d_fft_tiling = _cudnn_conv2d("fft_tiling")
 conv2d_winograd = _cudnn_conv2d("winograd")
 conv2d_winograd_nonfused = _cudnn_conv2d("winograd_nonfused")
+
+
+def fused(conv: Any) -> Any:
+    """conv2d_fused on ``conv``: the convolution, then bias, residual and activation in one pass."""
+    def conv2d_fused(x: Any, w: Any, b: Any, residual: Any, *, activation: str, **attrs: Any) -> Any:
+        return _epilogue.apply(conv(x, w, None, **attrs), b, residual, activation == "relu")
+
+    conv2d_fused.__name__ = conv2d_fused.__qualname__ = f"{conv.__name__}_fused"
+    return conv2d_fused
+
+
+def kernel_fused(call: Any, kernel: str | None = None) -> str:
+    """The kernel of a conv2d_fused call on smm (default) or direct."""
+    return f"{kernel or kernel_smm(call)}, {_epilogue.label(call)}"
 
 
 def conv2d_grad_input(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
@@ -188,9 +201,7 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
     y_shape = _out_shape(x.shape, w.shape, stride, padding, dilation)
     cols = _columns(x, w.shape, y_shape[2:], stride, padding, dilation, padding_mode, groups)
     y = _blas.matmul(w.reshape(1, groups, w.shape[0] // groups, -1), cols).reshape(y_shape)
-    if b is not None:
-        y += b.reshape(1, -1, 1, 1)
-    return y
+    return _epilogue.apply(y, b)
 
 
 def conv2d_grad_input_smm(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
@@ -216,3 +227,15 @@ def conv2d_grad_weight_smm(dy: Any, x: Any, *, weight_size: tuple[int, ...], str
 
 def kernel_smm(call: Any) -> str:
     return "im2col gather (CuPy) + cuBLAS batched GEMM (cupy.matmul)"
+
+
+conv2d_guess_fused = fused(conv2d_guess)
+conv2d_find_fused = fused(conv2d_find)
+conv2d_implicit_gemm_fused = fused(conv2d_implicit_gemm)
+conv2d_implicit_precomp_gemm_fused = fused(conv2d_implicit_precomp_gemm)
+conv2d_gemm_fused = fused(conv2d_gemm)
+conv2d_fft_fused = fused(conv2d_fft)
+conv2d_fft_tiling_fused = fused(conv2d_fft_tiling)
+conv2d_winograd_nonfused_fused = fused(conv2d_winograd_nonfused)
+conv2d_smm_fused = fused(conv2d_smm)
+conv2d_direct_fused = fused(conv2d_direct)
