@@ -31,17 +31,19 @@ from algoswap import zoo
 ALGORITHMS = ("dnnl:direct", "dnnl:auto")
 
 
-def median_ms(runs: dict[str, Callable[[], Any]], count: int, warmup: int = 3) -> dict[str, float]:
-    """Median time of each callable; they run in turns, so that load elsewhere hits them alike."""
+def median_ms(runs: dict[str, Callable[[], Any]], count: int, warmup: int = 3, block: int = 1) -> dict[str, float]:
+    """Median time of each callable over ``count`` timed calls; they run in turns, so that load elsewhere
+    hits them alike, ``block`` calls of one in a row per turn (see sycl_conv_layers.py for why)."""
     for run in runs.values():
         for _ in range(warmup):
             run()
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(count):
+    for _ in range(-(-count // block)):
         for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
@@ -83,7 +85,7 @@ def gflop(layer: nn.Conv2d, shape: tuple[int, ...], out: torch.Tensor) -> float:
 
 
 def measure(batch: int, runs: int, algorithms: tuple[str, ...] = ALGORITHMS,
-            show: Callable[[dict[str, Any]], str] | None = None) -> list[dict[str, Any]]:
+            show: Callable[[dict[str, Any]], str] | None = None, block: int = 1) -> list[dict[str, Any]]:
     """One row per distinct layer: torch and each of ``algorithms`` (swapped layers), printed by ``show``."""
     rows = []
     for layer, shape in distinct_layers(batch):
@@ -100,7 +102,7 @@ def measure(batch: int, runs: int, algorithms: tuple[str, ...] = ALGORITHMS,
                 assert torch.allclose(swapped(x), y, rtol=1e-3, atol=1e-3)
                 calls[algorithm] = functools.partial(swapped, x)
                 row[f"{algorithm} kernel"] = algoswap.explain(swapped)[0].kernel
-            row.update(median_ms(calls, runs))
+            row.update(median_ms(calls, runs, block=block))
         rows.append(row)
         print((show or _format)(row), flush=True)
     return rows

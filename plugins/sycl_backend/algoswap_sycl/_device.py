@@ -259,12 +259,12 @@ class Long(int):
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A host numpy array of a SyclArray (a copy, independent of it: into memory from the pool, which
-    fresh numpy memory would not be, faulted in at first touch) or of a host array."""
+    """A host numpy array of a SyclArray, without copying: its USM memory seen from the host (on a CPU device
+    a copy of a 25 MiB output took 4 ms, more than the convolution's oneDNN time). Safe because no kernel here
+    writes into an existing array (every op makes new outputs), and the memory goes back to the pool only
+    when the SyclArray and every host view of it are gone. A host array is returned as it is."""
     if isinstance(array, SyclArray):
-        copy = array.context.empty(array.shape, array.dtype).host_view()
-        np.copyto(copy, array.host_view())
-        return copy
+        return array.host_view()
     return np.asarray(array)
 
 

@@ -88,7 +88,7 @@ def _pad(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry, width: int) -
         return x
     xp = ctx.empty((g.n, g.c, g.hp, width), dtype, temporary=True)
     (top, _), (left, _) = g.padding
-    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, g.hp, width, top, left, g.mode, 1, 1], [g.n * g.c, g.hp])
+    ctx.run(dtype, "pad2d", [x, xp, g.h, g.w, g.hp, g.wp, g.hp, width, top, left, g.mode, 1, 1, 1, 1], [g.n * g.c, g.hp])
     return xp
 
 
@@ -138,32 +138,40 @@ def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation
     return finish(ctx, y, (x, w, b))
 
 
-def _phases(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry) -> tuple[SyclArray, int, int]:
-    """(xs, hq, wq): the input padded and split into the sh x sw phases of the stride, hq x wq each, with
-    slack past the end for the direct kernel's vector loads (see kernels/direct.cl)."""
-    sh, sw = g.stride
+def _phase_count(taps: int, stride: int, dilation: int) -> int:
+    """How many phases of a stride the taps read: the first few (a 1x1 kernel: one), else all."""
+    used = sorted({t * dilation % stride for t in range(taps)})
+    return len(used) if used == list(range(len(used))) else stride
+
+
+def _phases(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry) -> tuple[SyclArray, int, int, int, int]:
+    """(xs, nph, npw, hq, wq): the input padded and split into the nph x npw phases of the stride it reads, hq
+    x wq each, with slack past the end for the direct kernel's vector loads (see kernels/direct.cl)."""
+    (sh, sw), (dh, dw) = g.stride, g.dilation
+    nph, npw = _phase_count(g.kh, sh, dh), _phase_count(g.kw, sw, dw)
     hq, wq = ceil_div(g.hp, sh), ceil_div(g.wp, sw)
-    size = g.n * g.c * sh * sw * hq * wq
+    size = g.n * g.c * nph * npw * hq * wq
     xs = ctx.empty((size + wq + 2 * VN,), dtype, temporary=True)
     xs.host_view()[size:] = 0  # read into dropped columns only: zeros, never stale memory (denormals are slow)
     (top, _), (left, _) = g.padding
-    ctx.run(dtype, "pad2d", [x, xs, g.h, g.w, g.hp, g.wp, hq, wq, top, left, g.mode, sh, sw], [g.n * g.c * sh * sw, hq])
-    return xs, hq, wq
+    ctx.run(dtype, "pad2d", [x, xs, g.h, g.w, g.hp, g.wp, hq, wq, top, left, g.mode, sh, sw, nph, npw],
+            [g.n * g.c * nph * npw, hq])
+    return xs, nph, npw, hq, wq
 
 
 _OFFSETS: dict[tuple[Any, ...], SyclArray] = {}
 
 
-def _tap_offsets(ctx: Context, g: Geometry, hq: int, wq: int) -> SyclArray:
+def _tap_offsets(ctx: Context, g: Geometry, npw: int, channel: int, hq: int, wq: int) -> SyclArray:
     """Where each row k = (c, kh, kw) of the product's B starts in a group's phases (kernels/direct.cl)."""
-    key = (ctx.filter_string, g.cg, g.kh, g.kw, g.stride, g.dilation, hq, wq)
+    key = (ctx.filter_string, g.cg, g.kh, g.kw, g.stride, g.dilation, npw, channel, hq, wq)
     found = _OFFSETS.get(key)
     if found is None:
         (sh, sw), (dh, dw) = g.stride, g.dilation
         kh, kw = np.divmod(np.arange(g.kh * g.kw), g.kw)
         (di, ph), (dj, pw) = np.divmod(kh * dh, sh), np.divmod(kw * dw, sw)
-        taps = ((ph * sw + pw) * hq + di) * wq + dj
-        channels = np.arange(g.cg)[:, None] * (sh * sw * hq * wq)
+        taps = ((ph * npw + pw) * hq + di) * wq + dj
+        channels = np.arange(g.cg)[:, None] * channel
         found = ctx.upload((channels + taps).astype(np.int32).ravel())
         if len(_OFFSETS) > 256:
             _OFFSETS.clear()
@@ -178,11 +186,12 @@ def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilat
     ctx, dtype, (xd, wd) = start(x, w)
     bd = optional(ctx, b)
     g = _geometry(x.shape, w.shape, stride, padding, dilation, groups, padding_mode)
-    xs, hq, wq = _phases(ctx, dtype, xd, g)
+    xs, nph, npw, hq, wq = _phases(ctx, dtype, xd, g)
+    channel = nph * npw * hq * wq
     y = ctx.empty((g.n, g.o, g.oh, g.ow), dtype)
     ctx.run(dtype, "conv_direct",
-            [xs, wd, bd if bd is not None else wd, y, _tap_offsets(ctx, g, hq, wq), g.c, g.cg,
-             Long(g.stride[0] * g.stride[1] * hq * wq), g.o, g.og, g.oh, g.ow, wq, g.taps, g.groups,
+            [xs, wd, bd if bd is not None else wd, y, _tap_offsets(ctx, g, npw, channel, hq, wq), g.c, g.cg,
+             Long(channel), g.o, g.og, g.oh, g.ow, wq, g.taps, g.groups,
              int(bd is not None)],
             [g.n * g.groups, ceil_div(g.oh * wq, VN), ceil_div(g.og, TM)])
     return finish(ctx, y, (x, w, b))

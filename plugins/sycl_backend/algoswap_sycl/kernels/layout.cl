@@ -30,38 +30,6 @@ inline int pad_source(int q, int size, int mode) {
     return f < size ? f : period - f;
 }
 
-// xs[n, c, ph, pw, i, j] (i < Hq, j < Wq) = xp[i * sh + ph, j * sw + pw]: the input padded by (top, left) in
-// `mode` (zeros past (Hp, Wp)), split into the sh x sw phases of a stride (strides 1: one phase, the padded
-// input with rows Wq apart). A work-item writes one row: with stride 1, its inside 16 elements at a time.
-__attribute__((vec_type_hint(REAL16)))
-__kernel void pad2d(__global const REAL *x, __global REAL *xs, int H, int W, int Hp, int Wp, int Hq, int Wq,
-                    int top, int left, int mode, int sh, int sw) {
-    int i = get_global_id(0), row = get_global_id(1);
-    int plane = row / (sh * sw), ph = row / sw % sh, pw = row % sw;
-    __global REAL *dst = xs + ((long)row * Hq + i) * Wq;
-    int h = i * sh + ph < Hp ? pad_source(i * sh + ph - top, H, mode) : -1;
-    if (h < 0) {
-        for (int j = 0; j < Wq; j++) dst[j] = (REAL)0;
-        return;
-    }
-    __global const REAL *src = x + ((long)plane * H + h) * W;
-    if (sw > 1) {
-        for (int j = 0; j < Wq; j++) {
-            int from = j * sw + pw < Wp ? pad_source(j * sw + pw - left, W, mode) : -1;
-            dst[j] = from < 0 ? (REAL)0 : src[from];
-        }
-        return;
-    }
-    for (int j = 0; j < left; j++) { int w = pad_source(j - left, W, mode); dst[j] = w < 0 ? (REAL)0 : src[w]; }
-    int w = 0;
-    for (; w + 16 <= W; w += 16) vstore16(vload16(0, src + w), 0, dst + left + w);
-    for (; w < W; w++) dst[left + w] = src[w];
-    for (int j = left + W; j < Wq; j++) {
-        int from = j < Wp ? pad_source(j - left, W, mode) : -1;
-        dst[j] = from < 0 ? (REAL)0 : src[from];
-    }
-}
-
 // Adjoint of pad2d along one axis: out[r, l, s] gathers in[r, q, s] over every q whose source is l.
 __kernel void fold_axis(__global const REAL *in, __global REAL *out, int L, int Lp, int S, int before, int mode) {
     int s = get_global_id(0), l = get_global_id(1), r = get_global_id(2);
@@ -82,6 +50,32 @@ inline REAL16 strided16(__global const REAL *p, int s) {
     if (s == 1) return vload16(0, p);
     REAL16 lo = vload16(0, p), hi = vload16(0, p + 16);
     return (REAL16)(lo.even, hi.even);
+}
+
+// xs[n, c, ph, pw, i, j] (ph < nph, pw < npw, i < Hq, j < Wq) = xp[i * sh + ph, j * sw + pw]: the input padded
+// by (top, left) in `mode` (zeros past (Hp, Wp)), split into the first nph x npw phases of a stride (the ones
+// the taps read; strides 1: the padded input, rows Wq apart). A work-item writes one row: its inside 16
+// elements at a time (strides 1 and 2), its border element by element.
+__attribute__((vec_type_hint(REAL16)))
+__kernel void pad2d(__global const REAL *x, __global REAL *xs, int H, int W, int Hp, int Wp, int Hq, int Wq,
+                    int top, int left, int mode, int sh, int sw, int nph, int npw) {
+    int i = get_global_id(0), row = get_global_id(1);
+    int plane = row / (nph * npw), ph = row / npw % nph, pw = row % npw;
+    __global REAL *dst = xs + ((long)row * Hq + i) * Wq;
+    int h = i * sh + ph < Hp ? pad_source(i * sh + ph - top, H, mode) : -1;
+    if (h < 0) {
+        for (int j = 0; j < Wq; j++) dst[j] = (REAL)0;
+        return;
+    }
+    __global const REAL *src = x + ((long)plane * H + h) * W;
+    int j = 0;
+    for (; j < Wq && j * sw + pw < left; j++) { int w = pad_source(j * sw + pw - left, W, mode); dst[j] = w < 0 ? (REAL)0 : src[w]; }
+    if (sw <= 2)  // 16 outputs at a time while their loads stay inside the row
+        for (; j + 16 <= Wq && (j + 16) * sw + pw - left <= W - sw + 1; j += 16) vstore16(strided16(src + j * sw + pw - left, sw), 0, dst + j);
+    for (; j < Wq; j++) {
+        int from = j * sw + pw < Wp ? pad_source(j * sw + pw - left, W, mode) : -1;
+        dst[j] = from < 0 ? (REAL)0 : src[from];
+    }
 }
 
 // col[batch][j][k][32] (batch = n * G + g, images n_first + n of the padded input xp[N, C, Hp, Wpa]): the
