@@ -73,7 +73,8 @@ __kernel void pad2d(__global const REAL *x, __global REAL *xs, int H, int W, int
     if (sw <= 2)  // 16 outputs at a time while their loads stay inside the row
         for (; j + 16 <= Wq && (j + 16) * sw + pw - left <= W - sw + 1; j += 16) vstore16(strided16(src + j * sw + pw - left, sw), 0, dst + j);
     for (; j < Wq; j++) {
-        int from = j * sw + pw < Wp ? pad_source(j * sw + pw - left, W, mode) : -1;
+        int from = j * sw + pw - left;
+        if (from < 0 || from >= W) from = j * sw + pw < Wp ? pad_source(from, W, mode) : -1;
         dst[j] = from < 0 ? (REAL)0 : src[from];
     }
 }
