@@ -84,9 +84,14 @@ def gflop(layer: nn.Conv2d, shape: tuple[int, ...], out: torch.Tensor) -> float:
     return per_output * out.numel() / 1e9
 
 
+Extra = Callable[[nn.Conv2d, torch.Tensor], dict[str, Callable[[], Any]]]
+
+
 def measure(batch: int, runs: int, algorithms: tuple[str, ...] = ALGORITHMS,
-            show: Callable[[dict[str, Any]], str] | None = None, block: int = 1) -> list[dict[str, Any]]:
-    """One row per distinct layer: torch and each of ``algorithms`` (swapped layers), printed by ``show``."""
+            show: Callable[[dict[str, Any]], str] | None = None, block: int = 1,
+            extra: Extra | None = None) -> list[dict[str, Any]]:
+    """One row per distinct layer: torch and each of ``algorithms`` (swapped layers), plus the calls
+    ``extra(layer, input)`` makes, all timed in the same turns; printed by ``show``."""
     rows = []
     for layer, shape in distinct_layers(batch):
         x = torch.randn(shape)
@@ -102,6 +107,7 @@ def measure(batch: int, runs: int, algorithms: tuple[str, ...] = ALGORITHMS,
                 assert torch.allclose(swapped(x), y, rtol=1e-3, atol=1e-3)
                 calls[algorithm] = functools.partial(swapped, x)
                 row[f"{algorithm} kernel"] = algoswap.explain(swapped)[0].kernel
+            calls.update(extra(layer, x) if extra else {})
             row.update(median_ms(calls, runs, block=block))
         rows.append(row)
         print((show or _format)(row), flush=True)
