@@ -5,7 +5,7 @@
 # layer, then whole-model inference: eager, swap_conv2d, swap_backend) and the per-call overhead.
 #
 #   bash benchmarks/cuda_device_run.sh [all|tests|layers|model] [OUTDIR]
-#     tests:  the conformance suite for every CUDA implementation and tests/test_cuda.py
+#     tests:  the conformance suite for every CUDA implementation, tests/test_cuda.py and the executor's GPU training test
 #     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
 #     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend) and the per-call overhead
 #     all (default): the three in turn (about 12 minutes on an H200)
@@ -31,8 +31,8 @@ python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.b
 
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
     echo "== tests (conformance of every CUDA implementation, tests/test_cuda.py)"
-    timeout 420 python3 -m pytest tests/test_cuda.py tests/test_conformance.py -k cuda -q -rfEs -p no:cacheprovider \
-        --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
+    timeout 420 python3 -m pytest tests/test_cuda.py tests/test_conformance.py tests/test_graph_executor.py -k "cuda or gpu" \
+        -q -rfEs -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
 fi
 if [ "$PART" = all ] || [ "$PART" = layers ]; then
     echo "== cuDNN engines per layer"

@@ -5,6 +5,7 @@ A case is (input shapes, attributes); the arrays are drawn fresh for every test 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from case_inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
@@ -190,10 +191,13 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
 
 
 def _fused_case(shapes: tuple[Any, ...], attrs: dict[str, Any], out: tuple[int, ...]) -> Case:
-    """conv2d_fused from a conv2d case: with a residual and relu, and the plain variants in turn."""
+    """conv2d_fused from a conv2d case: with a residual and relu, and the plain variants in turn.
+    Outputs of fewer than 16 values get no relu: zeroing most of them would leave the relative error
+    of one or two float32 sums (or 0/0), which measures their conditioning, not the implementation."""
     variant = (sum(shapes[0]) + sum(shapes[1])) % 3  # varied over the cases, fixed for each
     residual = None if variant == 0 else out
-    return (shapes + (residual,), {**attrs, "activation": "none" if variant == 1 else "relu"})
+    relu = variant != 1 and math.prod(out) >= 16
+    return (shapes + (residual,), {**attrs, "activation": "relu" if relu else "none"})
 
 
 def cases_for(op: str) -> list[Case]:

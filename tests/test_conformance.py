@@ -64,7 +64,7 @@ def check_conformance(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Gene
         inputs = [draw(rng, s, dtype) for s in shapes]
         originals = [None if a is None else a.copy() for a in inputs]
         wide = [_widen(a) for a in inputs]
-        out = _run(impl, call, inputs)
+        out = _run(impl, call, inputs, updated)
         ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
         problem = _compare(out, ref, call, dtype)
         for position in updated:
@@ -96,9 +96,14 @@ def _compare_update(got: np.ndarray, ref: np.ndarray, dtype: str, name: str) -> 
     return "" if error <= TOLERANCE[dtype] else f"'{name}' updated with relative error {error:.3g} > {TOLERANCE[dtype]:g}"
 
 
-def _run(impl: algoswap.ImplRecord, call: algoswap.OpCall, inputs: list[np.ndarray | None]) -> object:
+def _run(impl: algoswap.ImplRecord, call: algoswap.OpCall, inputs: list[np.ndarray | None], updated: list[int]) -> object:
+    """The implementation's output, in host memory; inputs it updates in place (in its own memory
+    space) are read back into ``inputs``."""
     memory = algoswap.registry().backends[impl.backend].memory
-    out = impl.callable(*(None if a is None else memory.upload(a) for a in inputs), **call.attrs)
+    uploaded = [None if a is None else memory.upload(a) for a in inputs]
+    out = impl.callable(*uploaded, **call.attrs)
+    for position in updated:
+        inputs[position][...] = memory.download(uploaded[position])  # type: ignore[index]
     return memory.download(out)
 
 

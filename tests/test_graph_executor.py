@@ -226,16 +226,20 @@ def test_on_a_gpu_nodes_run_in_device_memory_with_transfers_and_train_like_numpy
                "fc": rng.standard_normal((10, 256)) * 0.05, "fcb": np.zeros(10)}
     weights = {k: v.astype(np.float32) for k, v in weights.items()}
     xv, yv = rng.standard_normal((16, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 16)
-    losses = {}
+    losses, params = {}, {}
     for label, backends in (("gpu", None), ("numpy", ["numpy"])):
         x, labels, loss = _small_cnn(weights, 16)
         executor = g.Executor([loss, g.Momentum(0.05).minimize(loss)], backends=backends)
         losses[label] = [float(executor.run(feed={x: xv, labels: yv})[0]) for _ in range(4)]
+        params[label] = np.concatenate([p.value.ravel() for p in g.parameters_of([loss])])
         if label == "gpu":
             program = executor.plan()
             ran = {s.backend for s in program.steps if not s.is_transfer}
-            assert "cuda" in ran and "numpy" in ran, ran  # the loss and the updates have no CUDA implementation
-            notes = {s.note for s in program.transfers}
-            assert {"host -> cuda", "cuda -> host"} <= notes, notes
+            assert ran == {"cuda"}, ran  # every op, the loss and the updates included, has a CUDA implementation
+            kept = sorted(node.name for slot, node in program.sources if slot in program.kept)
+            assert kept == sorted([*weights, *(f"{k}_velocity" for k in weights)])  # they stay on the GPU between steps
+            assert {s.note for s in program.transfers} == {"host -> cuda", "cuda -> host"}
+            assert len(program.transfers) == 3, [s.name for s in program.transfers]  # x and labels in, the loss out
     assert losses["gpu"][-1] < losses["gpu"][0]
     assert relative_error(losses["gpu"], losses["numpy"]) < 1e-3  # TF32 may be on
+    assert relative_error(params["gpu"], params["numpy"]) < 1e-3  # read back from the GPU through Node.value

@@ -1,71 +1,26 @@
 """A Model keeps values in a backend's memory space between consecutive steps of that backend.
 
-The backend here is a test fixture registered in-process: its arrays are numpy arrays wrapped in
-a box (its own memory space "boxed"), its kernels unbox, call the reference, and box again, and
-every move between host and box is counted.
+The backend here is the test backend of boxed_backend.py (its own memory space "boxed", every move
+between host and box counted).
 """
 
 from __future__ import annotations
 
-import types
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
-import numpy as np
 import pytest
 
 import algoswap
+from boxed_backend import MOVES, register_boxed
 from helpers import relative_error
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-MOVES = {"up": 0, "down": 0}
-
-
-@dataclass
-class Box:
-    data: np.ndarray
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.data.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-
-def _upload(array: Any) -> Box:
-    MOVES["up"] += 1
-    return Box(np.ascontiguousarray(array))
-
-
-def _download(box: Box) -> np.ndarray:
-    MOVES["down"] += 1
-    return box.data.copy()
-
-
-def _boxed(op: str, algorithm: str) -> Any:
-    def run(*inputs: Any, **attrs: Any) -> Box:
-        assert all(a is None or isinstance(a, Box) for a in inputs), "a host array reached a boxed kernel"
-        arrays = [None if a is None else a.data for a in inputs]
-        return Box(algoswap.ops.call(op, *arrays, algorithm=f"numpy:{algorithm}", **attrs))
-
-    return run
-
 
 @pytest.fixture
 def boxed() -> Iterator[None]:
-    def register(registry: Any) -> None:
-        space = algoswap.MemorySpace("boxed", "Box", to_host=_download, from_host=_upload)
-        registry.add_backend("boxed", memory=space, priority=-5)
-        for op, algorithm in (("conv2d", "smm"), ("conv2d_fused", "smm"), ("relu", "direct"), ("add", "direct")):
-            registry.add_implementation(op, algorithm, "boxed", _boxed(op, algorithm))
-
-    plugin = types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=register)
-    assert algoswap.register_plugin(plugin, name="boxed").status == "loaded"
-    MOVES.update(up=0, down=0)
+    register_boxed([("conv2d", "smm"), ("conv2d_fused", "smm"), ("relu", "direct"), ("add", "direct")])
     yield
     algoswap.reload_plugins()
 

@@ -12,7 +12,8 @@ from .._select import check_known
 from .._spec import Shape
 from ._node import GraphError, Node, topological
 from ._explain import PlanText, explain_program
-from ._program import MemoryReport, Program, build_program
+from ._program import MemoryReport, Program, build_program, homes
+from ._residence import Residence
 
 Override = Mapping[Any, str]
 
@@ -42,6 +43,8 @@ class Executor:
         self.backends = list(backends) if backends is not None else None
         self.plan_memory = plan_memory
         self.programs: dict[Any, Program] = {}
+        self.residence = Residence()
+        self._homes: dict[int, Any] | None = None
         self._check_requests()
 
     def _check_requests(self) -> None:
@@ -77,11 +80,18 @@ class Executor:
         key = (name, tuple(sorted((k, v) for k, v in shapes.items())))
         program = self.programs.get(key)
         if program is None:
-            program = self.programs[key] = build_program(name, outputs, shapes, self.requests)
+            program = self.programs[key] = build_program(name, outputs, shapes, self.requests, self.homes())
             if not self.plan_memory:
                 for step in program.steps:
                     step.free = ()
         return program
+
+    def homes(self) -> dict[int, Any]:
+        """Parameters and variables (by id) that live in a device's memory between runs: those an op
+        of any subgraph updates in place there (an optimizer update on the GPU)."""
+        if self._homes is None:
+            self._homes = homes([n for outputs in self.subgraphs.values() for n in outputs], self.requests)
+        return self._homes
 
     def _subgraph_name(self, subgraph: str | None) -> str:
         if subgraph is None:
@@ -117,8 +127,10 @@ class Executor:
         program = self.plan(name, {**feed, **{k: v for k, v in batches.items()}})
         values: list[Any] = [None] * program.slot_count
         for slot, node in program.sources:
-            values[slot] = self._source_value(node, feed, batches)
+            space = program.kept.get(slot)
+            values[slot] = self._source_value(node, feed, batches) if space is None else self.residence.value(node, space)
         program.run(values)
+        self.residence.updated(program.updated_on_device)
         return [None if slot is None else values[slot] for slot in program.output_slots]
 
     def _next_batches(self, name: str) -> dict[str, np.ndarray]:

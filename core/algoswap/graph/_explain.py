@@ -34,6 +34,9 @@ def explain_program(program: Program) -> PlanText:
     if program.transfers:
         lines.append("transfers: " + "; ".join(f"{s.name} ({s.note})" for s in program.transfers))
     else:
-        lines.append("transfers: none (every node runs in host memory)")
+        lines.append("transfers: none")
+    for space in sorted({s.name for s in program.kept.values()}):
+        kept = [names[slot] for slot, where in program.kept.items() if where.name == space]
+        lines.append(f"kept in {space} memory between runs (updated there in place): {', '.join(kept)}")
     lines.append(f"memory: {program.memory()}")
     return PlanText("\n".join(lines))

@@ -29,7 +29,9 @@ class Node:
     """One value of a graph: a source (placeholder, parameter, variable, constant, data) or an op call.
 
     ``shape`` and ``dtype`` are known when the node is built. Parameters, variables (optimizer
-    state) and constants hold their host array in ``value``; in-place updates change it.
+    state) and constants hold their host array in ``value``; in-place updates change it. An
+    Executor may keep a parameter or variable in a device's memory between runs (where the op
+    updating it runs): reading ``value`` brings that copy home first, and setting it replaces both.
     """
 
     name: str
@@ -40,11 +42,27 @@ class Node:
     inputs: tuple[Node | None, ...] = ()
     attrs: dict[str, Any] = field(default_factory=dict)
     call: OpCall | None = None
-    value: Any = None
+    host: Any = field(default=None, repr=False)
     request: str = "default"
     dynamic: Callable[[], dict[str, Any]] | None = None
     loaders: Any = None
     component: int = 0
+    holder: Any = field(default=None, repr=False)  # the Executor residence keeping a device copy, if any
+
+    @property
+    def value(self) -> Any:
+        """The host array of a parameter, variable or constant (a device copy newer than it is copied in first)."""
+        if self.holder is not None:
+            holder, self.holder = self.holder, None
+            holder.bring_home(self)
+        return self.host
+
+    @value.setter
+    def value(self, array: Any) -> None:
+        if self.holder is not None:
+            holder, self.holder = self.holder, None
+            holder.forget(self)
+        self.host = array
 
     def __repr__(self) -> str:
         what = self.op if self.kind == "op" else self.kind
@@ -103,21 +121,22 @@ def placeholder(name: str, shape: Sequence[int], dtype: str = "float32") -> Node
 
 
 def parameter(name: str, value: Any, dtype: str | None = None) -> Node:
-    """A trainable array (kept on the host, updated in place by optimizers)."""
+    """A trainable array, updated in place by optimizers (kept on the host, or in the device memory
+    where its update runs: see ``Node.value``)."""
     array = np.array(value, dtype=dtype or np.asarray(value).dtype, order="C", copy=True)
-    return Node(name, "parameter", tuple(array.shape), str(array.dtype), value=array)
+    return Node(name, "parameter", tuple(array.shape), str(array.dtype), host=array)
 
 
 def variable(name: str, value: Any) -> Node:
     """A non-trainable array the graph updates in place (optimizer state)."""
     array = np.array(value, order="C", copy=True)
-    return Node(name, "variable", tuple(array.shape), str(array.dtype), value=array)
+    return Node(name, "variable", tuple(array.shape), str(array.dtype), host=array)
 
 
 def constant(value: Any, name: str | None = None) -> Node:
     """A fixed array (numpy arrays given to op calls become constants)."""
     array = np.ascontiguousarray(value)
-    return Node(name or unique_name("constant"), "constant", tuple(array.shape), str(array.dtype), value=array)
+    return Node(name or unique_name("constant"), "constant", tuple(array.shape), str(array.dtype), host=array)
 
 
 def _as_node(value: Any) -> Node | None:

@@ -92,6 +92,8 @@ class Program:
     output_slots: list[int | None]
     slot_count: int
     loaders: list[Any] = field(default_factory=list)
+    kept: dict[int, MemorySpace] = field(default_factory=dict)  # source slots kept in a device's memory between runs
+    updated_on_device: list[Node] = field(default_factory=list)  # the sources updated in place there
 
     def run(self, values: list[Any]) -> None:
         for step in self.steps:
@@ -167,21 +169,47 @@ def _reaches(start: Node, target: Node) -> bool:
     return any(n is target for n in topological([start]))
 
 
-def _choose(node: Node, shapes: list[Any], dtypes: list[Any], requests: Sequence[str]) -> Selection:
+def _choose(node: Node, shapes: list[Any], dtypes: list[Any], requests: Sequence[str], memory: str | None) -> Selection:
     assert node.op is not None
-    in_place = bool(get_registry().spec(node.op).in_place)
     errors = []
     for request in requests:
         try:
-            return select(get_registry(), node.op, shapes, dtypes, node.attrs, request, "host" if in_place else None)
+            return select(get_registry(), node.op, shapes, dtypes, node.attrs, request, memory)
         except AlgoswapError as exc:
             errors.append(str(exc))
     raise GraphError(f"node {node.name!r} ({node.op}): " + "; ".join(errors))
 
 
+PERSISTENT = ("parameter", "variable")
+
+
+def _updated_in_place(node: Node) -> list[Node | None]:
+    """The inputs ``node`` updates in place (empty for most ops)."""
+    spec = get_registry().spec(node.op) if node.kind == "op" and node.op else None
+    return [node.inputs[spec.input_names.index(name)] for name in spec.in_place] if spec else []
+
+
+def homes(outputs: Sequence[Node], requests: Requests) -> dict[int, MemorySpace]:
+    """Where each parameter and variable updated in place lives between runs (by id): the memory
+    space of the op that updates it, where that is a device's; host otherwise (not listed)."""
+    found: dict[int, MemorySpace] = {}
+    for node in topological(outputs):
+        targets = _updated_in_place(node)
+        if not targets or not all(t is not None and t.kind in PERSISTENT for t in targets):
+            continue
+        if any(id(t) in found for t in targets):
+            continue  # already homed by an earlier update
+        shapes = [None if i is None else i.shape for i in node.inputs]
+        chosen = _choose(node, shapes, [None if i is None else i.dtype for i in node.inputs], requests(node), None)
+        if not chosen.backend.memory.is_host:
+            found.update({id(t): chosen.backend.memory for t in targets if t is not None})
+    return found
+
+
 class _Builder:
-    def __init__(self, subgraph: str, outputs: Sequence[Node], shapes: dict[int, tuple[Shape, str]], requests: Requests) -> None:
-        self.subgraph, self.outputs, self.shapes, self.requests = subgraph, list(outputs), shapes, requests
+    def __init__(self, subgraph: str, outputs: Sequence[Node], shapes: dict[int, tuple[Shape, str]], requests: Requests,
+                 homes: dict[int, MemorySpace]) -> None:
+        self.subgraph, self.outputs, self.shapes, self.requests, self.homes = subgraph, list(outputs), shapes, requests, homes
         self.slots: dict[int, int] = {}
         self.where: dict[int, MemorySpace] = {}
         self.moved: dict[tuple[int, str], int] = {}
@@ -197,7 +225,7 @@ class _Builder:
         for node in schedule(self.outputs):
             if node.kind in SOURCE_KINDS:
                 slot = self.slots[id(node)] = self.new_slot()
-                self.where[slot] = HOST
+                self.where[slot] = self.homes.get(id(node), HOST)
                 self.sources.append((slot, node))
             elif node.kind == "op":
                 self.add_op(node)
@@ -207,12 +235,20 @@ class _Builder:
         for _, node in self.sources:
             if node.kind == "data" and all(node.loaders is not l for l in loaders):
                 loaders.append(node.loaders)
-        return Program(self.subgraph, self.outputs, self.steps, self.sources, output_slots, self.count, loaders)
+        kept = {slot: self.where[slot] for slot, _ in self.sources if not self.where[slot].is_host}
+        updated = [t for s in self.steps if s.alias and not s.memory.is_host and s.node is not None
+                   for t in _updated_in_place(s.node) if t is not None]
+        return Program(self.subgraph, self.outputs, self.steps, self.sources, output_slots, self.count, loaders, kept, updated)
 
     def add_op(self, node: Node) -> None:
         assert node.op is not None
         known = [None if i is None else self.shapes[id(i)] for i in node.inputs]
-        chosen = _choose(node, [None if k is None else k[0] for k in known], [None if k is None else k[1] for k in known], self.requests(node))
+        targets = _updated_in_place(node)
+        memory = None  # an in-place update runs where what it updates lives
+        if targets:
+            memory = self.homes.get(id(targets[0]), HOST).name if targets[0] is not None else "host"
+        chosen = _choose(node, [None if k is None else k[0] for k in known], [None if k is None else k[1] for k in known],
+                         self.requests(node), memory)
         space = chosen.backend.memory
         inputs = tuple(None if i is None else self.slot_in(self.slots[id(i)], space) for i in node.inputs)
         in_place = bool(get_registry().spec(node.op).in_place)
@@ -279,6 +315,8 @@ class _Builder:
             step.free = tuple(sorted(frees.get(index, ())))
 
 
-def build_program(subgraph: str, outputs: Sequence[Node], shapes: dict[int, tuple[Shape, str]], requests: Requests) -> Program:
-    """Plan ``outputs`` for inputs of these (shape, dtype), keyed by id(node)."""
-    return _Builder(subgraph, outputs, dict(shapes), requests).build()
+def build_program(subgraph: str, outputs: Sequence[Node], shapes: dict[int, tuple[Shape, str]], requests: Requests,
+                  homes: dict[int, MemorySpace] | None = None) -> Program:
+    """Plan ``outputs`` for inputs of these (shape, dtype), keyed by id(node); ``homes``: the
+    parameters and variables living in a device's memory (see ``homes()``)."""
+    return _Builder(subgraph, outputs, dict(shapes), requests, homes or {}).build()

@@ -136,3 +136,41 @@ def _register_others(registry: Any) -> None:
         add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=OWN, kernel="CuPy element-wise kernels and reductions")
     for op in ("add", "concat", "flatten", "reshape"):
         add(op, "direct", BACKEND, f"{__name__}.shape:{op}", dtypes=OWN, kernel="CuPy")
+    _register_op_set(registry)
+
+
+# The rest of the op set, one module per family as in the NumPy reference: each op's function is the
+# module attribute of the same name ("slice" is slicing.slice_), as "direct" (matmul's as "gemm").
+_MODULES = {
+    "arith": ("sub", "sub_grad_b", "mul", "mul_grad", "div", "div_grad_a", "div_grad_b", "neg", "sqrt", "sqrt_grad",
+              "rsqrt", "rsqrt_grad", "add_scalar", "mul_scalar", "rdiv_scalar", "rdiv_scalar_grad", "pow_scalar",
+              "pow_scalar_grad"),
+    "matmul": ("matmul", "matmul_grad_a", "matmul_grad_b", "batch_matmul", "batch_matmul_grad_a", "batch_matmul_grad_b"),
+    "reduce": ("reduce_sum", "reduce_sum_grad", "reduce_mean", "reduce_mean_grad", "broadcast_to", "sum_to_shape"),
+    "slicing": ("slice_grad", "pad", "pad_grad"),
+    "norm": ("instance_norm", "instance_norm_grad_input", "instance_norm_grad_weight", "instance_norm_grad_bias"),
+    "dropout": ("dropout", "dropout_grad", "dropout2d", "dropout2d_grad"),
+    "loss": ("softmax_cross_entropy", "softmax_cross_entropy_grad", "binary_cross_entropy", "binary_cross_entropy_grad"),
+    "indexing": ("where", "where_grad", "embedding", "embedding_grad"),
+    "sparse": ("csrmv", "csrmm", "csrmm_grad_dense"),
+    "optim": tuple(f"{name}_update{kind}" for kind in ("", "_sparse") for name in ("sgd", "momentum", "nesterov", "adagrad", "adam")),
+}
+_KERNELS = {"arith": "CuPy element-wise kernel", "matmul": "cuBLAS GEMM (cupy.matmul)." + _TF32_NOTE,
+            "reduce": "CuPy reduction", "slicing": "CuPy copy / scatter-add", "norm": "CuPy element-wise kernels and reductions",
+            "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask", "loss": "CuPy element-wise kernels and reductions",
+            "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE (cupyx.scipy.sparse)",
+            "optim": "one CuPy element-wise kernel, in place"}
+ANY_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+_ANY_DTYPE = {"slice": "slicing:slice_", "split": "slicing:split", "transpose": "slicing:transpose",
+              "zeros_like": "arith:zeros_like", "ones_like": "arith:ones_like"}
+
+
+def _register_op_set(registry: Any) -> None:
+    add = registry.add_implementation
+    for module, ops in _MODULES.items():
+        for op in ops:
+            add(op, "gemm" if module == "matmul" else "direct", BACKEND, f"{__name__}.{module}:{op}", dtypes=OWN,
+                kernel=_KERNELS[module])
+    for op, function in _ANY_DTYPE.items():
+        add(op, "direct", BACKEND, f"{__name__}.{function}", dtypes=ANY_DTYPES, kernel="CuPy copy")
+    add("one_hot", "direct", BACKEND, f"{__name__}.indexing:one_hot", dtypes=ANY_DTYPES[1:6], kernel="CuPy eye[indices]")

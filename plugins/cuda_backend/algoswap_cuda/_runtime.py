@@ -54,9 +54,14 @@ def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
 
 
 def from_host(array: Any) -> Any:
-    """A host array on the GPU; read-only numpy arrays are uploaded once and the copy reused."""
+    """A host array on the GPU; read-only numpy arrays are uploaded once and the copy reused; a
+    scipy.sparse CSR matrix becomes a cupyx.scipy.sparse one."""
     if isinstance(array, cp.ndarray):
         return cp.ascontiguousarray(array)
+    if type(array).__module__.startswith("scipy.sparse"):
+        import cupyx.scipy.sparse
+
+        return cupyx.scipy.sparse.csr_matrix(array)
     if isinstance(array, np.ndarray) and not array.flags.writeable:
         entry = _uploaded.get(id(array))
         if entry is not None and entry[0]() is array:

@@ -38,17 +38,25 @@ def _scale_shift(xhat: Any, weight: Any, bias: Any) -> Any:
     return y if bias is None else y + bias
 
 
-def batch_norm_train(x: Any, weight: Any, bias: Any, *, eps: float) -> Any:
-    return _scale_shift(_standardise(x, _NHW, eps)[0], _per_channel(weight), _per_channel(bias))
+def _per_channel_family(axes: tuple[int, ...], name: str) -> tuple[Any, Any, Any]:
+    """Forward, input gradient and weight gradient of a norm standardising over ``axes`` with a
+    per-channel weight and bias (batch norm: (N, H, W); instance norm: (H, W))."""
+    def forward(x: Any, weight: Any, bias: Any, *, eps: float) -> Any:
+        return _scale_shift(_standardise(x, axes, eps)[0], _per_channel(weight), _per_channel(bias))
+
+    def grad_input(dy: Any, x: Any, weight: Any, *, eps: float) -> Any:
+        xhat, rstd = _standardise(x, axes, eps)
+        return _standardise_grad(dy if weight is None else dy * _per_channel(weight), xhat, rstd, axes)
+
+    def grad_weight(dy: Any, x: Any, *, eps: float) -> Any:
+        return (dy * _standardise(x, axes, eps)[0]).sum(axis=_NHW)
+
+    for function, suffix in ((forward, ""), (grad_input, "_grad_input"), (grad_weight, "_grad_weight")):
+        function.__name__ = function.__qualname__ = name + suffix
+    return forward, grad_input, grad_weight
 
 
-def batch_norm_train_grad_input(dy: Any, x: Any, weight: Any, *, eps: float) -> Any:
-    xhat, rstd = _standardise(x, _NHW, eps)
-    return _standardise_grad(dy if weight is None else dy * _per_channel(weight), xhat, rstd, _NHW)
-
-
-def batch_norm_train_grad_weight(dy: Any, x: Any, *, eps: float) -> Any:
-    return (dy * _standardise(x, _NHW, eps)[0]).sum(axis=_NHW)
+batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight = _per_channel_family(_NHW, "batch_norm_train")
 
 
 def batch_norm_train_grad_bias(dy: Any) -> Any:
@@ -79,3 +87,7 @@ def layer_norm_grad_weight(dy: Any, x: Any, *, normalized_ndim: int, eps: float)
 
 def layer_norm_grad_bias(dy: Any, *, normalized_ndim: int) -> Any:
     return dy.sum(axis=_first(dy, normalized_ndim))
+
+
+instance_norm, instance_norm_grad_input, instance_norm_grad_weight = _per_channel_family((2, 3), "instance_norm")
+instance_norm_grad_bias = batch_norm_train_grad_bias  # the same sum over (N, H, W)

@@ -1,0 +1,98 @@
+"""Element-wise arithmetic (CuPy broadcasting), the scalar-constant ops and their gradients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+
+from .reduce import sum_to_shape
+
+
+def sub(a: Any, b: Any) -> Any:
+    return a - b
+
+
+def mul(a: Any, b: Any) -> Any:
+    return a * b
+
+
+def div(a: Any, b: Any) -> Any:
+    return a / b
+
+
+def sub_grad_b(dy: Any, *, shape: tuple[int, ...]) -> Any:
+    return -sum_to_shape(dy, shape=shape)
+
+
+def mul_grad(dy: Any, other: Any, *, shape: tuple[int, ...]) -> Any:
+    return sum_to_shape(dy * other, shape=shape)
+
+
+def div_grad_a(dy: Any, b: Any, *, shape: tuple[int, ...]) -> Any:
+    return sum_to_shape(dy / b, shape=shape)
+
+
+def div_grad_b(dy: Any, a: Any, b: Any, *, shape: tuple[int, ...]) -> Any:
+    return sum_to_shape(_div_grad_b(dy, a, b), shape=shape)
+
+
+_div_grad_b = cp.ElementwiseKernel("T dy, T a, T b", "T g", "g = -dy * a / (b * b)", "algoswap_div_grad_b")
+_sqrt_grad = cp.ElementwiseKernel("T dy, T y", "T dx", "dx = dy / (2 * y)", "algoswap_sqrt_grad")
+_rsqrt = cp.ElementwiseKernel("T x", "T y", "y = 1 / sqrt(x)", "algoswap_rsqrt")
+_rsqrt_grad = cp.ElementwiseKernel("T dy, T y", "T dx", "dx = dy * (y * y * y) * (T)-0.5", "algoswap_rsqrt_grad")
+_rdiv_grad = cp.ElementwiseKernel("T dy, T x, T value", "T dx", "dx = dy * (-value / (x * x))", "algoswap_rdiv_grad")
+_pow_grad = cp.ElementwiseKernel("T dy, T x, T exponent", "T dx", "dx = dy * exponent * pow(x, exponent - 1)",
+                                 "algoswap_pow_grad")
+
+
+def neg(x: Any) -> Any:
+    return -x
+
+
+def sqrt(x: Any) -> Any:
+    return cp.sqrt(x)
+
+
+def sqrt_grad(dy: Any, y: Any) -> Any:
+    return _sqrt_grad(dy, y)
+
+
+def rsqrt(x: Any) -> Any:
+    return _rsqrt(x)
+
+
+def rsqrt_grad(dy: Any, y: Any) -> Any:
+    return _rsqrt_grad(dy, y)
+
+
+def add_scalar(x: Any, *, value: float) -> Any:
+    return x + x.dtype.type(value)
+
+
+def mul_scalar(x: Any, *, value: float) -> Any:
+    return x * x.dtype.type(value)
+
+
+def rdiv_scalar(x: Any, *, value: float) -> Any:
+    return x.dtype.type(value) / x
+
+
+def rdiv_scalar_grad(dy: Any, x: Any, *, value: float) -> Any:
+    return _rdiv_grad(dy, x, x.dtype.type(value))
+
+
+def pow_scalar(x: Any, *, exponent: float) -> Any:
+    return cp.power(x, x.dtype.type(exponent))
+
+
+def pow_scalar_grad(dy: Any, x: Any, *, exponent: float) -> Any:
+    return _pow_grad(dy, x, x.dtype.type(exponent))
+
+
+def zeros_like(x: Any) -> Any:
+    return cp.zeros_like(x)
+
+
+def ones_like(x: Any) -> Any:
+    return cp.ones_like(x)

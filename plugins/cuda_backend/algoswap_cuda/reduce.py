@@ -1,0 +1,47 @@
+"""Sums and means over axes with their gradients, broadcast_to and its adjoint sum_to_shape (CuPy reductions)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cupy as cp
+
+Axes = tuple[int, ...]
+
+
+def reduce_sum(x: Any, *, axes: Axes, keepdims: bool) -> Any:
+    return cp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def reduce_mean(x: Any, *, axes: Axes, keepdims: bool) -> Any:
+    return cp.mean(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _spread(dy: Any, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
+    """dy with the reduced axes put back (size 1), broadcast to input_size (a copy)."""
+    reduced = {a % len(input_size) for a in axes}
+    kept = dy.reshape(tuple(1 if a in reduced else size for a, size in enumerate(input_size)))
+    return cp.ascontiguousarray(cp.broadcast_to(kept, input_size))
+
+
+def reduce_sum_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
+    return _spread(dy, axes, keepdims, input_size)
+
+
+def reduce_mean_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
+    count = math.prod(input_size[a] for a in axes)
+    return _spread(dy / dy.dtype.type(count), axes, keepdims, input_size)
+
+
+def broadcast_to(x: Any, *, shape: tuple[int, ...]) -> Any:
+    return cp.ascontiguousarray(cp.broadcast_to(x, shape))
+
+
+def sum_to_shape(x: Any, *, shape: tuple[int, ...]) -> Any:
+    """x summed over the leading axes ``shape`` lacks and the axes where ``shape`` has size 1."""
+    lead = x.ndim - len(shape)
+    stretched = tuple(lead + d for d, size in enumerate(shape) if size == 1 and x.shape[lead + d] != 1)
+    if not (lead or stretched):
+        return cp.ascontiguousarray(x)
+    return cp.sum(x, axis=tuple(range(lead)) + stretched, keepdims=True, dtype=x.dtype).reshape(shape)
