@@ -87,7 +87,7 @@ def sum02(ctx: Context, dtype: np.dtype, x: SyclArray, a: int, b: int, c: int) -
 
 def gemm_kernel_name(ctx: Context) -> str:
     panel = (f"{WGN} work-items sharing a {TM}x{KT} local-memory panel of A" if ctx.local_panel
-             else f"A read in place (CPU device: no local-memory staging), {WGN}-work-item groups")
+             else "A read in place (CPU device: no local-memory staging)")
     return f"gemm: {TM}x{VN} register tile per work-item (vload16 rows of B), {panel}, on {ctx.describe()}"
 
 
