@@ -76,15 +76,19 @@ def overhead_rows() -> list[tuple[str, float, float, float]]:
 def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: list[str] | None = None,
                extra: tuple[str, ...] = ()) -> list[tuple[str, str, float, float]]:
     """(model, way, ms, relative error) for torch, swap_conv2d per algorithm, and swap_backend
-    (``extra``: "unfused" adds swap_backend(fuse=False), "bf16" swap_backend in bfloat16, "torch_bf16" eager in bfloat16)."""
+    (``extra``: "unfused" adds swap_backend(fuse=False), "bf16" swap_backend in bfloat16, "torch_bf16" eager in
+    bfloat16, "sycl" swap_backend(model, "sycl:default"): every op on the SYCL device)."""
     model, x = zoo.build(name), zoo.sample_input(name, batch, small=small)
     runs: dict[str, Callable[[], Any]] = {"torch": lambda: model(x)}
     for algorithm in algorithms if algorithms is not None else conv_algorithms():
         swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
         runs[f"swap_conv2d {algorithm}"] = lambda swapped=swapped: swapped(x)
-    variants = {"default": {}, "unfused": {"fuse": False}, "bf16": {"dtype": torch.bfloat16}}
+    variants: dict[str, tuple[str | None, dict[str, Any]]] = {
+        "default": (None, {}), "unfused": (None, {"fuse": False}), "bf16": (None, {"dtype": torch.bfloat16}),
+        "sycl": ("sycl:default", {})}
     for label in ("default",) + tuple(e for e in extra if e in variants):
-        converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), **variants[label])  # type: ignore[arg-type]
+        algos, options = variants[label]
+        converted = algoswap.swap_backend(model, algos, sample_input_shape=tuple(x.shape), **options)
         runs[f"swap_backend {label}"] = lambda converted=converted: converted(x)
     if "torch_bf16" in extra:
         low, x_low = copy.deepcopy(model).to(torch.bfloat16), x.to(torch.bfloat16)
@@ -129,7 +133,7 @@ def main() -> None:
     parser.add_argument("--plot", help="write a bar chart of the ratios to this PNG file")
     parser.add_argument("--algorithms", nargs="*", help="conv2d algorithms for swap_conv2d (default: every available one)")
     parser.add_argument("--skip-overhead", action="store_true", help="only the model table")
-    parser.add_argument("--extra", nargs="*", default=[], choices=["unfused", "bf16", "torch_bf16"],
+    parser.add_argument("--extra", nargs="*", default=[], choices=["unfused", "bf16", "torch_bf16", "sycl"],
                         help="also swap_backend(fuse=False), swap_backend in bfloat16, PyTorch eager in bfloat16")
     args = parser.parse_args()
 

@@ -93,6 +93,20 @@ def test_a_pinned_relu_stays_out_of_its_chain() -> None:
     assert rows["layer1_0_conv2"].op == "conv2d+add"  # its relu runs as asked; the add still fuses
 
 
+def test_a_model_asked_for_one_backend_fuses_on_it() -> None:
+    """One request for every op ("numpy:default"): the adds and relus asked for the conv's backend
+    join its chains; one asked for another backend's default does not."""
+    model, x = _resnet()
+    whole = algoswap.swap_backend(model, "numpy:default", tuple(x.shape))
+    split = algoswap.swap_backend(model, {"conv2d": "numpy:default", "relu": "dnnl:default"}, tuple(x.shape))
+    with torch.no_grad():
+        expected = model(x)
+    assert relative_error(whole(x), expected) <= 1e-4 and relative_error(split(x), expected) <= 1e-4
+    chains = [row for row in whole.explain() if "+" in row.op]
+    assert len(chains) == 17 and {row.implementation for row in chains} == {"numpy:smm"}
+    assert {row.op for row in split.explain() if "+" in row.op} == {"conv2d+add"}
+
+
 @pytest.fixture
 def conv_without_twin() -> Iterator[str]:
     """A plugin whose conv2d has no conv2d_fused twin (the numpy reference underneath)."""

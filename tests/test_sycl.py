@@ -74,7 +74,7 @@ def test_sycl_is_chosen_only_when_asked_for() -> None:
     shapes = [(1, 3, 16, 16), (4, 3, 3, 3), None]
     assert algoswap.select("conv2d", shapes).impl.backend != "sycl"
     assert algoswap.select("conv2d", shapes, algorithm="smm").impl.backend != "sycl"
-    assert algoswap.select("conv2d", shapes, algorithm="sycl:default").impl.qualified == "sycl:smm"
+    assert algoswap.select("conv2d", shapes, algorithm="sycl:default").impl.qualified == "sycl:direct"
 
 
 def test_programs_are_built_once_per_device_and_dtype(rng: np.random.Generator) -> None:
@@ -289,21 +289,24 @@ def test_writeable_weights_changed_in_place_are_seen(rng: np.random.Generator) -
 
 
 def test_resnet18_swap_backend_on_sycl_matches_torch() -> None:
+    """The whole model asked for one backend: every step on sycl (its add included), the conv → add →
+    relu chains fused into conv2d_fused calls, values kept in USM between steps."""
     torch = pytest.importorskip("torch")
     from algoswap import zoo
 
     model, x = zoo.build("resnet18"), zoo.sample_input("resnet18", 2, small=True)
     with torch.no_grad():
         expected = model(x)
-    algos = {op: "sycl:default" for op in SYCL_OPS}
-    probe = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
-    present = {op: request for op, request in algos.items() if op in probe.op_counts()}
-    converted = algoswap.swap_backend(model, present, sample_input_shape=tuple(x.shape))
+    converted = algoswap.swap_backend(model, "sycl:default", sample_input_shape=tuple(x.shape))
+    unfused = algoswap.swap_backend(model, "sycl:default", sample_input_shape=tuple(x.shape), fuse=False)
     with torch.no_grad():
-        got = converted(x)
-    assert relative_error(got, expected) <= 1e-4
-    rows = [row for row in converted.explain() if row.op in present]
-    assert len(rows) >= 20 and {row.implementation.split(":")[0] for row in rows} == {"sycl"}
+        got, plain = converted(x), unfused(x)
+    assert relative_error(got, expected) <= 1e-4 and relative_error(plain, expected) <= 1e-4
+    rows = list(converted.explain())
+    assert converted.backends() == ["sycl"] and {row.implementation.split(":")[0] for row in rows} == {"sycl"}
+    fused = [row.op for row in rows if "+" in row.op]
+    assert fused.count("conv2d+add+relu") == 8 and fused.count("conv2d+relu") == 9, fused
+    assert not [row.name for row in rows if "moved" in row.note and "host" not in row.note.split("→")[0]]
 
 
 def test_gradients_run_on_sycl_and_match_torch() -> None:

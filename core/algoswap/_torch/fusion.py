@@ -152,17 +152,26 @@ def fuse(steps: list[Any], output: Any) -> list[Any]:
     return result
 
 
-def _sole_consumer(step: OpStep, readers: Counter[int], consumer: dict[int, Any], op: str) -> OpStep | None:
+def _fusable(request: str, conv_request: str) -> bool:
+    """Whether a member asked for ``request`` may run inside the conv2d's call: it asked for nothing in
+    particular, or for the default of the backend the conv2d asked for ("sycl:default" for a whole model)."""
+    if request in FUSABLE_REQUESTS:
+        return True
+    backend, _, algorithm = request.partition(":")
+    return algorithm == "default" and conv_request.partition(":")[0] == backend
+
+
+def _sole_consumer(step: OpStep, readers: Counter[int], consumer: dict[int, Any], op: str, conv: OpStep) -> OpStep | None:
     nxt = consumer.get(step.output)
     if readers[step.output] != 1 or not isinstance(nxt, OpStep) or nxt.op != op or nxt.dynamic:
         return None
-    if nxt.request not in FUSABLE_REQUESTS:  # asked for an implementation of its own: it runs as asked
+    if not _fusable(nxt.request, conv.request):  # asked for an implementation of its own: it runs as asked
         return None
     return nxt
 
 
 def _chain(conv: OpStep, readers: Counter[int], consumer: dict[int, Any]) -> FusedStep | None:
-    add = _sole_consumer(conv, readers, consumer, "add")
+    add = _sole_consumer(conv, readers, consumer, "add", conv)
     residual = None
     if add is not None:
         others = [i for i in add.inputs if i != conv.output]
@@ -170,7 +179,7 @@ def _chain(conv: OpStep, readers: Counter[int], consumer: dict[int, Any]) -> Fus
             add = None  # x + x, or an odd add
         else:
             residual = others[0]
-    relu = _sole_consumer(add or conv, readers, consumer, "relu")
+    relu = _sole_consumer(add or conv, readers, consumer, "relu", conv)
     if add is None and relu is None:
         return None
     return FusedStep(conv, add, relu, residual)

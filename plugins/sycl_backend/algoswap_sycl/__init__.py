@@ -77,10 +77,12 @@ def algoswap_register(registry: Any) -> None:
 def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
     conv = f"{__name__}.conv"
-    add("conv2d", "smm", BACKEND, f"{conv}:conv2d_smm", dtypes=DTYPES, priority=20, supports=SUPPORTS,
-        kernel=_lazy("conv", "kernel"), description="im2col + tiled matrix product (local memory, vector loads)")
-    add("conv2d", "direct", BACKEND, f"{conv}:conv2d_direct", dtypes=DTYPES, priority=10, supports=SUPPORTS,
-        kernel=_lazy("conv", "kernel_direct"), description="direct convolution, 16 columns x 8 channels per work-item")
+    for op, suffix, then in (("conv2d", "", ""), ("conv2d_fused", "_fused", ", then the residual and relu in one pass")):
+        add(op, "smm", BACKEND, f"{conv}:conv2d_smm{suffix}", dtypes=DTYPES, priority=10, supports=SUPPORTS,
+            kernel=_lazy("conv", f"kernel{suffix}"), description="im2col in panels + the tiled matrix product" + then)
+        add(op, "direct", BACKEND, f"{conv}:conv2d_direct{suffix}", dtypes=DTYPES, priority=20, supports=SUPPORTS,
+            kernel=_lazy("conv", f"kernel_direct{suffix}"),
+            description="the tiled matrix product reading the padded input in place (no im2col)" + then)
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
         add(op, "smm", BACKEND, f"{conv}:{op}", dtypes=DTYPES, supports=SUPPORTS, kernel=_lazy("conv", "kernel"))
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=DTYPES, supports=SUPPORTS,
@@ -101,5 +103,7 @@ def _register_others(registry: Any) -> None:
     for op in ("relu", "relu_grad"):
         add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=DTYPES, supports=SUPPORTS,
             kernel=_lazy("activation", "kernel"))
+    add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=DTYPES, supports=f"{__name__}.elementwise:supports_add",
+        kernel=_lazy("elementwise", "kernel"))
     add("flatten", "direct", BACKEND, f"{__name__}.shape:flatten", dtypes=ANY_DTYPE,
         kernel="a reshape of the same memory (no kernel)")

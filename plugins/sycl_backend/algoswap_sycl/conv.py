@@ -272,3 +272,36 @@ def kernel_direct(call: Any) -> str:
 
     return (f"pad2d (split into the stride's phases) + conv_direct: {TM}x{VN} register tile per work-item of the"
             f" matrix product, B read from the input in place, on {context().describe()}")
+
+
+def _fused(conv: Any) -> Any:
+    """conv2d_fused on ``conv``: the convolution (bias in its store), then the residual and relu in one
+    pass over its output, on the device."""
+    def conv2d_fused(x: Any, w: Any, b: Any, residual: Any, *, activation: str, **attrs: Any) -> Any:
+        ctx, dtype, (xd,) = start(x)
+        y = conv(xd, w, b, **attrs)  # stays on the device: its input is a SyclArray
+        relu = activation == "relu"
+        if residual is not None or relu:
+            rd = y if residual is None else ctx.device(residual)
+            ctx.run(dtype, "epilogue", [y, rd, int(residual is not None), int(relu)], [y.size])
+        return finish(ctx, y, (x, w, b, residual))
+
+    conv2d_fused.__name__ = conv2d_fused.__qualname__ = f"{conv.__name__}_fused"
+    return conv2d_fused
+
+
+conv2d_smm_fused = _fused(conv2d_smm)
+conv2d_direct_fused = _fused(conv2d_direct)
+
+
+def _epilogue_label(call: Any) -> str:
+    parts = (["+ residual"] if call.shape("residual") is not None else []) + (["relu"] if call.attrs["activation"] == "relu" else [])
+    return f", then epilogue ({', '.join(parts)}) in one pass" if parts else ""
+
+
+def kernel_fused(call: Any) -> str:
+    return kernel(call) + _epilogue_label(call)
+
+
+def kernel_direct_fused(call: Any) -> str:
+    return kernel_direct(call) + _epilogue_label(call)

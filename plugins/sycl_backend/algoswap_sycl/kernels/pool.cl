@@ -135,3 +135,18 @@ __kernel void relu_grad(__global const REAL *dy, __global const REAL *x, __globa
     long i = get_global_id(0);
     dx[i] = x[i] > (REAL)0 ? dy[i] : (REAL)0;
 }
+
+// ----------------------------------------------------------------------------- add, and conv2d_fused's epilogue
+__kernel void add(__global const REAL *a, __global const REAL *b, __global REAL *y) {
+    size_t i = get_global_id(0);
+    y[i] = a[i] + b[i];
+}
+
+// y = relu?(y + residual?) in place, one pass over a convolution's fresh output (NaN passes the relu).
+__kernel void epilogue(__global REAL *y, __global const REAL *residual, int has_residual, int relu) {
+    size_t i = get_global_id(0);
+    REAL v = y[i];
+    if (has_residual) v += residual[i];
+    if (relu && !(v > (REAL)0) && v == v) v = (REAL)0;
+    y[i] = v;
+}
