@@ -21,11 +21,12 @@ def _forward(op: str, inputs: list[np.ndarray | None], attrs: dict) -> np.ndarra
     return algoswap.ops.call(op, *inputs, algorithm=reference_name(op), **attrs)
 
 
-def _gradient(op: str, rule: algoswap.GradRule, call: algoswap.OpCall, by_name: dict[str, np.ndarray]) -> np.ndarray:
+def _gradient(op: str, rule: algoswap.GradRule, call: algoswap.OpCall, by_name: dict[str, np.ndarray], index: int,
+              item: int) -> np.ndarray:
     arrays = [by_name[name] for name in rule.inputs]
     if rule.op is None:
-        return by_name["grad_output"].reshape(call.shape(rule.wrt))
-    return algoswap.ops.call(rule.op, *arrays, algorithm=reference_name(rule.op), **rule.attrs(call))
+        return by_name["grad_output"].reshape(call.shapes[index])
+    return algoswap.ops.call(rule.op, *arrays, algorithm=reference_name(rule.op), **rule.attrs_for(call, item))
 
 
 @pytest.mark.parametrize("op", _ops_with_gradients())
@@ -37,16 +38,17 @@ def test_gradient_rules_match_finite_differences(op: str, rng: np.random.Generat
         inputs = [draw(rng, s, "float64") for s in shapes]
         grad_output = rng.standard_normal(call.out_shape)
         output = _forward(op, inputs, attrs)
-        by_name = dict(zip(spec.input_names, inputs), grad_output=grad_output, output=output)
+        by_name = dict(zip(call.input_names, inputs), grad_output=grad_output, output=output)
         for rule in spec.gradients:
-            index = spec.input_names.index(rule.wrt)
-            if inputs[index] is None:
-                continue
-            direction = rng.standard_normal(inputs[index].shape)
-            analytic = float(np.sum(_gradient(op, rule, call, by_name) * direction))
-            numeric = _directional_derivative(op, inputs, index, direction, grad_output, attrs)
-            assert abs(analytic - numeric) <= 1e-6 * max(1.0, abs(numeric)), (op, rule.wrt, shapes, attrs, analytic, numeric)
-            checked += 1
+            positions = [i for i, name in enumerate(call.input_names) if name == rule.wrt]  # several: a variadic input
+            for item, index in enumerate(positions):
+                if inputs[index] is None:
+                    continue
+                direction = rng.standard_normal(inputs[index].shape)
+                analytic = float(np.sum(_gradient(op, rule, call, by_name, index, item) * direction))
+                numeric = _directional_derivative(op, inputs, index, direction, grad_output, attrs)
+                assert abs(analytic - numeric) <= 1e-6 * max(1.0, abs(numeric)), (op, rule.wrt, item, shapes, attrs, analytic, numeric)
+                checked += 1
     assert checked >= len(cases_for(op)), f"{op}: only {checked} gradients checked"
 
 

@@ -80,12 +80,19 @@ class GradRule:
     with which attributes.
 
     ``op=None`` means the gradient is grad_output reshaped to the input's shape (data-movement ops).
+    For a variadic input, ``item_attrs(call, item)`` gives the attributes for its ``item``-th array
+    (concat: the part of grad_output that array became).
     """
 
     wrt: str
     op: str | None
     inputs: tuple[str, ...] = ("grad_output",)
     attrs: Callable[[OpCall], dict[str, Any]] = lambda call: {}
+    item_attrs: Callable[[OpCall, int], dict[str, Any]] | None = None
+
+    def attrs_for(self, call: OpCall, item: int = 0) -> dict[str, Any]:
+        """The gradient op's attributes (for the ``item``-th array of a variadic input)."""
+        return self.item_attrs(call, item) if self.item_attrs is not None else self.attrs(call)
 
 
 ShapeRule = Callable[[dict[str, Any], dict[str, Any]], Shape]

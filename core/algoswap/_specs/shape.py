@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from .._errors import InvalidSpec, OpDtypeError
 from ._geometry import ANY_RANK
-from .._spec import Attr, GradRule, Input, OpSpec, Shape
+from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
 from ._convert import _is_int, integer
 
 
@@ -115,7 +115,12 @@ def _concat_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
     return first[:axis] + (joined,) + first[axis + 1 :]
 
 
-# No gradient rules: a GradRule cannot split grad_output among the variadic inputs yet.
+def _concat_part(call: OpCall, item: int) -> dict[str, Any]:
+    """The split of grad_output that is the gradient of the item-th input."""
+    axis = call.attrs["axis"]
+    return {"sections": tuple(shape[axis] for shape in call.shapes if shape is not None), "index": item, "axis": axis}
+
+
 concat = OpSpec(
     "concat",
     (Input("inputs", ANY_RANK, variadic=True),),
@@ -124,6 +129,7 @@ concat = OpSpec(
     resolve=_resolve_concat,
     dtype_rule=same_any_dtype,
     family="shape",
+    gradients=(GradRule("inputs", "split", item_attrs=_concat_part),),
     doc="Join one or more arrays along an existing axis, like torch.cat (shapes agree elsewhere).",
 )
 

@@ -243,7 +243,7 @@ def gradient_choices(selection: Selection) -> list[GradChoice]:
 def _choose_gradient(rule: GradRule, shapes: list[Any], call: OpCall, backend: str) -> GradChoice:
     registry = get_registry()
     memory = registry.backends[backend].memory.name
-    attrs = rule.attrs(call)
+    attrs = rule.attrs_for(call)  # a variadic input's rule: its first array's (the choice is the same for each)
     tries = [(f"{backend}:default", "")]
     if backend != REFERENCE_BACKEND:
         tries.append((f"{REFERENCE_BACKEND}:default", f"fallback: {backend} has none for this call"))
@@ -280,6 +280,8 @@ def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, li
             continue
         if choice.request is None or choice.rule.op is None:
             raise NoImplementationError(f"{ctx.op}: no implementation of {choice.rule.op} for the gradient: {choice.note}")
+        if choice.rule.item_attrs is not None:  # no module lowers to an op with a variadic input
+            raise NoImplementationError(f"{ctx.op}: gradients of a variadic input through a swapped layer are not supported")
         by_name = dict(zip(names, tensors), grad_output=grad_output.contiguous(), output=output)
         grad_inputs = [by_name[name] for name in choice.rule.inputs]
         grads[index] = call_custom_op(choice.rule.op, choice.request, encode_attrs(choice.rule.attrs(selection.call)), grad_inputs)

@@ -26,8 +26,8 @@ def gradients(loss: Node, params: Sequence[Node]) -> list[Node]:
         if node.kind != "op":
             pending[id(node)] = [total]
             continue
-        for name, source in _differentiable_inputs(node, needs):
-            pending.setdefault(id(source), []).append(_gradient(node, name, source, total))
+        for name, item, source in _differentiable_inputs(node, needs):
+            pending.setdefault(id(source), []).append(_gradient(node, name, item, source, total))
     missing = [p.name for p in params if id(p) not in pending]
     if missing:
         raise GraphError(f"gradients: the loss {loss.name!r} does not depend on {', '.join(missing)}")
@@ -49,12 +49,15 @@ def _sum(node: Node, contributions: list[Node]) -> Node:
     return total
 
 
-def _differentiable_inputs(node: Node, needs: set[int]) -> list[tuple[str, Node]]:
+def _differentiable_inputs(node: Node, needs: set[int]) -> list[tuple[str, int, Node]]:
+    """(input name, item, source) of the inputs the loss reaches a parameter through; ``item`` numbers
+    the arrays of a variadic input (0 for the others)."""
     assert node.call is not None and node.op is not None
+    names = node.call.input_names
     found = []
-    for name, source in zip(node.call.input_names, node.inputs):
+    for position, (name, source) in enumerate(zip(names, node.inputs)):
         if source is not None and id(source) in needs:
-            found.append((name, source))
+            found.append((name, position - names.index(name), source))
     return found
 
 
@@ -71,10 +74,10 @@ def _rule(node: Node, name: str) -> GradRule:
     )
 
 
-def _gradient(node: Node, name: str, source: Node, grad_output: Node) -> Node:
+def _gradient(node: Node, name: str, item: int, source: Node, grad_output: Node) -> Node:
     rule = _rule(node, name)
     assert node.call is not None
-    label = f"grad_{source.name}_from_{node.name}"
+    label = f"grad_{source.name}_from_{node.name}" + (f"_{item}" if item else "")
     if rule.op is None:
         if grad_output.shape == source.shape:
             return grad_output
@@ -87,4 +90,4 @@ def _gradient(node: Node, name: str, source: Node, grad_output: Node) -> Node:
             arrays.append(node)
         else:
             arrays.append(node.inputs[node.call.input_names.index(wanted)])
-    return op(rule.op, *arrays, name=label, **rule.attrs(node.call))
+    return op(rule.op, *arrays, name=label, **rule.attrs_for(node.call, item))
