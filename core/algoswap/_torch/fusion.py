@@ -18,7 +18,7 @@ from .._errors import AlgoswapError
 from .._global import get_registry
 from .._select import Selection, select
 from .._trace import record
-from .plan import OpStep, Step, array_key, invoke, slots_in
+from .plan import OpStep, Step, array_key, invoke, moves, slots_in
 
 FUSABLE_REQUESTS = ("default", "auto")
 
@@ -92,6 +92,13 @@ class FusedStep:
         """The conv2d_fused selection of the latest call, None if that call ran unfused (or none ran)."""
         entry = self._cache.get(self.last_key) if self.last_key is not None else None
         return None if entry is None or isinstance(entry, str) else entry[2]
+
+    def transfers(self) -> str:
+        """Where the latest fused call's activations (weights aside) had to move from."""
+        selection = self.last_selection
+        if selection is None or self.last_key is None:
+            return ""
+        return moves(self.last_key, self.conv.params, selection.backend.memory.name)
 
     @property
     def unfused_reason(self) -> str | None:

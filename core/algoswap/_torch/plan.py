@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -142,10 +142,7 @@ class OpStep:
         chosen = self.last_selection
         if chosen is None or self.last_shapes is None:
             return ""
-        target = chosen.backend.memory.name
-        keys = [k for i, k in enumerate(self.last_shapes[: len(self.inputs)]) if k is not None and i not in self.params]
-        sources = sorted({k[2] for k in keys if k[2] != target})
-        return f"inputs moved {', '.join(sources)} → {target}" if sources else ""
+        return moves(self.last_shapes[: len(self.inputs)], self.params, chosen.backend.memory.name)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -248,6 +245,13 @@ def memory_for(request: str, where: str) -> str | None:
     """The memory space selection prefers: the inputs' for "default" and unqualified algorithm
     names; none for "auto" or a request naming a backend (the data moves there)."""
     return None if request == "auto" or ":" in request else where
+
+
+def moves(keys: Sequence[Any], params: Collection[int], target: str) -> str:
+    """ "inputs moved host → sycl": the memory spaces the activations among ``keys`` (array_key
+    entries; weights at ``params`` aside) came from, where that is not ``target``."""
+    sources = sorted({k[2] for i, k in enumerate(keys) if k is not None and i not in params and k[2] != target})
+    return f"inputs moved {', '.join(sources)} → {target}" if sources else ""
 
 
 def array_key(arrays: list[Any]) -> tuple[Any, ...]:
