@@ -8,6 +8,7 @@ through cuBLAS in the same precision). Needs a GPU, CuPy and the cuDNN frontend:
 
     python benchmarks/cuda_conv_layers.py [--batch 32] [--reps 20] [--out results.json]
     python benchmarks/cuda_conv_layers.py --model-only [--algorithms guess]   # whole ResNet-50 alone
+    python benchmarks/cuda_conv_layers.py --from-json docs/cuda_conv_layers.json --plot docs/cuda_conv_layers.png  # no GPU
 """
 
 from __future__ import annotations
@@ -216,9 +217,19 @@ def main() -> int:
     parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--torch-heuristic-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--eager-heuristic-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plot", default="", help="write a per-layer chart of the ratios to this PNG file")
+    parser.add_argument("--from-json", default="", help="no GPU needed: print and plot the results saved by --out")
     parser.add_argument("--model-only", action="store_true", help="only whole ResNet-50 (eager, swap_conv2d, swap_backend)")
     parser.add_argument("--algorithms", nargs="*", default=["guess", "find"], help="swap_conv2d algorithms for the whole model")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        for mode, run in saved["runs"].items():
+            print_table(saved["layers"], run["rows"], mode == "tf32", run["ceiling_tflops"])
+        if args.plot:
+            plot(saved, args.plot)
+        return 0
     if args.torch_heuristic_only or args.eager_heuristic_only:
         (_torch_heuristic_only if args.torch_heuristic_only else _eager_heuristic_only)(args.batch, args.reps)
         return 0
@@ -248,7 +259,31 @@ def main() -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1, default=str)
+    if args.plot:
+        plot(results, args.plot)
     return 0
+
+
+def _label(layer: dict[str, Any]) -> str:
+    return f"{layer['x'][1]}x{layer['x'][2]}² {layer['w'][2]}x{layer['w'][3]}/{layer['stride'][0]} ->{layer['w'][0]} x{layer['count']}"
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    """Per layer: guess, find, the best of ours and torch's heuristic pick, over torch with cudnn.benchmark."""
+    from layer_plot import ratio_panels
+
+    labels = [_label(layer) for layer in results["layers"]]
+    panels = []
+    for mode, run in results["runs"].items():
+        rows = run["rows"]
+        best = [min(row[a] for a in ALGORITHMS if row[a] is not None) for row in rows]
+        series = {"guess": [r["guess"] / r["torch"] if r["guess"] else None for r in rows],
+                  "find": [r["find"] / r["torch"] if r["find"] else None for r in rows],
+                  "best of ours": [b / r["torch"] for b, r in zip(best, rows)],
+                  "torch, cudnn.benchmark off": [r["torch_heuristic"] / r["torch"] for r in rows]}
+        panels.append((f"ResNet-50 conv layers, batch {results['layers'][0]['x'][0]}, float32, TF32 {'on' if mode == 'tf32' else 'off'}: "
+                       "time / torch with cudnn.benchmark", labels, series))
+    ratio_panels(panels, path, "time / torch", target=1.05)
 
 
 def print_table(layers: list[dict[str, Any]], rows: list[dict[str, Any]], tf32: bool, ceiling: float) -> None:
@@ -259,7 +294,7 @@ def print_table(layers: list[dict[str, Any]], rows: list[dict[str, Any]], tf32: 
     print(f"{'layer':<34}{'torch':>8}{'t_heur':>8}" + "".join(f"{n:>9}" for n in names) + f"{'best':>9}{'TFLOP/s':>9}")
     guess_ratios, best_ratios, heuristic_ratios = [], [], []
     for layer, row in zip(layers, rows):
-        label = f"{layer['x'][1]}x{layer['x'][2]}² {layer['w'][2]}x{layer['w'][3]}/{layer['stride'][0]} ->{layer['w'][0]} x{layer['count']}"
+        label = _label(layer)
         ratios = {a: (row[a] / row["torch"] if row[a] is not None else None) for a in ALGORITHMS}
         best = min(r for r in ratios.values() if r is not None)
         guess_ratios.append(ratios["guess"])

@@ -2,7 +2,7 @@
 against the oneDNN backend's "dnnl:direct" and torch.nn.functional.conv2d, in one run.
 
     .venv/bin/python benchmarks/sycl_conv_layers.py
-    .venv/bin/python benchmarks/sycl_conv_layers.py --batch 1 8 --runs 20
+    .venv/bin/python benchmarks/sycl_conv_layers.py --batch 1 8 --runs 20 [--plot docs/sycl_conv_layers.png]
     ALGOSWAP_SYCL_DEVICE=opencl:cpu:0 .venv/bin/python benchmarks/sycl_conv_layers.py
 
 Each layer is swapped with swap_conv2d (as users call it: CPU tensors in and out, copied into USM per
@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1])
     parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement (after 3 warm-up runs)")
     parser.add_argument("--block", type=int, default=5, help="calls of one way in a row per turn")
+    parser.add_argument("--plot", default="", help="write a per-layer chart of the ratios to this PNG file")
     args = parser.parse_args()
     sycl = algoswap.registry().backends["sycl"]
     if sycl.availability() is not True:
@@ -92,6 +93,22 @@ def main() -> None:
     print(HEADER)
     rows = [row for batch in args.batch for row in measure(batch, args.runs, ALGORITHMS, _format, args.block, resident)]
     print(summary(rows))
+    if args.plot:
+        plot(rows, args.plot)
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Per layer and batch: each SYCL way and torch over dnnl:direct, against the 2x target."""
+    from layer_plot import ratio_panels
+
+    panels = []
+    for batch in sorted({r["batch"] for r in rows}):
+        mine = [r for r in rows if r["batch"] == batch]
+        series: dict[str, list[float | None]] = {
+            name: [r[name] / r["dnnl:direct"] for r in mine] for name in ("sycl:direct", "sycl:smm", RESIDENT, "torch")}
+        panels.append((f"ResNet-18 conv layers, batch {batch}: time / dnnl:direct (swapped layers, CPU tensors in and out)",
+                       [r["layer"] for r in mine], series))
+    ratio_panels(panels, path, "time / dnnl:direct", target=2.0)
 
 
 if __name__ == "__main__":
