@@ -187,8 +187,8 @@ def _fused_rows(step: FusedStep) -> list[Row]:
     row.op = step.label
     fused = [f"{member.op} {member.name!r}" for member in step.members[1:]]
     notes = [f"batch norm {', '.join(step.conv.folded)} folded"] if step.conv.folded else []
-    row.note = "; ".join(notes + [f"one {selection.call.op} call: bias, {', '.join(fused)} fused into the convolution"]
-                         + ([step.transfers()] if step.transfers() else []))
+    notes.append(f"one {selection.call.op} call: bias, {', '.join(fused)} fused into the convolution")
+    row.note = "; ".join(filter(None, [*notes, step.transfers()]))
     return [row]
 
 

@@ -30,13 +30,9 @@ def apply(y: Any, bias: Any = None, residual: Any = None, relu: bool = False) ->
     """y (N, C, H, W), C-contiguous, becomes relu?(y + bias[c] + residual) in place; returned."""
     if bias is None and residual is None and not relu:
         return y
-    args = ([bias] if bias is not None else []) + ([_contiguous(residual)] if residual is not None else [])
+    args = ([bias] if bias is not None else []) + ([residual] if residual is not None else [])  # any strides
     _kernel(bias is not None, residual is not None, relu)(*args, y.shape[2] * y.shape[3], y.shape[1], y)
     return y
-
-
-def _contiguous(array: Any) -> Any:
-    return array if array.flags.c_contiguous else cp.ascontiguousarray(array)
 
 
 def label(call: Any) -> str:

@@ -73,7 +73,7 @@ def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
 
 def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
     label = str(_plan_of(call, algorithm).label)
-    return f"{label}, {_epilogue.label(call)}" if call.op == "conv2d_fused" else label
+    return kernel_fused(call, label) if call.op == "conv2d_fused" else label
 
 
 _forward_plans: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
