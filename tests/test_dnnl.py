@@ -333,3 +333,30 @@ def test_large_outputs_reuse_pooled_buffers() -> None:
     np.testing.assert_array_equal(second, -x)
     np.testing.assert_array_equal(third, np.zeros_like(x))
     assert second.flags.writeable and second.flags.c_contiguous
+
+
+ONE_CHANNEL_CONVS = """
+import numpy as np, algoswap
+rng = np.random.default_rng(0)
+for (size, kernel, padding) in [(4, 1, 0), (8, 3, 1), (5, 3, 0), (7, 1, 0), (9, 3, 2)]:
+    x = rng.standard_normal((1, 1, size, size)).astype(np.float32)
+    w = rng.standard_normal((1, 1, kernel, kernel)).astype(np.float32)
+    for request in ("dnnl:auto", "dnnl:direct", "default"):
+        y = algoswap.ops.conv2d(x, w, None, padding=padding, algorithm=request)
+        ref = algoswap.ops.conv2d(x, w, None, padding=padding, algorithm="numpy:direct")
+        error = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+        assert error < 1e-5, (size, kernel, padding, request, error)
+print("ok")
+"""
+
+
+def test_one_channel_convolutions_do_not_corrupt_memory() -> None:
+    """With one input and one output channel, NCHW and NHWC descriptors are equal to oneDNN, whose
+    primitive cache then served the NCHW plan a primitive made for NHWC (by the supports() check):
+    that primitive needs a scratchpad the NCHW descriptor did not ask for, and wrote through a null
+    pointer (SIGSEGV, or heap corruption). Run in a child process: a crash must fail the test, not kill it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ONE_CHANNEL_CONVS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
     from . import ops
     from ._api import capabilities, plugins, register_plugin, registry, select
+    from ._cache import CacheKind, LRUCache, cache_limits, declare_cache, set_cache_limit
+    from ._frozen import freeze, is_frozen
     from ._capabilities import CapabilityMatrix
     from ._errors import (
         AlgoswapError,
@@ -48,6 +50,13 @@ _LAZY = {
     "select": ("._api", "select"),
     "reload_plugins": ("._global", "reload_plugins"),
     "trace": ("._trace", "trace"),
+    "freeze": ("._frozen", "freeze"),
+    "is_frozen": ("._frozen", "is_frozen"),
+    "LRUCache": ("._cache", "LRUCache"),
+    "CacheKind": ("._cache", "CacheKind"),
+    "declare_cache": ("._cache", "declare_cache"),
+    "cache_limits": ("._cache", "cache_limits"),
+    "set_cache_limit": ("._cache", "set_cache_limit"),
     "CapabilityMatrix": ("._capabilities", "CapabilityMatrix"),
     "Selection": ("._select", "Selection"),
     "Registrar": ("._registry", "Registrar"),

@@ -121,6 +121,7 @@ class BackendRecord:
 
 
 LAYOUTS = ("contiguous", "any", "channels_last")
+NAN_BEHAVIOURS = ("exact", "spreads")
 
 
 @dataclass
@@ -131,6 +132,11 @@ class ImplRecord:
     are copied before the call), "any" (any strides; the output may keep the input's memory order)
     or "channels_last" (like "any", and 4-D activations are preferred in NHWC memory order: a
     swap_backend model converts them once and keeps them so between such implementations).
+
+    ``nan`` says how non-finite inputs come out: "exact" (the default: NaN and inf exactly where
+    torch has them) or "spreads" (an algorithm that mixes many inputs into each intermediate, such
+    as FFT or Winograd convolution, may also turn outputs that torch keeps finite into NaN; it never
+    loses a NaN or inf that torch has). The capability matrix shows it; conformance checks it.
     """
 
     op: str
@@ -144,6 +150,7 @@ class ImplRecord:
     description: str = ""
     plugin: str = ""
     layout: str = "contiguous"
+    nan: str = "exact"
     _callable: Callable[..., Any] | None = field(default=None, repr=False)
 
     @property

@@ -9,6 +9,7 @@ from ._errors import OpArgumentError, RegistrationError
 from ._records import (
     HOST,
     LAYOUTS,
+    NAN_BEHAVIOURS,
     BackendRecord,
     ImplRecord,
     MemorySpace,
@@ -73,11 +74,13 @@ class Registrar:
         kernel: str | Callable[..., str] | None = None,
         description: str = "",
         layout: str = "contiguous",
+        nan: str = "exact",
     ) -> ImplRecord:
         """Register ``fn`` as ``algorithm`` of ``op`` on ``backend`` (a backend this plugin declared).
 
         ``layout`` ("contiguous", "any" or "channels_last"): the memory orders of host arrays it
-        takes as they are (see ``ImplRecord``)."""
+        takes as they are (see ``ImplRecord``). ``nan`` ("exact" or "spreads"): how NaN and inf
+        inputs come out (see ``ImplRecord``)."""
         key = self._check_key(op, algorithm, backend)
         if key in self.impls:
             raise RegistrationError(f"implementation {key} registered twice by {self.plugin.owner}")
@@ -85,8 +88,10 @@ class Registrar:
             raise RegistrationError(f"implementation {key}: fn must be a callable or 'module:attribute'")
         if layout not in LAYOUTS:
             raise RegistrationError(f"implementation {key}: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        if nan not in NAN_BEHAVIOURS:
+            raise RegistrationError(f"implementation {key}: nan must be one of {', '.join(NAN_BEHAVIOURS)}; got {nan!r}")
         record = ImplRecord(op, algorithm, backend, fn, frozenset(dtypes), supports, priority, kernel, description,
-                            self.plugin.name, layout)
+                            self.plugin.name, layout, nan)
         self.impls[key] = record
         return record
 

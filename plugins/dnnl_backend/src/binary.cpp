@@ -97,7 +97,7 @@ PlanPtr add_plan(const Add &s) {
         dnnl::binary::primitive_desc pd(cpu_engine(), binary_kind(s.kind), s.view(s.a), s.view(s.b), s.view(s.a), attr);
         Plan p;
         p.prim = dnnl::binary(pd);
-        finish(p, pd);
+        finish(p);
         p.bind(DNNL_ARG_SRC_0, 0, false, s.view(s.a), pd.src_desc(0));
         p.bind(DNNL_ARG_SRC_1, 1, false, s.view(s.b), pd.src_desc(1));
         p.bind(DNNL_ARG_DST, 2, true, s.view(s.a), pd.dst_desc());
@@ -162,7 +162,7 @@ PlanPtr concat_plan(const Concat &c) {
         dnnl::concat::primitive_desc pd(cpu_engine(), dst, 1, srcs, user_scratchpad());
         Plan p;
         p.prim = dnnl::concat(pd);
-        finish(p, pd);
+        finish(p);
         for (size_t i = 0; i < srcs.size(); ++i)
             p.bind(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), static_cast<int>(i), false, srcs[i], pd.src_desc(static_cast<int>(i)));
         p.bind(DNNL_ARG_DST, static_cast<int>(srcs.size()), true, dst, pd.dst_desc());

@@ -186,9 +186,20 @@ dnnl::primitive_attr user_scratchpad() {
     return attr;
 }
 
-void finish(Plan &plan, const dnnl::primitive_desc_base &pd) {
-    plan.impl = pd.impl_info_str();
-    plan.scratchpad = pd.scratchpad_desc();
+// oneDNN's primitive cache may hand back a primitive made from another descriptor it deems equal
+// (memory descriptors that differ only in the strides of size-1 dimensions: NCHW and NHWC with one
+// channel). Its implementation can need another scratchpad than the descriptor we made says, so the
+// scratchpad and the kernel name are read from the primitive that runs, never from our descriptor.
+void finish(Plan &plan) {
+    const_dnnl_primitive_desc_t pd = plan.prim.get_primitive_desc();
+    const char *impl = nullptr;
+    dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl),
+                            "could not query the primitive's implementation");
+    plan.impl = impl == nullptr ? "" : impl;
+    dnnl_memory_desc_t scratchpad = nullptr;
+    const_dnnl_memory_desc_t found = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (found != nullptr) dnnl::error::wrap_c_api(dnnl_memory_desc_clone(&scratchpad, found), "could not copy the scratchpad");
+    plan.scratchpad = scratchpad == nullptr ? memory::desc() : memory::desc(scratchpad);
 }
 
 memory::desc plain(const dims &shape, tag t) { return memory::desc(shape, dt::f32, t); }

@@ -85,7 +85,8 @@ void set_cache_capacity(size_t capacity);
 
 // A primitive_attr with a user-managed scratchpad (each run allocates its own: thread safe).
 dnnl::primitive_attr user_scratchpad();
-void finish(Plan &plan, const dnnl::primitive_desc_base &pd);
+// Records the kernel name and scratchpad of plan.prim (set before).
+void finish(Plan &plan);
 
 memory::desc plain(const dims &shape, tag t);
 memory::desc strided(const dims &shape, const dims &strides);

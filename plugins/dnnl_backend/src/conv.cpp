@@ -103,7 +103,7 @@ Plan make_forward(const Conv &c) {
     auto pd = c.forward(pk::forward_inference, c.fused_attr());
     Plan p;
     p.prim = conv_fwd(pd);
-    finish(p, pd);
+    finish(p);
     p.bind(DNNL_ARG_SRC, 0, false, c.user_act(c.x), pd.src_desc());
     p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
     if (c.bias) p.bind(DNNL_ARG_BIAS, 2, false, c.bias_md(), pd.bias_desc());
@@ -118,7 +118,7 @@ Plan make_backward_data(const Conv &c) {
                                                        c.dilation, c.pad_l, c.pad_r, hint, user_scratchpad());
     Plan p;
     p.prim = dnnl::convolution_backward_data(pd);
-    finish(p, pd);
+    finish(p);
     p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw), pd.diff_dst_desc());
     p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
     p.bind(DNNL_ARG_DIFF_SRC, 2, true, plain(c.x, tag::nchw), pd.diff_src_desc());
@@ -131,7 +131,7 @@ Plan make_backward_weights(const Conv &c) {
                                                           c.dilation, c.pad_l, c.pad_r, hint, user_scratchpad());
     Plan p;
     p.prim = dnnl::convolution_backward_weights(pd);
-    finish(p, pd);
+    finish(p);
     p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw), pd.diff_dst_desc());
     p.bind(DNNL_ARG_SRC, 1, false, plain(c.x, tag::nchw), pd.src_desc());
     p.bind(DNNL_ARG_DIFF_WEIGHTS, 2, true, c.user_w(), pd.diff_weights_desc());

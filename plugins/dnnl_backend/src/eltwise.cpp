@@ -39,7 +39,7 @@ PlanPtr forward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f,
                                                  user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_forward(pd);
-        finish(p, pd);
+        finish(p);
         p.bind(DNNL_ARG_SRC, 0, false, md, pd.src_desc());
         p.bind(DNNL_ARG_DST, 1, true, md, pd.dst_desc());
         return p;
@@ -54,7 +54,7 @@ PlanPtr backward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f
                                                   hint, user_scratchpad());
         Plan p;
         p.prim = dnnl::eltwise_backward(pd);
-        finish(p, pd);
+        finish(p);
         p.bind(DNNL_ARG_DIFF_DST, 0, false, flat(size), pd.diff_dst_desc());
         if (k.backward_uses_dst)
             p.bind(DNNL_ARG_DST, 1, false, flat(size), pd.dst_desc());

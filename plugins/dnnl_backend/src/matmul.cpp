@@ -45,7 +45,7 @@ Plan make_matmul(const Matmul &mm) {
     dnnl::matmul::primitive_desc pd(cpu_engine(), mm.a(), mm.b(), bias, c, user_scratchpad());
     Plan p;
     p.prim = dnnl::matmul(pd);
-    finish(p, pd);
+    finish(p);
     p.bind(DNNL_ARG_SRC, 0, false, mm.a(), pd.src_desc());
     p.bind(DNNL_ARG_WEIGHTS, 1, false, mm.b(), pd.weights_desc());
     if (mm.bias) p.bind(DNNL_ARG_BIAS, 2, false, bias, pd.bias_desc());

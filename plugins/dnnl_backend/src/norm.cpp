@@ -43,7 +43,7 @@ Plan make_forward(const Norm &n, pk prop, flags f) {
     typename Fwd::primitive_desc pd(cpu_engine(), prop, n.data(), n.data(), n.eps, f, user_scratchpad());
     Plan p;
     p.prim = Fwd(pd);
-    finish(p, pd);
+    finish(p);
     p.bind(DNNL_ARG_SRC, 0, false, n.data(), pd.src_desc());
     p.bind(DNNL_ARG_DST, 1, true, n.data(), pd.dst_desc());
     bool global = has(f, flags::use_global_stats);
@@ -64,7 +64,7 @@ Plan make_backward(const Norm &n, pk prop, flags f) {
     typename Bwd::primitive_desc pd(cpu_engine(), prop, n.data(), n.data(), n.data(), n.eps, f, hint, user_scratchpad());
     Plan p;
     p.prim = Bwd(pd);
-    finish(p, pd);
+    finish(p);
     p.bind(DNNL_ARG_DIFF_DST, 0, false, n.data(), pd.diff_dst_desc());
     p.bind(DNNL_ARG_SRC, 1, false, n.data(), pd.src_desc());
     p.bind(DNNL_ARG_MEAN, 2, false, vec(n.stats()), pd.mean_desc());

@@ -57,7 +57,7 @@ Plan make_forward(const Pool &p, bool training) {
     auto pd = p.forward(training ? pk::forward_training : pk::forward_inference, user_scratchpad());
     Plan plan;
     plan.prim = pool_fwd(pd);
-    finish(plan, pd);
+    finish(plan);
     plan.bind(DNNL_ARG_SRC, 0, false, p.src(), pd.src_desc());
     plan.bind(DNNL_ARG_DST, 1, true, p.dst(), pd.dst_desc());
     if (training) plan.bind(DNNL_ARG_WORKSPACE, 2, true, pd.workspace_desc(), pd.workspace_desc());
@@ -70,7 +70,7 @@ Plan make_backward(const Pool &p) {
                                               p.pad_l, p.pad_r, hint, user_scratchpad());
     Plan plan;
     plan.prim = dnnl::pooling_backward(pd);
-    finish(plan, pd);
+    finish(plan);
     plan.bind(DNNL_ARG_DIFF_DST, 0, false, p.dst(), pd.diff_dst_desc());
     plan.bind(DNNL_ARG_DIFF_SRC, 1, true, p.src(), pd.diff_src_desc());
     if (p.kind == "max") plan.bind(DNNL_ARG_WORKSPACE, 2, false, pd.workspace_desc(), pd.workspace_desc());

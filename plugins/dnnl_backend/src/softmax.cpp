@@ -38,7 +38,7 @@ PlanPtr forward_plan(const Softmax &s) {
         auto pd = s.forward(pk::forward_inference, user_scratchpad());
         Plan p;
         p.prim = dnnl::softmax_forward(pd);
-        finish(p, pd);
+        finish(p);
         p.bind(DNNL_ARG_SRC, 0, false, s.data(), pd.src_desc());
         p.bind(DNNL_ARG_DST, 1, true, s.data(), pd.dst_desc());
         return p;
@@ -52,7 +52,7 @@ PlanPtr backward_plan(const Softmax &s) {
                                                   user_scratchpad());
         Plan p;
         p.prim = dnnl::softmax_backward(pd);
-        finish(p, pd);
+        finish(p);
         p.bind(DNNL_ARG_DIFF_DST, 0, false, s.data(), pd.diff_dst_desc());
         p.bind(DNNL_ARG_DST, 1, false, s.data(), pd.dst_desc());
         p.bind(DNNL_ARG_DIFF_SRC, 2, true, s.data(), pd.diff_src_desc());

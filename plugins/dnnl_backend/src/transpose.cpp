@@ -39,7 +39,7 @@ PlanPtr transpose_plan(const Transpose &t) {
         dnnl::reorder::primitive_desc pd(cpu_engine(), src, cpu_engine(), dst, user_scratchpad());
         Plan p;
         p.prim = dnnl::reorder(pd);
-        finish(p, pd);
+        finish(p);
         p.bind(DNNL_ARG_FROM, 0, false, src, src);
         p.bind(DNNL_ARG_TO, 1, true, dst, dst);
         return p;
