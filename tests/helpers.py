@@ -61,6 +61,8 @@ from typing import Any
 import numpy as np
 
 SAFETY = 4.0
+# A subprocess time limit only a hang reaches: on two shared cores the README's examples took 80 s.
+HANG_SECONDS = 900
 # tfloat32: float32 whose products take operands rounded to 10 mantissa bits (cuDNN, cuBLAS on GPUs)
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "tfloat32": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
 

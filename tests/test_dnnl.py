@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import algoswap
-from helpers import as_float64, assert_close, derived_seed, network_terms
+from helpers import HANG_SECONDS, as_float64, assert_close, derived_seed, network_terms
 from op_scales import gradient_scales
 
 algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is not installed")
@@ -367,5 +367,5 @@ def test_one_channel_convolutions_do_not_corrupt_memory() -> None:
 
     tests = str(Path(__file__).parent)
     done = subprocess.run([sys.executable, "-c", ONE_CHANNEL_CONVS, str(derived_seed()), tests], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HANG_SECONDS)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
