@@ -8,10 +8,10 @@ Ops fall into four kinds:
   the scale is the reference evaluated on the inputs' absolute values, and the reduction length is
   the reference evaluated on ones (each element then counts its own terms).
 - MEANS: as SUMS for the scale; the length is the number of terms averaged (ones would count 1).
-- ELEMENTWISE ops whose result cannot cancel (activations, data movement, maxima): the scale is the
-  result itself, the length 1 or the softmax axis.
-- The rest (normalisations, losses, gradients of softmax and tanh, optimizer updates) spell their
-  terms out below.
+- ELEMENTWISE ops whose result cannot cancel (activations, data movement, maxima, one rounding of
+  exact inputs): the scale is the result itself, the length 1.
+- The rest (softmax, normalisations, losses, gradients of softmax, sigmoid and tanh) spell their terms
+  out below; values updated in place (optimizers) are scaled by ``update_scale``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ SUMS = {
 }
 # One rounding of exact inputs is an error relative to the result itself, even for a - b near zero.
 ELEMENTWISE = {
-    "add", "sub", "add_scalar", "relu", "relu_grad", "leaky_relu", "leaky_relu_grad", "sigmoid", "tanh", "neg", "sqrt", "rsqrt", "sqrt_grad",
-    "rsqrt_grad", "mul_scalar", "pow_scalar", "pow_scalar_grad", "rdiv_scalar", "rdiv_scalar_grad", "flatten",
-    "reshape", "concat", "transpose", "slice", "split", "pad", "broadcast_to", "one_hot", "zeros_like", "ones_like",
-    "where", "embedding", "maxpool2d", "dropout", "dropout2d", "dropout_grad", "dropout2d_grad",
+    "add", "sub", "add_scalar", "relu", "relu_grad", "leaky_relu", "leaky_relu_grad", "sigmoid", "tanh", "neg",
+    "sqrt", "rsqrt", "sqrt_grad", "mul_scalar", "pow_scalar", "pow_scalar_grad", "rdiv_scalar",
+    "rdiv_scalar_grad", "flatten", "reshape", "concat", "transpose", "slice", "split", "pad", "broadcast_to",
+    "one_hot", "zeros_like", "ones_like", "where", "embedding", "maxpool2d", "dropout", "dropout2d", "dropout_grad",
+    "dropout2d_grad",
 }
 
 
@@ -106,13 +107,20 @@ MEANS: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
 # ------------------------------------------------------------------------------ spelled-out terms
 
 def _sigmoid_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """dy * y * (1 - y): 1 - y cancels where y is near 1 (the cases draw y of either sign)."""
     dy, y = inputs
     return np.abs(dy) * np.abs(y) * (1 + np.abs(y)), 1
 
 
 def _tanh_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """dy * (1 - y * y): cancels where |y| is near 1."""
     dy, y = inputs
     return np.abs(dy) * (1 + y * y), 1
+
+
+def _rsqrt_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """-dy * y**3 / 2 from the output y: a rounding error of y counts three times."""
+    return None, 3
 
 
 def _softmax(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
@@ -135,12 +143,14 @@ def _log_softmax(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
 
 
 def _softmax_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """y * (dy - sum(dy * y)): near zero where one entry of y dominates."""
     dy, y = np.abs(inputs[0]), np.abs(inputs[1])
     axis = attrs["axis"]
     return y * (dy + np.sum(dy * y, axis=axis, keepdims=True)), y.shape[axis]
 
 
 def _log_softmax_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """dy - exp(y) * sum(dy)."""
     dy, y = np.abs(inputs[0]), inputs[1]
     axis = attrs["axis"]
     return dy + np.exp(y) * np.sum(dy, axis=axis, keepdims=True), y.shape[axis]
@@ -193,6 +203,7 @@ def _norm_grad_weight(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scal
 
 
 def _batchnorm2d(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """(x - mean) / sqrt(var + eps) * w + b, which implementations fold into x * s + (b - mean * s)."""
     x, mean, var, weight, bias = inputs
     w, b = _param(op, weight, x), _param(op, bias, x)
     terms = (np.abs(x) + np.abs(mean)[:, None, None]) / np.sqrt(var + attrs["eps"])[:, None, None]
@@ -203,11 +214,12 @@ def _targets(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.abs(labels) if labels.ndim == 2 else np.eye(logits.shape[1])[labels]
 
 
-def _reduced(rows: np.ndarray, reduction: str, axis: int | None = None) -> np.ndarray:
-    return rows if reduction == "none" else (np.sum(rows, axis=axis) if reduction == "sum" else np.mean(rows, axis=axis))
+def _reduced(rows: np.ndarray, reduction: str) -> np.ndarray:
+    return rows if reduction == "none" else (np.sum(rows) if reduction == "sum" else np.mean(rows))
 
 
 def _cross_entropy(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """sum(t * (lse - x)) per row: lse - x is near zero for a dominant logit."""
     logits, labels = inputs
     top = np.max(logits, axis=1, keepdims=True)
     lse = top + np.log(np.sum(np.exp(logits - top), axis=1, keepdims=True))
@@ -216,6 +228,7 @@ def _cross_entropy(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
 
 
 def _cross_entropy_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """(softmax * sum(t) - t) * dy: near zero where the softmax matches the target."""
     dy, logits, labels = inputs
     reduction = attrs.get("reduction", "mean")
     targets = _targets(logits, labels)
@@ -226,11 +239,13 @@ def _cross_entropy_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Sc
 
 
 def _binary_cross_entropy(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """-(t log x + (1 - t) log(1 - x)): positive terms, so the result itself."""
     reduction = attrs.get("reduction", "mean")
     return None, (1 if reduction == "none" else inputs[0].size) + LOG_ULPS
 
 
 def _binary_cross_entropy_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """dy * (x - t) / (x (1 - x)): near zero where x matches t."""
     dy, x, target = inputs
     count = x.size if attrs.get("reduction", "mean") == "mean" else 1
     return np.abs(dy) * (x + np.abs(target)) / np.maximum(x * (1 - x), 1e-12) / count, 1
@@ -238,6 +253,7 @@ def _binary_cross_entropy_grad(op: str, inputs: list[Any], attrs: dict[str, Any]
 
 SPELLED_OUT: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
     "sigmoid_grad": _sigmoid_grad,
+    "rsqrt_grad": _rsqrt_grad,
     "tanh_grad": _tanh_grad,
     "softmax": _softmax,
     "log_softmax": _log_softmax,

@@ -66,7 +66,7 @@ def check_conformance(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Gene
         originals = [None if a is None else a.copy() for a in inputs]
         wide = [_widen(a) for a in inputs]
         out = _run(impl, call, inputs, updated)
-        scale = None if updated else op_scale(impl.op, wide, attrs)
+        scale = None if updated else op_scale(impl.op, wide, attrs)  # before the reference updates `wide` in place
         ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
         if updated:
             scale = update_scale(originals[updated[0]], ref, _rows(inputs))
