@@ -35,12 +35,13 @@ to a computation of that length:
 - When the reference was itself computed in finite precision (a float32 torch model, or two
   float64 computations), the reference's bound is added (``ref_dtype``, taken from ``ref`` by
   default: a float64 reference costs a float32 result nothing).
-- Whole networks (``network_terms``) take L as their number of layers and n as the sum of the
-  layers' reduction lengths: first-order error propagation through layers that neither amplify nor
-  damp relative errors. That is an assumption about the network, not a theorem (it holds for the
-  zoo's normalised random-init models), and its worst case is loose: per-op accuracy is the
-  conformance suite's job, a network test catches wiring (errors of order 1). A network's output
-  is compared against its own norm.
+- Whole networks (``network_terms``) combine their layers' bounds (u + n_l*u_acc each) as
+  independent errors, in quadrature: L = sqrt(number of layers), n = sqrt(sum of n_l**2), which
+  bounds sqrt(sum((u + n_l*u_acc)**2)). This is a model, not a theorem: first-order propagation
+  through layers that neither amplify nor damp relative errors (true of the zoo's normalised
+  random-init models), errors of different layers (other data, other operations) uncorrelated, the
+  output compared against its own norm. It is loose (per-op accuracy is the conformance suite's
+  job), yet tight enough to catch wiring: a dropped residual or a wrong layer is an error of order 1.
 - Non-finite values must match exactly (NaN where the reference has NaN, the same infinities);
   the finite rest is compared as above.
 
@@ -212,22 +213,30 @@ def central_difference(phi: Any, step: float, rounding: float) -> tuple[float, f
     return central, rounding / step + abs(wide - central) + kink
 
 
-def network_terms(module: Any, backward_of: tuple[int, ...] | None = None, steps: int = 1) -> dict[str, int]:
-    """``layers`` and ``reduction_length`` of a torch network for ``assert_close`` (see the policy): its
-    leaf modules, and the summed reduction lengths of its convolutions and linear layers (functional
-    calls such as ``F.linear`` are not modules: add theirs). For gradients, ``backward_of`` is the input's
-    shape: each such layer's weight gradient sums over at most the batch's pixels, N*H*W, and its input
-    gradient over its outputs' terms. ``steps`` training steps (each a forward and a backward pass) add up."""
+def network_terms(module: Any, backward_of: tuple[int, ...] | None = None, steps: int = 1,
+                  functional: tuple[int, ...] = ()) -> dict[str, int]:
+    """``layers`` and ``reduction_length`` of a torch network for ``assert_close``: its leaf modules and the
+    reduction lengths of its convolutions and linear layers, combined in quadrature (see the policy).
+    ``functional``: the lengths of functional calls (``F.linear``), which are no modules. For gradients,
+    ``backward_of`` is the input's shape: each such layer's weight gradient sums over at most the batch's
+    pixels, N*H*W, its input gradient over its outputs' terms. ``steps`` training steps, each a forward and
+    a backward pass, add their errors."""
     import torch
 
     leaves = [m for m in module.modules() if not list(m.children())]
-    backward = backward_of is not None
     pixels = math.prod(backward_of) // backward_of[1] if backward_of is not None else 0
-    total = 0
+    lengths = list(functional)
     for layer in leaves:
         if isinstance(layer, torch.nn.Conv2d):
             kernel = math.prod(layer.kernel_size)
-            total += layer.in_channels // layer.groups * kernel + 1 + backward * (pixels + layer.out_channels // layer.groups * kernel)
+            lengths.append(layer.in_channels // layer.groups * kernel + 1)
+            backward = [pixels, layer.out_channels // layer.groups * kernel]
         elif isinstance(layer, torch.nn.Linear):
-            total += layer.in_features + 1 + backward * (pixels + layer.out_features)
-    return {"layers": steps * max(len(leaves), 1), "reduction_length": steps * max(total, 1)}
+            lengths.append(layer.in_features + 1)
+            backward = [pixels, layer.out_features]
+        else:
+            continue
+        lengths += backward if backward_of is not None else []
+    layers = steps * (len(leaves) + len(functional)) * (2 if backward_of is not None else 1)
+    squares = steps * sum(n * n for n in lengths)
+    return {"layers": max(math.isqrt(layers - 1) + 1, 1), "reduction_length": max(math.isqrt(max(squares - 1, 0)) + 1, 1)}

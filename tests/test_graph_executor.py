@@ -244,7 +244,8 @@ def test_on_a_gpu_nodes_run_in_device_memory_with_transfers_and_train_like_numpy
             assert {s.note for s in program.transfers} == {"host -> cuda", "cuda -> host"}
             assert len(program.transfers) == 3, [s.name for s in program.transfers]  # x and labels in, the loss out
     assert losses["gpu"][-1] < losses["gpu"][0]
-    # 4 steps of 8 ops (convolutions 28 and 73 terms, linear 257; weight gradients over 16*16*16 pixels at most)
+    # 4 steps of 8 ops (convolutions 28 and 73 terms, linear 257; weight gradients over 16*16*16 pixels at most),
+    # summed: an upper bound of network_terms' quadrature
     terms = {"layers": 4 * 8, "reduction_length": 4 * (28 + 73 + 257 + 3 * 16 * 16 * 16)}
     assert_close(losses["gpu"], losses["numpy"], dtype="tfloat32", ref_dtype="float32", **terms)  # TF32 may be on
     assert_close(params["gpu"], params["numpy"], dtype="tfloat32", **terms)  # read back from the GPU through Node.value

@@ -46,11 +46,10 @@ def converted(name: str) -> Model:
     return swap_backend(zoo_model(name), sample_input_shape=zoo.input_shape(name, 2, small=True))
 
 
-def close(out: Any, ref: torch.Tensor, module: nn.Module, functional_terms: int = 0) -> None:
+def close(out: Any, ref: torch.Tensor, module: nn.Module, functional: tuple[int, ...] = ()) -> None:
     """``out`` of a conversion of ``module`` against torch's ``ref`` (the policy in tests/helpers.py);
-    ``functional_terms``: the reduction lengths of functional calls (F.linear), which modules do not show."""
-    terms = network_terms(module)
-    assert_close(out, ref, layers=terms["layers"], reduction_length=terms["reduction_length"] + functional_terms)
+    ``functional``: the reduction lengths of its functional calls (F.linear), which modules do not show."""
+    assert_close(out, ref, **network_terms(module, functional=functional))
 
 
 # ---------------------------------------------------------------------------- the zoo
@@ -173,7 +172,7 @@ def test_functional_calls_match_pytorch_at_any_batch_size() -> None:
             ref = module(x)
         out = model(x)
         for o, r in zip(out, ref):
-            close(o, r, module, functional_terms=24 + 1)
+            close(o, r, module, functional=(24 + 1,))
 
 
 def test_numpy_in_numpy_out_and_pickle_round_trip() -> None:
