@@ -10,7 +10,7 @@ max-pooling tie that a fresh draw puts inside the stencil, about once in a thous
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -52,20 +52,29 @@ def test_gradient_rules_match_finite_differences(op: str, rng: np.random.Generat
     assert checked >= len(cases_for(op)), f"{op}: only {checked} gradients checked"
 
 
+class _Pattern:
+    """Stands in for the generator: 1, 2, 3, 1, 2, ... in every draw (grad_output and direction), so that
+    a test's outcome depends on no draw."""
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.arange(int(np.prod(shape))).reshape(shape) % 3 + 1.0
+
+
 def test_a_kink_inside_the_stencil_stays_within_the_bound(rng: np.random.Generator) -> None:
-    """relu at an input of exactly 0 and a max pooling window with a tie: the central difference sees the
-    mean of two slopes there, so it differs from any one-sided gradient, by no more than the kink term."""
+    """relu at an input of exactly 0 and a max pooling window with a tie moved apart by the direction: the
+    central difference sees the mean of two slopes there (off any one-sided gradient by 0.5 and 1 here),
+    and the bound's kink term covers it."""
     x = rng.standard_normal((2, 3, 4))
     x[0, 1, 2] = 0.0
     windows = rng.standard_normal((1, 1, 4, 4))
     windows[0, 0, 0, 0] = windows[0, 0, 1, 1] = 5.0  # the maximum of the first window, twice
     for op, inputs, attrs in [("relu", [x], {}), ("maxpool2d", [windows], {"kernel_size": 2})]:
         shapes = tuple(a.shape for a in inputs)
-        analytic, numeric, bound, _ = next(_checks(op, shapes, attrs, inputs, rng))
-        assert abs(analytic - numeric) > 1e-3 and abs(analytic - numeric) <= bound, (op, analytic, numeric, bound)
+        analytic, numeric, bound, _ = next(_checks(op, shapes, attrs, inputs, _Pattern()))
+        assert abs(analytic - numeric) > 0.4 and abs(analytic - numeric) <= bound, (op, analytic, numeric, bound)
 
 
-def _checks(op: str, shapes: tuple, attrs: dict, inputs: list, rng: np.random.Generator) -> Iterator[tuple[float, float, float, str]]:
+def _checks(op: str, shapes: tuple, attrs: dict, inputs: list, rng: Any) -> Iterator[tuple[float, float, float, str]]:
     """For each gradient rule of ``op`` and each array it covers: <G, v>, the central difference, the bound
     on their difference, and which input."""
     call = bind(op, shapes, "float64", attrs)
