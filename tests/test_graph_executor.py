@@ -20,6 +20,14 @@ class Staged:
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
 
 STAGING = algoswap.MemorySpace("staging", "test_graph_executor.Staged", to_host=lambda s: s.array,
                                from_host=lambda a: Staged(np.array(a)))

@@ -112,6 +112,14 @@ class Boxed:
     def __init__(self, data: np.ndarray) -> None:
         self.data = data
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
 
 BOXED = algoswap.MemorySpace("boxed", "test_registry.Boxed", to_host=lambda b: b.data, from_host=lambda a: Boxed(a.copy()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Callable, Iterable
 
+from ._core_caches import SelectionCache
 from ._errors import OpArgumentError, RegistrationError
 from ._records import (
     HOST,
@@ -125,7 +126,7 @@ class Registry:
         self.impls: dict[Key, ImplRecord] = {}
         self.unsupported: dict[Key, UnsupportedRecord] = {}
         self.plugins: list[PluginRecord] = []
-        self.selection_cache: dict[Any, Any] = {}
+        self.selection_cache = SelectionCache()  # selections (typed keys) and the front ends' calls: see _core_caches
         self._op_owner: dict[str, PluginRecord] = {}
         self._by_op: dict[str, list[ImplRecord]] = {}
 
