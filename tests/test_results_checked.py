@@ -52,6 +52,9 @@ def _register(registry: Any) -> None:
         for op in ("relu", "conv2d"):
             registry.add_implementation(op, kind, "broken", _wrapped(kind, op))
     registry.add_implementation("relu", "oom", "broken", _out_of_memory)
+    space = algoswap.MemorySpace("boxed", "boxed_backend.Box", to_host=lambda box: box.data, from_host=Box)
+    registry.add_backend("broken_box", memory=space, priority=-50)
+    registry.add_implementation("relu", "host", "broken_box", lambda box: _relu(box.data))  # a host array out of a device
     registry.add_implementation("sgd_update", "copy", "broken", lambda param, grad, lr: param - lr * grad)
 
 
@@ -80,6 +83,12 @@ def test_ops_refuse_a_broken_result(kind: str, rng: np.random.Generator) -> None
     with pytest.raises(algoswap.ImplementationError) as caught:
         algoswap.ops.conv2d(x, w, None, padding=1, algorithm=f"broken:{kind}")
     _check(caught.value, "conv2d", kind)
+
+
+def test_a_device_backend_must_return_arrays_of_its_memory(rng: np.random.Generator) -> None:
+    with pytest.raises(algoswap.ImplementationError, match=r"relu: implementation broken_box:host \(.*\) returned a float32 "
+                       r"numpy.ndarray of shape \(2, 3\); expected a float32 boxed_backend.Box of shape \(2, 3\)"):
+        algoswap.ops.relu(rng.standard_normal((2, 3)).astype(np.float32), algorithm="broken_box:host", transfer=True)
 
 
 def test_an_in_place_op_must_return_its_first_input(rng: np.random.Generator) -> None:

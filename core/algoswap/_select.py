@@ -135,6 +135,8 @@ def typed_key(value: Any) -> Any:
 
 def attrs_key(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     """A typed key of keyword attributes (cheap for flat scalars, the usual case)."""
+    if not attrs:
+        return ()
     kinds = tuple(map(type, attrs.values()))
     if tuple in kinds or list in kinds or dict in kinds:
         return (tuple(attrs), typed_key(tuple(attrs.values())))
