@@ -168,7 +168,7 @@ def test_an_empty_output_is_made_in_the_backends_memory_space() -> None:
 
     register_boxed([("relu", "direct")])  # gone with the tripwire when the module's tests end
     selection = algoswap.select("relu", [(0, 3)], "float32", "boxed:direct", memory=None)
-    out = Runner(selection)(Box(np.zeros((0, 3), np.float32)))
+    out = Runner(selection).run([Box(np.zeros((0, 3), np.float32))])
     assert isinstance(out, Box) and out.shape == (0, 3) and out.dtype == np.float32
 
 

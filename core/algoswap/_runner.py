@@ -47,15 +47,13 @@ class Runner:
         self.updated = call.input_names.index(in_place[0]) if in_place else None
         self.empty = call.empty
 
-    def __call__(self, *arrays: Any) -> Any:
-        return self.run(arrays, self.attrs)
-
-    def run(self, arrays: Sequence[Any], attrs: dict[str, Any]) -> Any:
-        """The checked result of the implementation on ``arrays`` (in its memory space) with ``attrs``."""
+    def run(self, arrays: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:
+        """The checked result of the implementation on ``arrays`` (in its memory space), with its
+        canonical attributes or ``attrs`` (a graph node's, updated at each run)."""
         if self.empty:
             return self._nothing_to_compute(arrays)
         try:
-            result = self.fn(*arrays, **attrs)
+            result = self.fn(*arrays, **(self.attrs if attrs is None else attrs))
         except MemoryError as exc:
             raise self._out_of_memory(exc) from exc
         if self.updated is not None:

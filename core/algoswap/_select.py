@@ -120,6 +120,9 @@ def _unknown_request(
     return NoImplementationError(f"{op}: no implementation named {request!r}{hint} Offered: {offered}")
 
 
+_NESTED = frozenset({tuple, list, dict})
+
+
 def typed_key(value: Any) -> Any:
     """``value`` as a hashable cache key that tells apart what validation tells apart: 1, 1.0 and True
     compare (and hash) equal, but a converter may accept one and refuse another, so every value is
@@ -138,9 +141,9 @@ def attrs_key(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     if not attrs:
         return ()
     kinds = tuple(map(type, attrs.values()))
-    if tuple in kinds or list in kinds or dict in kinds:
-        return (tuple(attrs), typed_key(tuple(attrs.values())))
-    return (tuple(attrs.items()), kinds)
+    if _NESTED.isdisjoint(kinds):
+        return (*attrs.items(), kinds)
+    return (tuple(attrs), typed_key(tuple(attrs.values())))
 
 
 def select(

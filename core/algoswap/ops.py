@@ -121,9 +121,9 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
         _check_updatable(op, runner.selection.call.input_names, arrays, updated)
     if moves is None:
         arrays = tuple(a if type(a) is not np.ndarray or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays)
-        return runner(*arrays)
+        return runner.run(arrays)
     moved = tuple(None if a is None else moves.upload(a) for a in arrays)
-    result = runner(*moved)
+    result = runner.run(moved)
     for position in updated:
         np.copyto(arrays[position], moves.download(moved[position]))
     return arrays[updated[0]] if updated else moves.download(result)

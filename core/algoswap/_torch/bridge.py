@@ -158,9 +158,9 @@ def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.T
     like = next(t for t in inputs if t is not None)
     if selection.backend.memory.is_host:
         arrays = [None if t is None else _host_view(t) for t in inputs]
-        return _from_host(runner(*arrays), arrays, like)
+        return _from_host(runner.run(arrays), arrays, like)
     moved = [None if t is None else _to_backend(t, selection, enter) for t in inputs]
-    return _to_torch(runner(*moved), selection, like)
+    return _to_torch(runner.run(moved), selection, like)
 
 
 def _with_absent(tensors: list[torch.Tensor], absent: str) -> list[Optional[torch.Tensor]]:

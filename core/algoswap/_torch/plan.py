@@ -21,8 +21,7 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 import torch
 
-from .._cache import LRUCache
-from .._core_caches import MODEL_STEPS
+from .._core_caches import MODEL_STEPS, HotCache
 from .._errors import NoImplementationError
 from .._global import get_registry
 from .._records import MemorySpace
@@ -81,7 +80,7 @@ class OpStep:
     params: tuple[int, ...] = ()  # positions of inputs that are weights (kept in their own layout)
     free: tuple[int, ...] = ()
     last_shapes: tuple[Any, ...] | None = None
-    _cache: LRUCache[Runner] = field(default_factory=lambda: LRUCache(MODEL_STEPS), repr=False, compare=False)
+    _cache: HotCache[Runner] = field(default_factory=lambda: HotCache(MODEL_STEPS), repr=False, compare=False)
 
     kind = "op"
 
@@ -152,7 +151,7 @@ class OpStep:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _cache=LRUCache(MODEL_STEPS))
+        self.__dict__.update(state, _cache=HotCache(MODEL_STEPS))
 
 
 @dataclass
@@ -271,10 +270,10 @@ def invoke(runner: Runner, arrays: list[Any], params: tuple[int, ...]) -> Any:
     selection = runner.selection
     space = selection.backend.memory
     if space.is_host:
-        return runner(*arrange([on_host(a) for a in arrays], selection.impl.layout, params))
+        return runner.run(arrange([on_host(a) for a in arrays], selection.impl.layout, params))
     moved = [None if a is None else a.array if isinstance(a, Resident) and a.space == space else space.upload(on_host(a))
              for a in arrays]
-    return Resident(runner(*moved), space)
+    return Resident(runner.run(moved), space)
 
 
 def is_channels_last(array: np.ndarray) -> bool:
