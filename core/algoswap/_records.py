@@ -146,13 +146,14 @@ NAN_BEHAVIOURS = ("exact", "spreads")
 class _ImplState:
     """What the process learns about an implementation: its resolved callable, or why it cannot have it."""
 
-    __slots__ = ("fn", "problem", "health", "frame")
+    __slots__ = ("fn", "problem", "health", "frame", "found")
 
     def __init__(self) -> None:
         self.fn: Callable[..., Any] | None = None
         self.problem: str | None = None
         self.health: BackendHealth | None = None
         self.frame: Frame | None = None
+        self.found = False  # the modules of its references were found
 
 
 @dataclass(frozen=True)
@@ -246,13 +247,16 @@ class ImplRecord:
         """Why this implementation cannot be imported, if that is known or the module of a reference
         cannot be found (checked without importing it: the capability matrix promises only what can)."""
         state = self._state
-        if state.problem is not None:
+        if state.problem is not None or state.found:
             return state.problem
-        references = [("supports() predicate", self.supports)] + ([("implementation", self.fn)] if state.fn is None else [])
-        for what, ref in references:
+        found = state.health.found_modules if state.health is not None else set()
+        for what, ref in (("supports() predicate", self.supports), ("implementation", self.fn)):
             module = ref.partition(":")[0] if isinstance(ref, str) else None
-            if module is not None and not _module_exists(module):
-                return unresolvable(what, str(ref), self.owner, ModuleNotFoundError(f"No module named {module!r}"))
+            if module is not None and module not in found:
+                if not _module_exists(module):
+                    return unresolvable(what, str(ref), self.owner, ModuleNotFoundError(f"No module named {module!r}"))
+                found.add(module)
+        state.found = True
         return None
 
     def kernel_name(self, call: OpCall) -> str:

@@ -75,6 +75,7 @@ class BackendHealth:
         self.answer: bool | str | None = None
         self.status = "unknown"
         self.device = ""
+        self.found_modules: set[str] = set()  # modules of its implementations' references, found to exist
         self._lock = threading.Lock()
 
     def settle(self, backend: "BackendRecord") -> bool | str:
