@@ -23,6 +23,9 @@ SEED = int(os.environ.get("ALGOSWAP_TEST_SEED", random.SystemRandom().randrange(
 # read from the user's state directory: a process killed elsewhere during a probe must not skip a backend here.
 os.environ["ALGOSWAP_STATE_DIR"] = tempfile.mkdtemp(prefix="algoswap-test-state-")
 atexit.register(shutil.rmtree, os.environ["ALGOSWAP_STATE_DIR"], True)
+# A loaded machine must not make a slow predicate (oneDNN times its candidates) look hung; the
+# tests of the time limit set their own.
+os.environ.setdefault("ALGOSWAP_PLUGIN_TIMEOUT", "120")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

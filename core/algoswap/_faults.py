@@ -70,6 +70,8 @@ def _process_alive(pid: int, start: str) -> bool:
         fields = []
     if len(fields) > 19:
         return fields[0] not in ("Z", "X") and (not start or fields[19] == start)
+    if os.name == "nt":  # os.kill would end the process there: never judge another's
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -119,9 +121,10 @@ class FaultLog:
         """Turn the markers of processes that are gone into fault records."""
         for marker in self._files("running"):
             content = _read(marker)
-            if content is None or content.get("host") != self.host:
-                continue
-            if not _process_alive(int(content["pid"]), str(content.get("start", ""))):
+            pid = content.get("pid") if content is not None else None
+            if content is None or content.get("host") != self.host or not isinstance(pid, int):
+                continue  # another host's, or not a marker of ours
+            if not _process_alive(pid, str(content.get("start", ""))):
                 self.record(_crash(content))
                 _remove(marker)
 
@@ -172,7 +175,7 @@ class FaultLog:
 
 def _crash(content: dict[str, Any]) -> Fault:
     text = {k: str(content.get(k, "")) for k in ("plugin", "distribution", "version", "stage", "host", "when", "backend")}
-    return Fault(text["plugin"], text["distribution"], text["version"], text["stage"], "crashed", int(content.get("pid", 0)),
+    return Fault(text["plugin"], text["distribution"], text["version"], text["stage"], "crashed", int(content["pid"]),
                  text["host"], text["when"], text["backend"])
 
 

@@ -173,4 +173,5 @@ def _after_fork_in_child() -> None:
     _faulthandler = _FaultHandlerSwitch()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)

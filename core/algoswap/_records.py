@@ -13,7 +13,7 @@ from ._errors import PluginError, RegistrationError
 from ._guard import Frame, TimedOut
 from ._spec import OpCall
 from ._settings import ENV_TIMEOUT
-from ._supervisor import BackendHealth, reason_of, unresolvable
+from ._supervisor import BackendHealth, owner_label, reason_of, unresolvable
 
 Ref = Union[Callable[..., Any], str]
 Probe = Callable[[], Union[bool, str]]
@@ -117,7 +117,7 @@ class BackendRecord:
     @property
     def owner(self) -> str:
         """The distribution and version that declared this backend."""
-        return f"{self.distribution} {self.version}".strip() or f"plugin {self.plugin!r}"
+        return owner_label(self.plugin, self.distribution, self.version)
 
     def availability(self) -> bool | str:
         """True, or why this backend cannot run here. The probe runs once, time-limited; any exception
@@ -202,7 +202,7 @@ class ImplRecord:
     @property
     def owner(self) -> str:
         """The distribution and version that registered this implementation."""
-        return f"{self.distribution} {self.version}".strip() or f"plugin {self.plugin!r}"
+        return owner_label(self.plugin, self.distribution, self.version)
 
     @property
     def callable(self) -> Callable[..., Any]:
@@ -358,6 +358,4 @@ class PluginRecord:
     @property
     def owner(self) -> str:
         """The distribution and version, as used in clash reports."""
-        if self.distribution:
-            return f"{self.distribution} {self.version}".strip()
-        return f"plugin {self.name!r}"
+        return owner_label(self.name, self.distribution, self.version)

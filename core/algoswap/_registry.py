@@ -171,7 +171,8 @@ class Registry:
         self._by_op: dict[str, list[ImplRecord]] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _READ_ONLY and name in self.__dict__:
+        # (never ``name in self.__dict__``: touching __dict__ would slow down every attribute read)
+        if name in _READ_ONLY and hasattr(self, name):
             raise AttributeError(f"Registry.{name} is read-only: plugins register through algoswap_register")
         object.__setattr__(self, name, value)
 

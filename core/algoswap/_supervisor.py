@@ -12,6 +12,12 @@ from ._guard import Frame, Guard, TimedOut, named_frame
 if TYPE_CHECKING:
     from ._records import Available, BackendRecord
 
+
+def owner_label(plugin: str, distribution: str, version: str) -> str:
+    """Who a plugin's records come from, in reports: its distribution and version (or its name)."""
+    return f"{distribution} {version}".strip() if distribution else f"plugin {plugin!r}"
+
+
 def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -34,7 +40,7 @@ class Supervisor:
 
     @property
     def owner(self) -> str:
-        return f"{self.distribution} {self.version}".strip() if self.distribution else f"plugin {self.plugin!r}"
+        return owner_label(self.plugin, self.distribution, self.version)
 
     def frame(self, what: str) -> Frame:
         """A frame naming this plugin and what it runs, for faulthandler's dump of a crash."""
