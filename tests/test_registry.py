@@ -350,3 +350,13 @@ def test_a_request_for_a_backend_that_is_not_installed_says_so() -> None:
         "relu: 'nompy:direct': no backend 'nompy' is installed; did you mean 'numpy'? (backends loaded: numpy")
     with pytest.raises(algoswap.NoImplementationError, match="capabilities: no backend 'nompy' is installed"):
         algoswap.capabilities(backend="nompy")
+
+
+@pytest.mark.parametrize("status, words", [("crashed", "crashed"), ("timed out", "timed out"), ("broken", "is broken"),
+                                           ("incompatible", "is incompatible")])
+def test_a_request_for_a_backend_whose_plugin_failed_says_how(status: str, words: str) -> None:
+    registry = fresh_registry()
+    registry._record(PluginRecord("fast", "fast-dist", "1.0", status=status, error="what happened"))
+    with pytest.raises(algoswap.NoImplementationError) as error:
+        select(registry, "relu", [(3,)], ["float32"], algorithm="fast:direct")
+    assert str(error.value) == f"relu: 'fast:direct': backend 'fast' is not loaded: its plugin 'fast' (fast-dist 1.0) {words}: what happened"

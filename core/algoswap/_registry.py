@@ -208,10 +208,10 @@ class Registry:
         """Why no backend ``name`` is loaded: its plugin is disabled, failed (and why), or is not installed."""
         providers = [p for p in self._plugins if p.status != "loaded" and self._may_provide(p, name)]
         if providers:
-            stories = "; ".join(f"its plugin {p.name!r} ({p.owner}) is {_status_story(p)}" for p in providers)
+            stories = "; ".join(f"its plugin {p.name!r} ({p.owner}) {_status_story(p)}" for p in providers)
             return f"backend {name!r} is not loaded: {stories}"
         loaded = ", ".join(self._backends) or "none"
-        unknown = [p.name for p in self._plugins if p.status != "loaded" and not p.backends]
+        unknown = [p.name for p in self._plugins if p.status != "loaded" and not self._claimed.get(p.name)]
         maybe = f"; plugins not loaded, whose backends are unknown: {', '.join(unknown)}" if unknown else ""
         return (f"no backend {name!r} is installed{_suggest(name, self._backends)} (backends loaded: {loaded}{maybe}); "
                 f"see `algoswap backends`")
@@ -241,8 +241,8 @@ class Registry:
 
 def _status_story(plugin: PluginRecord) -> str:
     if plugin.status == "disabled":
-        return f"disabled ({plugin.error}: {_how_to_enable(plugin)})"
-    return f"{plugin.status}: {plugin.error}"
+        return f"is disabled ({plugin.error}: {_how_to_enable(plugin)})"
+    return f"{'' if plugin.status in ('timed out', 'crashed') else 'is '}{plugin.status}: {plugin.error}"
 
 
 def _how_to_enable(plugin: PluginRecord) -> str:
