@@ -18,6 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 SEED = int(os.environ.get("ALGOSWAP_TEST_SEED", random.SystemRandom().randrange(2**31)))
+# Before torch or oneDNN loads libgomp: their idle OpenMP threads would otherwise spin after every op and
+# starve the other runtime's (tests alternate torch, oneDNN and SYCL calls; see algoswap._cli.quiet_openmp_spinning).
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 # Plugin faults (README: "When a plugin crashes, hangs or misbehaves") are remembered per session, never
 # read from the user's state directory: a process killed elsewhere during a probe must not skip a backend here.

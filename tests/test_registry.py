@@ -208,7 +208,7 @@ def test_declared_unsupported_algorithms_show_their_reason() -> None:
     assert not matrix.supports("conv2d", "winograd", "cpu2") and matrix.supports("conv2d", "winograd", "numpy")
     assert "* cpu2:winograd: no f32 Winograd on this CPU library" in matrix.to_text()
     cell = matrix.to_dict()["ops"]["conv2d"]["backends"]["cpu2"]["winograd"]
-    assert cell == {"supported": False, "dtypes": [], "reason": "no f32 Winograd on this CPU library"}
+    assert cell == {"supported": False, "dtypes": [], "reason": "no f32 Winograd on this CPU library", "nan": None}
     with pytest.raises(algoswap.NoImplementationError, match="declared unsupported:\n  cpu2:winograd: no f32 Winograd"):
         select(registry, "conv2d", [(1, 1, 5, 5), (1, 1, 3, 3)], ["float32"] * 2, algorithm="cpu2:winograd")
 
@@ -224,11 +224,12 @@ def test_capability_matrix_renderings_and_queries() -> None:
     document = json.loads(matrix.to_json())
     assert document["schema"] == "algoswap-capabilities" and document["schema_version"] == 1
     assert document["backends"]["numpy"]["status"] == "available"
-    assert document["ops"]["conv2d"]["backends"]["numpy"]["smm"] == {"supported": True, "dtypes": ["float32", "float64"], "reason": None}
+    assert document["ops"]["conv2d"]["backends"]["numpy"]["smm"] == {"supported": True, "dtypes": ["float32", "float64"],
+                                                                      "reason": None, "nan": "exact"}
     assert {"name": "numpy", "distribution": "algoswap-numpy", "version": "0.1.0", "status": "loaded",
             "error": None, "backends": ["numpy"]} in document["plugins"]
     markdown = build(fresh_registry(), op="conv2d").to_markdown()
-    assert "| backend | direct | fft | smm | winograd |" in markdown and "| numpy | ✓ | ✓ | ✓ | ✓ |" in markdown
+    assert "| backend | direct | fft | smm | winograd |" in markdown and "| numpy | ✓ | ✓~ | ✓ | ✓~ |" in markdown
     rst = build(fresh_registry(), op="relu").to_rst()
     assert ".. list-table::" in rst and "   * - numpy\n     - ✓" in rst
     with pytest.raises(algoswap.OpArgumentError, match="did you mean 'conv2d'"):
