@@ -184,8 +184,8 @@ def build(registry: Registry, op: str | None = None, backend: str | None = None,
 def _status(record: Any) -> BackendStatus:
     available = record.availability()
     return BackendStatus(
-        record.name, record.device, record.memory.name, record.distribution, record.version,
-        "available" if available is True else "unavailable", None if available is True else str(available),
+        record.name, record.device_in_use, record.memory.name, record.distribution, record.version,
+        record.status, None if available is True else str(available),
     )
 
 
@@ -199,5 +199,7 @@ def _table(registry: Registry, op: str, backends: list[str]) -> OpTable:
     for u in refused:
         table.rows[u.backend][u.algorithm] = Cell(False, reason=u.reason)
     for i in impls:
-        table.rows[i.backend][i.algorithm] = Cell(True, tuple(sorted(i.dtypes)), nan=i.nan)
+        problem = i.import_problem()
+        table.rows[i.backend][i.algorithm] = (Cell(False, reason=problem) if problem
+                                              else Cell(True, tuple(sorted(i.dtypes)), nan=i.nan))
     return table
