@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -63,8 +62,6 @@ def _reject_reason(registry: Registry, impl: ImplRecord, call: OpCall, memory: s
         return f"backend unavailable: {available}"
     if memory is not None and backend.memory.name != memory and not (memory == "host" and backend.memory.accepts_host):
         return f"works on {backend.memory.name} memory; the inputs are in {memory} memory (pass transfer=True to move them)"
-    if call.empty:  # nothing will run: only the dtype matters, not what the predicate says of the sizes
-        impl = dataclasses.replace(impl, supports=None)
     answer = impl.check(call)
     return None if answer is True else str(answer)
 
@@ -104,6 +101,8 @@ def choose(registry: Registry, call: OpCall, request: str = "default", memory: s
 def _unknown_request(
     registry: Registry, op: str, request: str, backend: str | None, algorithm: str | None, candidates: list[ImplRecord]
 ) -> NoImplementationError:
+    if backend is not None and backend not in registry.backends:
+        return NoImplementationError(f"{op}: {request!r}: {registry.absent_backend(backend)}")
     if not candidates:
         loaded = ", ".join(registry.backends) or "none"
         return NoImplementationError(f"{op}: no implementation is registered (backends loaded: {loaded}); see `algoswap backends`")
