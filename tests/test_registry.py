@@ -16,6 +16,7 @@ from algoswap._plugins import PluginLoader, api_version_matches
 from algoswap._records import PluginRecord
 from algoswap._registry import Registry
 from algoswap._select import select
+from boxed_backend import Box
 
 
 def make_plugin(register: Any, api: str = ">=1,<2") -> types.SimpleNamespace:
@@ -107,11 +108,8 @@ def test_unavailable_backend_is_a_reason_and_a_raising_probe_never_crashes() -> 
     assert built.backends_for("relu", "direct", available=True) == ["numpy"]
 
 
-class Boxed:
+class Boxed(Box):
     """The array type of a memory space that is not host memory (like a device array would be)."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
 
 
 BOXED = algoswap.MemorySpace("boxed", "test_registry.Boxed", to_host=lambda b: b.data, from_host=lambda a: Boxed(a.copy()))

@@ -21,9 +21,12 @@ if TYPE_CHECKING:
     from ._capabilities import CapabilityMatrix
     from ._errors import (
         AlgoswapError,
+        ImplementationError,
+        ImplementationMemoryError,
         NoImplementationError,
         OpArgumentError,
         OpDtypeError,
+        OutputTooLargeError,
         PluginError,
         RegistrationError,
     )
@@ -56,8 +59,8 @@ _LAZY = {
     "LRUCache": ("._cache", "LRUCache"),
     "CacheKind": ("._cache", "CacheKind"),
     "declare_cache": ("._cache", "declare_cache"),
-    "cache_limits": ("._cache", "cache_limits"),
-    "set_cache_limit": ("._cache", "set_cache_limit"),
+    "cache_limits": ("._core_caches", "cache_limits"),  # the core's kinds declared first
+    "set_cache_limit": ("._core_caches", "set_cache_limit"),
     "CapabilityMatrix": ("._capabilities", "CapabilityMatrix"),
     "Selection": ("._select", "Selection"),
     "Registrar": ("._registry", "Registrar"),
@@ -90,6 +93,9 @@ _LAZY = {
     "OpArgumentError": ("._errors", "OpArgumentError"),
     "OpDtypeError": ("._errors", "OpDtypeError"),
     "NoImplementationError": ("._errors", "NoImplementationError"),
+    "ImplementationError": ("._errors", "ImplementationError"),
+    "ImplementationMemoryError": ("._errors", "ImplementationMemoryError"),
+    "OutputTooLargeError": ("._errors", "OutputTooLargeError"),
     "PluginError": ("._errors", "PluginError"),
     "RegistrationError": ("._errors", "RegistrationError"),
 }

@@ -6,6 +6,7 @@ import difflib
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from ._core_caches import SelectionCache
 from ._errors import OpArgumentError, RegistrationError
 from ._records import (
     HOST,
@@ -166,7 +167,7 @@ class Registry:
         self.backends: Mapping[str, BackendRecord] = MappingProxyType(self._backends)
         self.impls: Mapping[Key, ImplRecord] = MappingProxyType(self._impls)
         self.unsupported: Mapping[Key, UnsupportedRecord] = MappingProxyType(self._unsupported)
-        self.selection_cache: dict[Any, Any] = {}
+        self.selection_cache = SelectionCache()  # selections (typed keys) and the front ends' calls: see _core_caches
         self._op_owner: dict[str, PluginRecord] = {}
         self._by_op: dict[str, list[ImplRecord]] = {}
 

@@ -99,4 +99,14 @@ def supports_dtype_and_size(call: Any) -> bool | str:
     for shape in list(call.shapes) + [call.out_shape]:
         if shape is not None and math.prod(shape) > INT_LIMIT // 16:
             return f"arrays of more than {INT_LIMIT // 16} elements (these kernels index with 32-bit ints)"
+    for name, value in call.attrs.items():
+        if any(abs(v) > INT_LIMIT // 16 for v in _ints(value)):
+            return f"{name}={value!r}: integer attributes above {INT_LIMIT // 16} (these kernels index with 32-bit ints)"
     return True
+
+
+def _ints(value: Any) -> list[int]:
+    """The ints in an attribute value (through tuples: strides, paddings, shapes)."""
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _ints(item)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
