@@ -77,17 +77,29 @@ py::array forward(py::handle x, const std::string &kind, float alpha, float beta
     });
 }
 
+// x ** e as PyTorch computes it: e = 0.5 and -0.5 as sqrt and 1 / sqrt (NaN at -inf, where pow gives
+// +inf and 0).
+float torch_pow(float x, float e) {
+    if (e == 0.5f) return std::sqrt(x);
+    if (e == -0.5f) return 1.f / std::sqrt(x);
+    return std::pow(x, e);
+}
+
 // Where oneDNN's backward differs from PyTorch's on values that are not finite (checked first):
 // relu multiplies grad_output by 0 where input <= 0 (PyTorch selects 0: an infinite or NaN gradient
-// there is 0), and pow's gradient at an infinite input comes out NaN (PyTorch's grad * (alpha * beta *
+// there is 0), leaky relu passes grad_output unscaled at a NaN input (PyTorch scales it: NaN > 0 is
+// false), and pow's gradient at an infinite input comes out NaN (PyTorch's grad * (alpha * beta *
 // x ** (beta - 1)) is infinite). These elements are recomputed as PyTorch does.
 void exact_backward(const Kind &k, const F32 &dy, const F32 &data, float alpha, float beta, float *out) {
     int64_t size = numel(data.shape);
     if (k.forward == alg::eltwise_relu && alpha == 0.f && !all_finite(dy.data, dt::f32, size)) {
         for (int64_t i = 0; i < size; ++i) out[i] = data.data[i] <= 0.f ? 0.f : dy.data[i];
+    } else if (k.forward == alg::eltwise_relu && alpha != 0.f && any_nan(data.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i)
+            if (std::isnan(data.data[i])) out[i] = dy.data[i] * alpha;
     } else if (k.forward == alg::eltwise_pow && !all_finite(data.data, dt::f32, size)) {
         for (int64_t i = 0; i < size; ++i)
-            if (std::isinf(data.data[i])) out[i] = dy.data[i] * (alpha * beta * std::pow(data.data[i], beta - 1.f));
+            if (std::isinf(data.data[i])) out[i] = dy.data[i] * (alpha * beta * torch_pow(data.data[i], beta - 1.f));
     }
 }
 

@@ -165,14 +165,26 @@ void exact_max_backward(const Pool &p, const float *x, const float *dy, float *d
         if (at[i] >= 0) dx[at[i]] += dy[i];
 }
 
-// With a finite input oneDNN's only departure is a window wholly in the padding (ceil_mode,
-// dilation): -FLT_MAX, where PyTorch gives -inf. Such windows are known from the geometry alone.
+// Which output rows (axis 0) or columns (axis 1) have windows wholly in the padding (ceil_mode,
+// dilation): oneDNN gives them -FLT_MAX where PyTorch gives -inf, and its backward no place to go.
+std::vector<char> empty_windows(const Pool &p, int axis) {
+    std::vector<char> empty(static_cast<size_t>(p.y[2 + axis]));
+    for (int64_t o = 0; o < p.y[2 + axis]; ++o) empty[o] = taps(p, axis, o).count == 0;
+    return empty;
+}
+
+bool has_empty_windows(const Pool &p) {
+    for (int axis = 0; axis < 2; ++axis) {
+        std::vector<char> empty = empty_windows(p, axis);
+        if (std::find(empty.begin(), empty.end(), 1) != empty.end()) return true;
+    }
+    return false;
+}
+
+// With a finite input oneDNN's only departure is at those windows: set them to -inf.
 void empty_windows_to_minus_infinity(const Pool &p, void *y) {
-    std::vector<char> empty_row(static_cast<size_t>(p.y[2])), empty_col(static_cast<size_t>(p.y[3]));
-    for (int64_t oh = 0; oh < p.y[2]; ++oh) empty_row[oh] = taps(p, 0, oh).count == 0;
-    for (int64_t ow = 0; ow < p.y[3]; ++ow) empty_col[ow] = taps(p, 1, ow).count == 0;
-    auto none = [](const std::vector<char> &v) { return std::find(v.begin(), v.end(), 1) == v.end(); };
-    if (none(empty_row) && none(empty_col)) return;
+    if (!has_empty_windows(p)) return;
+    std::vector<char> empty_row = empty_windows(p, 0), empty_col = empty_windows(p, 1);
     for (int64_t n = 0; n < p.y[0]; ++n)
         for (int64_t c = 0; c < p.y[1]; ++c)
             for (int64_t oh = 0; oh < p.y[2]; ++oh)
@@ -221,7 +233,7 @@ py::array_t<float> backward(py::handle dy, py::handle x, const V &input_size, co
         if (x.is_none()) throw py::value_error("algoswap_dnnl pool2d_grad: max pooling needs the forward input");
         F32 X = check_f32(x, "pool2d_grad", "input");
         if (X.shape != p.x) throw py::value_error("algoswap_dnnl pool2d_grad: input does not match input_size");
-        if (!all_finite(X.data, dt::f32, numel(X.shape))) {
+        if (!all_finite(X.data, dt::f32, numel(X.shape)) || has_empty_windows(p)) {
             exact_max_backward(p, X.data, DY.data, out.mutable_data());
             return out;
         }
