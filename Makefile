@@ -40,8 +40,8 @@ bench: setup
 # instrumented copy of algoswap_dnnl, found on PYTHONPATH before the editable install.
 ASAN := build/asan
 ASAN_PKG := $(ASAN)/pkg/algoswap_dnnl
-ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_dnnl.py tests/test_dnnl_ops.py \
-	tests/test_dnnl_bf16.py tests/test_sycl.py
+ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_dnnl.py tests/test_dnnl_ops.py tests/test_dnnl_caches.py \
+	tests/test_dnnl_nonfinite.py tests/test_dnnl_bf16.py tests/test_sycl.py
 # Leak checking off: CPython and torch keep memory until exit by design (README: "Sanitizer runs").
 ASAN_OPTIONS_RUN := detect_leaks=0
 asan: setup-test
@@ -49,7 +49,7 @@ asan: setup-test
 	$(ASAN)/venv/bin/python -m pip --disable-pip-version-check --quiet install pybind11 onednn-devel-cpu-gomp==2023.2.0
 	mkdir -p $(ASAN_PKG)
 	cp plugins/dnnl_backend/algoswap_dnnl/*.py plugins/dnnl_backend/algoswap_dnnl/*.pyi $(ASAN_PKG)/
-	g++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address -fopenmp -shared -fPIC \
+	g++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address -fopenmp -shared -fPIC -fvisibility=hidden \
 		-I$(ASAN)/venv/include -I$$($(ASAN)/venv/bin/python -c 'import pybind11; print(pybind11.get_include())') \
 		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
 		plugins/dnnl_backend/src/*.cpp -L$(ASAN)/venv/lib -ldnnl -Wl,-rpath,$(abspath $(ASAN))/venv/lib \

@@ -257,13 +257,13 @@ def test_conv2d_nonfinite_inputs(rng: np.random.Generator, same: Any) -> None:
 
 
 def test_conv2d_grad_weight_with_nonfinite_grad_output(rng: np.random.Generator, same: Any) -> None:
-    x = torch.tensor(rng.standard_normal((2, 3, 9, 11)).astype(np.float32))
-    w = torch.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
-    y = F.conv2d(F.pad(x, (2, 2, 1, 1)), w)  # the definition: the padding's zeros are multiplied too
+    x = torch.tensor(rng.standard_normal((1, 2, 8, 7)).astype(np.float32))
+    w = torch.tensor(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), requires_grad=True)
+    y = F.conv2d(F.pad(x, (2, 1, 1, 0)), w)  # the definition: the padding's zeros are multiplied too
     dy = torch.tensor(_with(rng, tuple(y.shape)))
     y.backward(dy)
-    got = algoswap.ops.call("conv2d_grad_weight", dy.numpy(), x.numpy(), weight_size=(4, 3, 3, 3), padding=(1, 2),
-                            algorithm="dnnl:direct")
+    got = algoswap.ops.call("conv2d_grad_weight", dy.numpy(), x.numpy(), weight_size=(3, 2, 3, 3),
+                            padding=((1, 0), (2, 1)), algorithm="dnnl:direct")
     same(got, w.grad, "conv2d_grad_weight")
 
 
