@@ -42,7 +42,9 @@ ASAN := build/asan
 ASAN_PKG := $(ASAN)/pkg/algoswap_dnnl
 ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_dnnl.py tests/test_dnnl_ops.py tests/test_dnnl_caches.py \
 	tests/test_dnnl_nonfinite.py tests/test_dnnl_bf16.py tests/test_sycl.py
-# Leak checking off: CPython and torch keep memory until exit by design (README: "Sanitizer runs").
+# Leak checking off: CPython and torch keep memory until exit by design. libstdc++ is preloaded with
+# libasan (else ASan's __cxa_throw interceptor aborts at the first C++ exception) and .venv/lib is put on
+# LD_LIBRARY_PATH (ASan's dlopen hides the caller's RUNPATH: the SYCL runtime would find no OpenCL).
 ASAN_OPTIONS_RUN := detect_leaks=0
 asan: setup-test
 	$(PYTHON) -m venv $(ASAN)/venv
@@ -54,7 +56,8 @@ asan: setup-test
 		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
 		plugins/dnnl_backend/src/*.cpp -L$(ASAN)/venv/lib -ldnnl -Wl,-rpath,$(abspath $(ASAN))/venv/lib \
 		-o $(ASAN_PKG)/_dnnl$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-	PYTHONPATH=$(ASAN)/pkg LD_LIBRARY_PATH=$(abspath $(VENV))/lib LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libstdc++.so) ASAN_OPTIONS=$(ASAN_OPTIONS_RUN) \
+	PYTHONPATH=$(ASAN)/pkg LD_LIBRARY_PATH=$(abspath $(VENV))/lib ASAN_OPTIONS=$(ASAN_OPTIONS_RUN) \
+		LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libstdc++.so) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS)
 
 clean:

@@ -1,8 +1,8 @@
 """The oneDNN backend (algoswap-dnnl): what the conformance suite does not cover.
 
 Correctness of every dnnl implementation against the reference is tested by test_conformance.py;
-here: kernel names, the Winograd refusal, the primitive cache, argument checks, threads, memory,
-whole models and gradients.
+here: kernel names, the Winograd refusal, argument checks, threads, memory, whole models and gradients
+(the caches: test_dnnl_caches.py; NaN and infinity: test_dnnl_nonfinite.py).
 """
 
 from __future__ import annotations
