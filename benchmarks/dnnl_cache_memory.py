@@ -48,7 +48,7 @@ def model_runner(w: np.ndarray) -> Callable[[np.ndarray], Any]:
     conv = torch.nn.Conv2d(w.shape[1], w.shape[0], 3, padding=1, bias=False)
     with torch.no_grad():
         conv.weight.copy_(torch.from_numpy(w))
-    model = algoswap.swap_backend(torch.nn.Sequential(conv), sample_input_shape=(1, w.shape[1], 8, 8))
+    model = algoswap.swap_backend(torch.nn.Sequential(conv).eval(), sample_input_shape=(1, w.shape[1], 8, 8))
     frozen = all(algoswap.is_frozen(a) for a in model.constants.values())
     print(f"swap_backend Model; its weights are {'frozen' if frozen else 'NOT frozen (reordered at every call)'}")
 

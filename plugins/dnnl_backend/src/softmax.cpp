@@ -92,8 +92,11 @@ void exact_rows(const Softmax &s, const float *x, float *y) {
     });
 }
 
-// PyTorch's gradients, for a grad_output or output that is not all finite: y * (dy - sum(dy * y))
-// (softmax) and dy - exp(y) * sum(dy) (log_softmax), along each row.
+// PyTorch's gradients y * (dy - sum(dy * y)) (softmax) and dy - exp(y) * sum(dy) (log_softmax) along
+// each row, where oneDNN's result is not all finite. One scan of that result (just written) finds every
+// case that needs it: a non-finite grad_output makes its row's sum, and so some element, non-finite; a
+// NaN or +inf output gives NaN or an infinity where it stands. (-inf in y, from -inf inputs, gives the
+// finite dy, as oneDNN computes too.)
 void exact_backward(const Softmax &s, const float *dy, const float *y, float *dx) {
     py::gil_scoped_release nogil;
     int64_t n = s.x[1];
@@ -128,10 +131,8 @@ py::array_t<float> backward(py::handle dy, py::handle y, int64_t axis, bool log)
         Softmax s = parse(Y.shape, axis, log);
         auto out = empty_f32(Y.shape);
         if (numel(Y.shape) == 0) return out;
-        if (!all_finite(DY.data, dt::f32, numel(Y.shape)) || !all_finite(Y.data, dt::f32, numel(Y.shape)))
-            exact_backward(s, DY.data, Y.data, out.mutable_data());
-        else
-            backward_plan(s)->run({DY.data, Y.data, out.mutable_data()});
+        backward_plan(s)->run({DY.data, Y.data, out.mutable_data()});
+        if (!all_finite(out.data(), dt::f32, numel(Y.shape))) exact_backward(s, DY.data, Y.data, out.mutable_data());
         return out;
     });
 }
