@@ -220,6 +220,25 @@ def test_softmax_gradients(log: bool, rng: np.random.Generator, same: Any) -> No
          backward(dy, y, 1, torch.float32), op)
 
 
+# ---------------------------------------------------------------- normalisation
+
+
+def test_batch_norms_with_infinite_parameters_follow_torchs_folded_form(rng: np.random.Generator, same: Any) -> None:
+    """torch computes x * alpha + beta (alpha = weight / sqrt(var + eps), beta = bias - mean * alpha): an
+    infinite weight meets the mean as inf - inf = NaN where oneDNN's (x - mean) * alpha + bias gives ±inf."""
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    mean, var = rng.standard_normal(3).astype(np.float32), rng.uniform(0.5, 2.0, 3).astype(np.float32)
+    weight, bias = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    weight[1], bias[2], var[0] = INF, -INF, INF
+    t = torch.tensor
+    same(algoswap.ops.call("batchnorm2d", x, mean, var, weight, bias, eps=1e-5, algorithm="dnnl:direct"),
+         F.batch_norm(t(x), t(mean), t(var), t(weight), t(bias), False, 0.0, 1e-5), "batchnorm2d")
+    same(algoswap.ops.call("batch_norm_train", x, weight, bias, eps=1e-5, algorithm="dnnl:direct"),
+         F.batch_norm(t(x), None, None, t(weight), t(bias), True, 0.0, 1e-5), "batch_norm_train")
+    same(algoswap.ops.call("instance_norm", x, weight, bias, eps=1e-5, algorithm="dnnl:direct"),
+         F.instance_norm(t(x), weight=t(weight), bias=t(bias), eps=1e-5), "instance_norm")
+
+
 # ---------------------------------------------------------------- convolution
 
 
