@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from . import ops
-    from ._api import capabilities, plugins, register_plugin, registry, select
+    from ._api import capabilities, plugins, register_plugin, registry, retry_plugins, select
     from ._cache import CacheKind, LRUCache, cache_limits, declare_cache, set_cache_limit
     from ._frozen import freeze, is_frozen
     from ._capabilities import CapabilityMatrix
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         RegistrationError,
     )
     from ._global import reload_plugins
-    from ._records import HOST, BackendRecord, ImplRecord, MemorySpace, PluginRecord
+    from ._records import HOST, Available, BackendRecord, ImplRecord, MemorySpace, PluginRecord
     from ._registry import Registrar, Registry
     from ._select import Selection
     from ._spec import Attr, GradRule, Input, OpCall, OpSpec
@@ -47,6 +47,7 @@ _LAZY = {
     "plugins": ("._api", "plugins"),
     "registry": ("._api", "registry"),
     "register_plugin": ("._api", "register_plugin"),
+    "retry_plugins": ("._api", "retry_plugins"),
     "select": ("._api", "select"),
     "reload_plugins": ("._global", "reload_plugins"),
     "trace": ("._trace", "trace"),
@@ -69,6 +70,7 @@ _LAZY = {
     "GradRule": ("._spec", "GradRule"),
     "MemorySpace": ("._records", "MemorySpace"),
     "HOST": ("._records", "HOST"),
+    "Available": ("._records", "Available"),
     "BackendRecord": ("._records", "BackendRecord"),
     "ImplRecord": ("._records", "ImplRecord"),
     "PluginRecord": ("._records", "PluginRecord"),

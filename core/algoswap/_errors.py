@@ -33,7 +33,8 @@ class NoImplementationError(AlgoswapError, LookupError):
 
 
 class PluginError(AlgoswapError):
-    """A plugin failed to load (raised only in strict mode; otherwise it is reported)."""
+    """A plugin failed to load (raised in strict mode; otherwise it is reported), an implementation's
+    ``"module:attribute"`` reference cannot be imported when used, or a plugin setting is invalid."""
 
 
 class RegistrationError(AlgoswapError, ValueError):

@@ -101,6 +101,8 @@ def choose(registry: Registry, call: OpCall, request: str = "default", memory: s
 def _unknown_request(
     registry: Registry, op: str, request: str, backend: str | None, algorithm: str | None, candidates: list[ImplRecord]
 ) -> NoImplementationError:
+    if backend is not None and backend not in registry.backends:
+        return NoImplementationError(f"{op}: {request!r}: {registry.absent_backend(backend)}")
     if not candidates:
         loaded = ", ".join(registry.backends) or "none"
         return NoImplementationError(f"{op}: no implementation is registered (backends loaded: {loaded}); see `algoswap backends`")
