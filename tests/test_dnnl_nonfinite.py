@@ -269,6 +269,20 @@ def test_conv2d_nonfinite_weights_meet_the_zero_padding(algorithm: str, frozen: 
     same(got, expected, "conv2d")
 
 
+@pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
+def test_bfloat16_conv2d_with_nonfinite_weights_and_inputs(algorithm: str, rng: np.random.Generator, same: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN's bfloat16 kernels multiply channel pairs padded with zeros: an infinity met a 0 there (NaN)."""
+    monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "nhwc")  # a kernel that pairs channels (auto picks one by timing)
+    x, w = rng.standard_normal((2, 5, 9, 7)).astype(np.float32), rng.standard_normal((4, 5, 1, 1)).astype(np.float32)
+    w[3, 4, 0, 0] = INF  # the odd last input channel: paired with a padding zero
+    x, w = _bfloat16(x), _bfloat16(w)
+    expected = F.conv2d(torch.tensor(x.astype(np.float32)), torch.tensor(w.astype(np.float32)), stride=3)
+    got = algoswap.ops.conv2d(_channels_last(x), w, None, stride=3, algorithm=algorithm)
+    assert got.dtype == x.dtype
+    same(got.astype(np.float32), expected, "conv2d bfloat16", tolerance=1e-2)  # rounded to bfloat16 (8 bits)
+
+
 def test_conv2d_nonfinite_inputs(rng: np.random.Generator, same: Any) -> None:
     x, w = _with(rng, (1, 4, 8, 8)), rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
     expected = F.conv2d(torch.tensor(x), torch.tensor(w), padding=1, stride=2, groups=2)

@@ -116,6 +116,8 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
              padding_mode: str) -> np.ndarray:
     """activation(conv2d + bias + residual); a channels-last input gives a channels-last output."""
     w = np.ascontiguousarray(w)
+    if w.dtype.name == "bfloat16" and not (_all_finite(w) and _all_finite(to_memory_order(x, is_channels_last(x)))):
+        return _in_float32(x, w, b, residual, activation, algorithm, stride, padding, dilation, groups, padding_mode)
     padding_mode = _padded_here(padding, padding_mode, w)
     _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
     channels_last = is_channels_last(x)
@@ -131,6 +133,17 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
         if packed is not None:
             return from_memory_order(dnnl.conv2d_forward_packed(src, packed, bias, res, **kwargs), channels_last)
     return from_memory_order(dnnl.conv2d_forward(src, w, bias, res, **kwargs), channels_last)
+
+
+def _in_float32(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *args: Any) -> np.ndarray:
+    """The bfloat16 convolution computed in float32 (as oneDNN accumulates it anyway) and rounded back: where an
+    input or weight is not finite. oneDNN's bfloat16 kernels multiply in channel pairs padded with zeros, so an
+    infinity there meets a 0 and makes NaN where PyTorch has the infinity."""
+    def wide(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a.astype(np.float32)
+
+    out = _forward(wide(x), wide(w), wide(b), wide(residual), *args)  # type: ignore[arg-type]
+    return out.astype(x.dtype)
 
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,
