@@ -8,6 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from algoswap import freeze
+
 from ._device import Context, Long, SyclArray, context
 
 # Must match kernels/matmul.cl: rows per work-item, columns per work-item, work-items per group, panel depth.
@@ -48,10 +50,7 @@ def dummy(ctx: Context, dtype: np.dtype) -> SyclArray:
     return ctx.resident(_DUMMIES.setdefault(dtype.str, np.zeros(1, dtype)), "dummy", ctx.upload)
 
 
-_DUMMIES: dict[str, np.ndarray] = {}
-for _array in (np.zeros(1, np.float32), np.zeros(1, np.float64)):
-    _array.setflags(write=False)
-    _DUMMIES[_array.dtype.str] = _array
+_DUMMIES: dict[str, np.ndarray] = {a.dtype.str: freeze(a) for a in (np.zeros(1, np.float32), np.zeros(1, np.float64))}
 
 
 def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray, *, m: int, n: int, k: int,
