@@ -11,7 +11,7 @@ BACKENDS := plugins/numpy_backend plugins/dnnl_backend plugins/sycl_backend
 CUDA_CI := -e plugins/cuda_backend cupy-cuda12x==14.2.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: demo test test-repeat setup setup-test bench clean
+.PHONY: demo test test-repeat setup setup-test bench clean asan
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,31 @@ bench: setup
 	$(PIP) install matplotlib
 	$(BIN)/python benchmarks/registry_overhead.py
 	$(BIN)/python benchmarks/swap_models.py --plot docs/swap_models.png
+
+# The oneDNN extension built with AddressSanitizer, and the tests that run it (README: "Sanitizer runs").
+# build/asan/venv only supplies headers and libdnnl (the test run uses .venv); build/asan/pkg holds an
+# instrumented copy of algoswap_dnnl, found on PYTHONPATH before the editable install.
+ASAN := build/asan
+ASAN_PKG := $(ASAN)/pkg/algoswap_dnnl
+ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_dnnl.py tests/test_dnnl_ops.py tests/test_dnnl_caches.py \
+	tests/test_dnnl_nonfinite.py tests/test_dnnl_bf16.py tests/test_sycl.py
+# Leak checking off: CPython and torch keep memory until exit by design. libstdc++ is preloaded with
+# libasan (else ASan's __cxa_throw interceptor aborts at the first C++ exception) and .venv/lib is put on
+# LD_LIBRARY_PATH (ASan's dlopen hides the caller's RUNPATH: the SYCL runtime would find no OpenCL).
+ASAN_OPTIONS_RUN := detect_leaks=0
+asan: setup-test
+	$(PYTHON) -m venv $(ASAN)/venv
+	$(ASAN)/venv/bin/python -m pip --disable-pip-version-check --quiet install pybind11 onednn-devel-cpu-gomp==2023.2.0
+	mkdir -p $(ASAN_PKG)
+	cp plugins/dnnl_backend/algoswap_dnnl/*.py plugins/dnnl_backend/algoswap_dnnl/*.pyi $(ASAN_PKG)/
+	g++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address -fopenmp -shared -fPIC -fvisibility=hidden \
+		-I$(ASAN)/venv/include -I$$($(ASAN)/venv/bin/python -c 'import pybind11; print(pybind11.get_include())') \
+		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+		plugins/dnnl_backend/src/*.cpp -L$(ASAN)/venv/lib -ldnnl -Wl,-rpath,$(abspath $(ASAN))/venv/lib \
+		-o $(ASAN_PKG)/_dnnl$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	PYTHONPATH=$(ASAN)/pkg LD_LIBRARY_PATH=$(abspath $(VENV))/lib ASAN_OPTIONS=$(ASAN_OPTIONS_RUN) \
+		LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libstdc++.so) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS)
 
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info plugins/*/build

@@ -1,5 +1,5 @@
-"""The oneDNN backend's arithmetic, matmul, transpose and instance-norm ops side by side with the NumPy
-backend and PyTorch (through the registry, as users call them), float32, one run of each in turn.
+"""The oneDNN backend's arithmetic, matmul, transpose, instance-norm, relu, pooling and softmax ops side by
+side with the NumPy backend and PyTorch (through the registry, as users call them), float32, one run of each in turn.
 
     .venv/bin/python benchmarks/dnnl_ops.py
     .venv/bin/python benchmarks/dnnl_ops.py --runs 20
@@ -36,7 +36,7 @@ CASES: list[Case] = [
     ("rsqrt", "direct", ((64, 256, 28, 28),), {}, torch.rsqrt),
     ("rsqrt_grad", "direct", ((64, 256, 28, 28), (64, 256, 28, 28)), {}, lambda dy, y: dy * y * y * y * -0.5),
     ("pow_scalar", "direct", ((64, 256, 28, 28),), {"exponent": 2.0}, lambda x, exponent: torch.pow(x, exponent)),
-    ("pow_scalar", "direct", ((64, 256, 28, 28),), {"exponent": 2.5}, lambda x, exponent: torch.pow(x, exponent)),
+    ("pow_scalar", "direct", ((64, 256, 28, 28),), {"exponent": -1.0}, lambda x, exponent: torch.pow(x, exponent)),
     ("mul_scalar", "direct", ((64, 256, 28, 28),), {"value": 0.5}, lambda x, value: x * value),
     ("matmul", "gemm", ((1024, 1024), (1024, 1024)), {}, torch.matmul),
     ("matmul", "gemm", ((1024, 1024), (1024, 1024)), {"trans_a": True}, lambda a, b, trans_a: a.T @ b),
@@ -46,6 +46,14 @@ CASES: list[Case] = [
     ("transpose", "direct", ((64, 256, 28, 28),), {"perm": (0, 2, 3, 1)},
      lambda x, perm: x.permute(*perm).contiguous()),
     ("instance_norm", "direct", ((32, 64, 56, 56), (64,), (64,)), {}, lambda x, w, b: F.instance_norm(x, weight=w, bias=b)),
+    # ops that scan their inputs for NaN and infinity (README: the oneDNN backend)
+    ("relu", "direct", ((64, 256, 28, 28),), {}, torch.relu),
+    ("relu_grad", "direct", ((64, 256, 28, 28), (64, 256, 28, 28)), {}, lambda dy, x: torch.where(x > 0, dy, 0)),
+    ("maxpool2d", "direct", ((32, 64, 112, 112),), {"kernel_size": 3, "stride": 2, "padding": 1},
+     lambda x, kernel_size, stride, padding: F.max_pool2d(x, kernel_size, stride, padding)),
+    ("softmax", "direct", ((4096, 1000),), {"axis": -1}, lambda x, axis: torch.softmax(x, axis)),
+    ("log_softmax_grad", "direct", ((4096, 1000), (4096, 1000)), {"axis": -1},
+     lambda dy, y, axis: dy - torch.exp(y) * dy.sum(axis, keepdim=True)),
 ]
 
 

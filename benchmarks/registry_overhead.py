@@ -1,5 +1,6 @@
 """What the registry costs: per-call overhead against calling the implementation directly,
-the time of `import algoswap`, and the time of the first plugin discovery.
+a cold selection (no cached choice: predicates run, under the plugin time limit), the time of
+`import algoswap`, and the time of the first plugin discovery.
 
     .venv/bin/python benchmarks/registry_overhead.py        (or: make bench)
 
@@ -25,9 +26,14 @@ def _noop_conv(x, w, b, **attrs):
     return x
 
 
+def _noop_supports(call) -> bool:
+    return True
+
+
 def _register_noop(registry) -> None:
     registry.add_backend("noop", priority=-100)  # never the default choice
     registry.add_implementation("conv2d", "noop", "noop", _noop_conv)
+    registry.add_implementation("conv2d", "noop_checked", "noop", _noop_conv, supports=_noop_supports)
 
 
 def overhead_rows() -> list[tuple[str, float, float]]:
@@ -56,6 +62,24 @@ def overhead_rows() -> list[tuple[str, float, float]]:
     return [(name, per_call_us(through), per_call_us(direct)) for name, through, direct in cases]
 
 
+def cold_selection_rows() -> list[tuple[str, float]]:
+    """Selection without the cache (``choose``: ranking, availability, predicates), per call."""
+    import algoswap
+    from algoswap._select import choose
+
+    registry = algoswap.registry()
+    conv = registry.spec("conv2d").bind([(1, 3, 16, 16), (8, 3, 3, 3), None], ["float32", "float32", None], {"padding": 1})
+    relu = registry.spec("relu").bind([(4,)], ["float32"], {})
+    cases = [
+        ("relu, 'numpy:direct' (no predicate)", relu, "numpy:direct"),
+        ("conv2d, 'noop:noop' (no predicate)", conv, "noop:noop"),
+        ("conv2d, 'noop:noop_checked' (True)", conv, "noop:noop_checked"),
+        ("conv2d, 'numpy:winograd' (predicate)", conv, "numpy:winograd"),
+        ("conv2d, default (dnnl:auto here)", conv, "default"),
+    ]
+    return [(name, per_call_us(lambda: choose(registry, call, request), number=2000)) for name, call, request in cases]
+
+
 def subprocess_seconds(code: str, runs: int = 7) -> float:
     times = [float(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(runs)]
     return statistics.median(times)
@@ -70,6 +94,10 @@ def main() -> None:
     print(f"{'call (tiny input)':<30} {'registry us':>12} {'direct us':>10} {'overhead us':>12} {'ratio':>6}")
     for name, through, direct in overhead_rows():
         print(f"{name:<30} {through:12.2f} {direct:10.2f} {through - direct:12.2f} {through / direct:6.2f}")
+    print()
+    print(f"{'cold selection (choose, no cache)':<40} {'us':>8}")
+    for name, seconds in cold_selection_rows():
+        print(f"{name:<40} {seconds:8.2f}")
     print()
     print(f"import algoswap (median of 7 fresh processes):          {subprocess_seconds(IMPORT) * 1e3:7.2f} ms")
     print(f"first discovery, incl. importing numpy and plugins:     {subprocess_seconds(DISCOVER) * 1e3:7.2f} ms")

@@ -43,7 +43,8 @@ def _boxed(op: str, algorithm: str) -> Any:
     def run(*inputs: Any, **attrs: Any) -> Box:
         assert all(a is None or isinstance(a, Box) for a in inputs), "a host array reached a boxed kernel"
         arrays = [None if a is None else a.data for a in inputs]
-        return Box(algoswap.ops.call(op, *arrays, algorithm=f"numpy:{algorithm}", **attrs))
+        result = algoswap.ops.call(op, *arrays, algorithm=f"numpy:{algorithm}", **attrs)
+        return inputs[0] if result is arrays[0] else Box(result)  # an in-place op returns its first input
 
     return run
 

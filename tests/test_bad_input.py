@@ -24,7 +24,8 @@ BAD_CALLS = [
     ("conv2d", ((1, 4, 8, 8), (6, 2, 3, 3), None), {"groups": 4}, "weight", "groups=4"),
     ("conv2d", ((1, 4, 8, 8), (5, 2, 3, 3), None), {"groups": 2}, "groups", "divisor of the output channels"),
     ("conv2d", CONV[:2] + ((5,),), {}, "bias", "one per output channel"),
-    ("conv2d", ((1, 3, 0, 8), (4, 3, 3, 3), None), {}, "input", "positive"),
+    ("conv2d", ((1, 3, 0, 8), (4, 3, 3, 3), None), {}, "input", "at least the dilated kernel (3)"),
+    ("conv2d", ((1, 0, 8, 8), (4, 0, 3, 3), (4,)), {}, "input", "defines no value for its output (1, 4, 6, 6)"),
     ("conv2d", ((1, 3, 2, 2), (4, 3, 3, 3), None), {}, "input", "dilated kernel"),
     ("conv2d", CONV, {"stride": 0}, "stride", ">= 1"),
     ("conv2d", CONV, {"stride": -2}, "stride", ">= 1"),
@@ -37,6 +38,12 @@ BAD_CALLS = [
     ("conv2d", CONV, {"groups": 0}, "groups", ">= 1"),
     ("conv2d", CONV, {"dilation": 1.5}, "dilation", "int"),
     ("conv2d", CONV, {"strides": 2}, "strides", "no such attribute"),
+    ("conv2d", CONV, {"stride": 2**63}, "stride", "each at most 2147483647 (2**31 - 1"),
+    ("conv2d", CONV, {"dilation": (1, 2**31)}, "dilation", "each at most 2147483647"),
+    ("conv2d", CONV, {"groups": 2**40}, "groups", "at most 2147483647"),
+    ("maxpool2d", ((1, 2, 8, 8),), {"kernel_size": 2**32}, "kernel_size", "at most 2147483647"),
+    ("flatten", ((2, 3, 4),), {"start_dim": -(2**40)}, "start_dim", "at most 2147483647"),
+    ("one_hot", ((4,),), {"num_classes": 2**31}, "num_classes", "at most 2147483647"),
     ("linear", ((2, 5), (3, 4), None), {}, "weight", "last dimension"),
     ("linear", ((2, 4), (3, 4), (4,)), {}, "bias", "(3,)"),
     ("maxpool2d", ((1, 2, 8, 8),), {}, "kernel_size", "no default"),
@@ -60,7 +67,9 @@ BAD_CALLS = [
     ("reshape", ((2, 3, 4),), {"shape": (5, 5)}, "shape", "24 elements like the input (2, 3, 4) (it has 25)"),
     ("reshape", ((2, 3, 4),), {"shape": (5, -1)}, "shape", "divide the 24 elements"),
     ("reshape", ((2, 3, 4),), {"shape": (-1, -1)}, "shape", "at most one -1"),
-    ("reshape", ((2, 3, 4),), {"shape": (0, 24)}, "shape", ">= 1 or -1"),
+    ("reshape", ((2, 3, 4),), {"shape": (0, 24)}, "shape", "24 elements like the input (2, 3, 4) (it has 0)"),
+    ("reshape", ((0, 3, 4),), {"shape": (0, -1)}, "shape", "-1 could be any size"),
+    ("reshape", ((2, 3, 4),), {"shape": (-2, 12)}, "shape", ">= 0 or -1"),
     ("reshape", ((2, 3, 4),), {}, "shape", "no default"),
     ("batchnorm2d", ((2, 3, 4, 4), (4,), (3,)), {}, "running_mean", "(3,), one per channel"),
     ("batchnorm2d", ((2, 3, 4, 4), (3,), (3,), (3,), (2,)), {}, "bias", "(3,)"),
@@ -228,3 +237,129 @@ def test_bad_sparse_index_or_in_place_call_is_a_clear_error(op: str, arrays: obj
         ops.call(op, *arrays(), **attrs)  # type: ignore[operator]
     assert (caught.value.op, caught.value.argument) == (op, argument)
     assert words in str(caught.value), str(caught.value)
+
+
+# ------------------------------------------------------------------ values that are not arrays
+
+
+NOT_ARRAYS = [
+    ("abc", "got a str 'abc'; expected a numpy array (or a number, or a nested list of numbers)"),
+    (b"abc", "got a bytes b'abc'; expected a numpy array"),
+    ({"a": 1}, "got a dict; expected a numpy array"),
+    ({1.0, 2.0}, "got a set; expected a numpy array"),
+    (1.5, "got a float 1.5 (as an array: 0-D); expected a 1-D or 2-D"),
+    ([[1.0, 2.0], [3.0]], "got a ragged nested list (rows of different lengths); expected a numpy array"),
+    (np.array(["a", "b"]), "got '<U1'; expected a floating dtype"),
+    (np.ones(3, ">f4"), "got a big-endian array (dtype '>f4'); expected an array in this machine's byte order"),
+]
+
+
+@pytest.mark.parametrize("value, words", NOT_ARRAYS, ids=[type(v).__name__ + str(i) for i, (v, _) in enumerate(NOT_ARRAYS)])
+def test_inputs_that_are_not_arrays_are_named(value: object, words: str) -> None:
+    with pytest.raises(algoswap.OpArgumentError) as caught:
+        ops.relu(value)
+    assert (caught.value.op, caught.value.argument) == ("relu", "input")
+    assert str(caught.value).startswith("relu: argument 'input' ") and words in str(caught.value), str(caught.value)
+    x, w, b = _arrays(*CONV)
+    with pytest.raises(algoswap.OpArgumentError, match="conv2d: argument 'weight' got ") as caught:
+        ops.conv2d(x, value, b)
+    assert caught.value.argument == "weight"
+
+
+def test_the_byte_order_is_refused_wherever_arrays_enter() -> None:
+    from algoswap import graph as g
+
+    other = ">f4" if np.little_endian else "<f4"
+    with pytest.raises(algoswap.OpDtypeError, match=f"add: argument 'a' got a {'big' if np.little_endian else 'little'}-endian array"):
+        algoswap.select("add", [(3,), (3,)], other)
+    with pytest.raises(g.GraphError, match="argument 'input' got a big-endian array"):
+        g.relu(g.parameter("w", np.ones((2, 3), ">f8")))
+
+
+def test_a_tensor_is_refused_with_advice_where_it_cannot_be_an_array() -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(algoswap.OpArgumentError, match="relu: argument 'input' got a torch.Tensor that requires grad; "
+                       r"expected a numpy array or a tensor without autograd \(tensor.detach\(\)\)"):
+        ops.relu(torch.ones(3, requires_grad=True))
+    assert np.array_equal(ops.relu(torch.tensor([-1.0, 2.0])), [0.0, 2.0])  # a plain CPU tensor is an array-like
+
+
+def test_a_warm_cache_refuses_what_a_cold_one_refuses() -> None:
+    """stride=True, stride=1.0 and padding=False compare equal to 1 and 0: cache keys must tell them apart."""
+    x, w, b = _arrays(*CONV)
+    ops.conv2d(x, w, b, stride=1, padding=0)
+    algoswap.select("conv2d", [x.shape, w.shape, b.shape], stride=1, padding=(0, 0))
+    for attrs in ({"stride": True}, {"stride": 1.0}, {"padding": False}, {"stride": (1, True)}, {"padding": (0.0, 0)}):
+        argument = next(iter(attrs))
+        with pytest.raises(algoswap.OpArgumentError, match=f"conv2d: argument '{argument}' got "):
+            ops.conv2d(x, w, b, **{"stride": 1, "padding": 0, **attrs})
+        with pytest.raises(algoswap.OpArgumentError, match=f"conv2d: argument '{argument}' got "):
+            algoswap.select("conv2d", [x.shape, w.shape, b.shape], **{"stride": 1, "padding": (0, 0), **attrs})
+    with pytest.raises(algoswap.OpArgumentError, match="conv2d: argument 'input' got shape"):
+        algoswap.select("conv2d", [(1.0, 3, 8, 8), w.shape, b.shape])  # a float size, after (1, 3, 8, 8) was cached
+
+
+# ------------------------------------------------------------------ outputs too large for memory
+
+TOO_LARGE = [
+    # (op, shapes, attrs, argument named); every output needs more than 10 TB
+    ("conv2d", ((1, 3, 8, 8), (64, 3, 3, 3), None), {"padding": 10**5}, "padding"),
+    ("conv2d", ((1, 3, 8, 8), (64, 3, 3, 3), None), {"padding": 10**9}, "padding"),
+    ("conv2d", ((1, 3, 8, 8), (64, 3, 3, 3), None), {"padding": (10**6, 10**6), "stride": 1}, "padding"),
+    ("adaptiveavgpool2d", ((1, 64, 8, 8),), {"output_size": 10**6}, "output_size"),
+    ("adaptiveavgpool2d", ((1, 64, 8, 8),), {"output_size": 10**9}, "output_size"),
+    ("avgpool2d", ((1, 64, 8, 8),), {"kernel_size": 1, "padding": 0, "stride": 1, "divisor_override": 2}, None),
+    ("pad", ((3, 4),), {"pads": ((10**6, 10**6), (10**6, 10**6))}, "pads"),
+    ("broadcast_to", ((1,),), {"shape": (10**7, 10**7)}, "shape"),
+    ("one_hot", (None,), {"num_classes": 10**9}, "num_classes"),
+    ("add", ((10**7, 1), (1, 10**7)), {}, "inputs"),
+]
+
+
+@pytest.mark.parametrize("op, shapes, attrs, argument", [c for c in TOO_LARGE if c[3]], ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(TOO_LARGE) if c[3]])
+def test_an_output_too_large_for_memory_is_refused_before_anything_runs(op: str, shapes: tuple, attrs: dict, argument: str) -> None:
+    from algoswap._sizes import machine_bytes
+
+    if (machine_bytes() or 0) > 10**13:
+        pytest.skip("this machine has more than 10 TB of memory")
+    arrays = _arrays(*shapes) if op != "one_hot" else [np.arange(10**4)]
+    with pytest.raises(algoswap.OutputTooLargeError) as caught:
+        ops.call(op, *arrays, **attrs)
+    error = caught.value
+    assert isinstance(error, MemoryError) and isinstance(error, algoswap.OpArgumentError)
+    assert (error.op, error.argument) == (op, argument)
+    assert f"{op}: argument '{argument}' got " in str(error)
+    assert "expected a value for which the output fits in memory: the output (" in str(error)
+    assert " TB, and this machine has " in str(error) or " GB, and this machine has " in str(error)
+
+
+def test_sycl_refuses_ints_its_kernels_cannot_index_with() -> None:
+    registry = algoswap.registry()
+    if "sycl" not in registry.backends or registry.backends["sycl"].availability() is not True:
+        pytest.skip("the SYCL backend is not available here")
+    x, w, b = _arrays(*CONV)
+    with pytest.raises(algoswap.NoImplementationError, match=r"sycl:direct: stride=\(268435456, 268435456\): integer attributes above"):
+        ops.conv2d(x, w, b, stride=2**28, algorithm="sycl:direct")
+
+
+# ------------------------------------------------------------------ the swap API
+
+def test_the_swap_api_names_bad_inputs_and_sizes() -> None:
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    conv = algoswap.swap_conv2d(nn.Sequential(nn.Conv2d(3, 64, 3, padding=10**5)))
+    with pytest.raises(algoswap.OutputTooLargeError, match=r"conv2d: argument 'padding' got \(100000, 100000\); expected a "
+                       r"value for which the output fits in memory: the output \(1, 64, 200006, 200006\) float32 would need 10.2 TB"):
+        conv(torch.ones(1, 3, 8, 8))
+    pool = algoswap.swap_operation("adaptiveavgpool2d", nn.Sequential(nn.AdaptiveAvgPool2d(10**7)))
+    with pytest.raises(algoswap.OutputTooLargeError, match="adaptiveavgpool2d: argument 'output_size' got "):
+        pool(torch.ones(1, 3, 8, 8))
+    with pytest.raises(algoswap.SelectorError, match="layer '0' .*conv2d: argument 'stride' got .*each at most 2147483647"):
+        algoswap.swap_conv2d(nn.Sequential(nn.Conv2d(3, 4, 3, stride=2**63)))
+    model = algoswap.swap_backend(nn.Sequential(nn.Conv2d(3, 4, 3, padding=10**5), nn.Flatten()).eval())
+    with pytest.raises(algoswap.OutputTooLargeError, match="conv2d: argument 'padding' got "):
+        model(torch.ones(1, 3, 8, 8))
+    for value, words in NOT_ARRAYS[:4] + NOT_ARRAYS[5:6]:
+        with pytest.raises(algoswap.OpArgumentError) as caught:
+            model(value)
+        assert str(caught.value).startswith("algoswap.Model: argument 'input' got ") and words.split(";")[0] in str(caught.value)

@@ -133,15 +133,27 @@ def test_torch_cuda_tensors_cross_without_copies() -> None:
 
 
 @gpu
-def test_read_only_host_weights_are_uploaded_once() -> None:
+def test_frozen_host_weights_are_uploaded_once() -> None:
     from algoswap_cuda import _runtime
 
-    w = np.ones((64, 64), np.float32)
-    w.flags.writeable = False
+    w = algoswap.freeze(np.ones((64, 64), np.float32))
     assert _runtime.from_host(w) is _runtime.from_host(w)
     before = _runtime.uploads_cached()
     del w
     assert _runtime.uploads_cached() == before - 1
+
+
+@gpu
+def test_a_read_only_view_of_a_changing_array_is_uploaded_at_every_call() -> None:
+    """Issue 12, defect 2: a read-only view sees every write to its base; its GPU copy went stale."""
+    from algoswap_cuda import _runtime
+
+    base = np.ones((64, 64), np.float32)
+    w = base.view()
+    w.setflags(write=False)
+    first = _runtime.to_host(_runtime.from_host(w))
+    base *= 2
+    np.testing.assert_array_equal(_runtime.to_host(_runtime.from_host(w)), 2 * first)
 
 
 def _cuda_conv_algorithms() -> list[str]:

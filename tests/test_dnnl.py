@@ -1,8 +1,8 @@
 """The oneDNN backend (algoswap-dnnl): what the conformance suite does not cover.
 
 Correctness of every dnnl implementation against the reference is tested by test_conformance.py;
-here: kernel names, the Winograd refusal, the primitive cache, argument checks, threads, memory,
-whole models and gradients.
+here: kernel names, the Winograd refusal, argument checks, threads, memory, whole models and gradients
+(the caches: test_dnnl_caches.py; NaN and infinity: test_dnnl_nonfinite.py).
 """
 
 from __future__ import annotations
@@ -62,18 +62,6 @@ def test_winograd_is_declared_unsupported_and_onednn_refuses_it() -> None:
     w = np.ones((64, 64, 3, 3), np.float32)
     with pytest.raises(ext().DnnlError, match="conv2d: could not create a primitive descriptor.*unimplemented"):
         ext().conv2d_forward(x, w, None, None, algorithm="winograd", layout="any", **CONV)
-
-
-def test_primitives_are_cached_per_shape(rng: np.random.Generator) -> None:
-    w = rng.standard_normal((8, 4, 3, 3), dtype=np.float32)
-    ext().cache_clear()
-    ext().conv2d_forward(rng.standard_normal((1, 4, 9, 9), dtype=np.float32), w, None, None, **CONV)
-    size = ext().cache_size()
-    assert size == 1
-    ext().conv2d_forward(rng.standard_normal((1, 4, 9, 9), dtype=np.float32), w, None, None, **CONV)
-    assert ext().cache_size() == size
-    ext().conv2d_forward(rng.standard_normal((2, 4, 9, 9), dtype=np.float32), w, None, None, **CONV)
-    assert ext().cache_size() == size + 1
 
 
 def test_float64_is_refused_by_selection() -> None:
@@ -239,102 +227,6 @@ def test_layout_setting_is_read_when_the_primitive_is_made(monkeypatch: pytest.M
         kernels[layout] = algoswap.select("conv2d", [x.shape, w.shape, None], "float32", "dnnl:direct", padding=1).kernel
     # "plain" forces plain OIHW weights too: oneDNN falls back to its reference kernel
     assert kernels["plain"].startswith("ref") and kernels["any"].startswith("brgconv"), kernels
-
-
-def _conv_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    from algoswap_dnnl import conv
-
-    return conv.conv2d_direct(x, w, b, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1,
-                              padding_mode="zeros")
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    array.setflags(write=False)
-    return array
-
-
-def test_read_only_weights_are_reordered_once(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
-    from algoswap_dnnl import conv
-
-    monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "any")  # blocked weights: there is a reorder to save
-    x = rng.standard_normal((2, 32, 14, 14), dtype=np.float32)
-    w = rng.standard_normal((64, 32, 3, 3), dtype=np.float32)
-    b = rng.standard_normal(64, dtype=np.float32)
-    conv.packed_weights_clear()
-    expected = _conv_direct(x, w, b)
-    assert conv.packed_weights_count() == 0  # writeable: never cached
-    constant = _read_only(w.copy())
-    for _ in range(3):
-        np.testing.assert_array_equal(_conv_direct(x, constant, b), expected)
-    assert conv.packed_weights_count() == 1
-    info = ext().conv2d_forward_impl(list(x.shape), list(w.shape), True, False, **CONV, layout="any")
-    assert info.layout == "blocked"
-    packed = ext().conv2d_pack_weights(list(x.shape), constant, True, False, **CONV, layout="any")
-    assert packed is not None and packed.shape == list(w.shape)
-
-
-def test_writeable_weights_are_never_cached(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
-    from algoswap_dnnl import conv
-
-    monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "any")
-    x = rng.standard_normal((1, 16, 10, 10), dtype=np.float32)
-    w = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
-    conv.packed_weights_clear()
-    first = _conv_direct(x, w)
-    w *= 2  # changed in place between calls (training): the next call must see it
-    np.testing.assert_array_equal(_conv_direct(x, w), 2 * first)  # scaling by 2 commutes with every rounding
-    assert conv.packed_weights_count() == 0
-
-
-def test_a_dead_weight_never_serves_a_new_one(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
-    import gc
-
-    from algoswap_dnnl import conv
-
-    monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "any")
-    x = rng.standard_normal((1, 16, 10, 10), dtype=np.float32)
-    conv.packed_weights_clear()
-    for round in range(20):  # same shape each time: the allocator often hands back the same address
-        values = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
-        w = _read_only(values.copy())
-        got = _conv_direct(x, w)
-        np.testing.assert_array_equal(got, _conv_direct(x, values))
-        assert conv.packed_weights_count() == 1, round
-        del w
-        gc.collect()
-        assert conv.packed_weights_count() == 0, round  # dropped when the weight died
-
-
-def test_swap_backend_reorders_its_constant_weights_once() -> None:
-    torch = pytest.importorskip("torch")
-    from algoswap import zoo
-    from algoswap_dnnl import conv
-
-    conv.packed_weights_clear()
-    model, x = zoo.build("resnet18"), zoo.sample_input("resnet18", 1, small=True)
-    converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
-    with torch.no_grad():
-        expected = model(x)
-        first = converted(x)
-        count = conv.packed_weights_count()
-        second = converted(x)
-    assert_close(first, expected, **network_terms(model))
-    assert_close(second, expected, **network_terms(model))
-    assert count > 0 and conv.packed_weights_count() == count  # the second call reused every entry
-
-
-def test_large_outputs_reuse_pooled_buffers() -> None:
-    x = np.full((1, 64, 64, 64), -1.0, np.float32)  # 1 MiB: pooled
-    first = ext().relu(x)
-    address = first.ctypes.data
-    del first  # its buffer goes back to the pool, not to the system
-    assert ext().pooled_idle_bytes() >= x.nbytes
-    second = ext().relu(-x)
-    third = ext().relu(x)  # while the second lives: another buffer
-    assert second.ctypes.data == address and third.ctypes.data != address
-    np.testing.assert_array_equal(second, -x)
-    np.testing.assert_array_equal(third, np.zeros_like(x))
-    assert second.flags.writeable and second.flags.c_contiguous
 
 
 ONE_CHANNEL_CONVS = """

@@ -11,28 +11,26 @@ import pytest
 
 import algoswap
 from algoswap import graph as g
+from boxed_backend import Box
 from helpers import assert_close, network_terms
 
 
-class Staged:
+class Staged(Box):
     """An array of the 'staging' memory space: numpy data behind a type host implementations refuse."""
 
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
 
-
-STAGING = algoswap.MemorySpace("staging", "test_graph_executor.Staged", to_host=lambda s: s.array,
+STAGING = algoswap.MemorySpace("staging", "test_graph_executor.Staged", to_host=lambda s: s.data,
                                from_host=lambda a: Staged(np.array(a)))
 
 
 def _staged_relu(x: Staged) -> Staged:
     assert isinstance(x, Staged), "the executor must move inputs to the backend's memory"
-    return Staged(np.maximum(x.array, 0))
+    return Staged(np.maximum(x.data, 0))
 
 
 def _staged_add(a: Staged, b: Staged) -> Staged:
     assert isinstance(a, Staged) and isinstance(b, Staged)
-    return Staged(a.array + b.array)
+    return Staged(a.data + b.data)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The NumPy reference kernels of the operator set (arithmetic, matmul, reductions, slicing,
-indexing, instance norm, losses, CSR products, optimizer updates) against PyTorch: every forward op
-on its conformance cases, and every gradient rule against torch autograd. Dropout, whose mask is
-ours, is checked for its defining properties instead."""
+indexing, instance norm, dropout, losses, CSR products, optimizer updates) against PyTorch: every
+forward op on its conformance cases (the ops of tests/torch_oracle.py), and every gradient rule
+against torch autograd. Dropout, whose mask is ours, is also checked for its defining properties."""
 
 from __future__ import annotations
 
@@ -17,92 +17,11 @@ F = torch.nn.functional
 import algoswap  # noqa: E402
 from helpers import assert_close  # noqa: E402
 from op_cases import FORWARD, OPTIMIZER_ATTRS, Arg, draw, reference_name  # noqa: E402
+from op_cases_ops import OPS_FORWARD  # noqa: E402
 from op_scales import assert_op_close, update_scale  # noqa: E402
+from torch_oracle import TORCH, to_torch  # noqa: E402
 
-
-def _t(x: Any) -> Any:
-    return x.mT if x is not None else None
-
-
-def _dims(x: Any, axes: Any) -> tuple[int, ...]:
-    return tuple(range(x.ndim)) if axes is None else ((axes,) if isinstance(axes, int) else tuple(axes))
-
-
-def _pad(x: Any, pads: Any, mode: str = "constant", value: float = 0.0) -> Any:
-    flat = [p for pair in reversed(pads) for p in pair]
-    if mode == "constant":
-        return F.pad(x, flat, value=value)
-    if x.ndim > len(pads):
-        return F.pad(x, flat, mode=mode)
-    return F.pad(x.unsqueeze(0), flat, mode=mode).squeeze(0)  # torch's reflect/replicate want a batch dimension
-
-
-def _split(x: Any, sections: Any, index: int, axis: int = 0) -> Any:
-    parts = torch.tensor_split(x, sections, dim=axis) if isinstance(sections, int) else torch.split(x, list(sections), dim=axis)
-    return parts[index]
-
-
-def _slice(x: Any, begin: Any, size: Any) -> Any:
-    begin, size = np.atleast_1d(begin), np.atleast_1d(size)
-    return x[tuple(slice(b, None if s == -1 else b + s) for b, s in zip(begin, size))]
-
-
-def _matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False) -> Any:
-    return (a.mT if trans_a else a) @ (b.mT if trans_b else b)
-
-
-def _reduce(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda x, axes=None, keepdims=False: fn(x, dim=_dims(x, axes), keepdim=keepdims)
-
-
-def _cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Any:
-    return F.cross_entropy(logits, labels, reduction=reduction)
-
-
-TORCH: dict[str, Callable[..., Any]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b,
-    "neg": torch.neg,
-    "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt,
-    "add_scalar": lambda x, value: x + value,
-    "mul_scalar": lambda x, value: x * value,
-    "rdiv_scalar": lambda x, value: value / x,
-    "pow_scalar": lambda x, exponent: x**exponent,
-    "zeros_like": torch.zeros_like,
-    "ones_like": torch.ones_like,
-    "matmul": _matmul,
-    "batch_matmul": _matmul,
-    "reduce_sum": _reduce(torch.sum),
-    "reduce_mean": _reduce(torch.mean),
-    "broadcast_to": lambda x, shape: x.broadcast_to(shape),
-    "sum_to_shape": lambda x, shape: x.sum_to_size(shape) if shape else x.sum(),
-    "slice": _slice,
-    "split": _split,
-    "pad": _pad,
-    "transpose": lambda x, perm=None: x.permute(perm or tuple(reversed(range(x.ndim)))),
-    "one_hot": lambda i, num_classes, dtype="float32": F.one_hot(i, num_classes).to(getattr(torch, dtype)),
-    "where": torch.where,
-    "embedding": lambda w, i: F.embedding(i, w),
-    "instance_norm": lambda x, w, b, eps=1e-5: F.instance_norm(x, weight=w, bias=b, eps=eps),
-    "softmax_cross_entropy": _cross_entropy,
-    "binary_cross_entropy": lambda x, t, reduction="mean": F.binary_cross_entropy(x, t, reduction=reduction),
-    "csrmv": lambda a, v, trans=False: (a.T if trans else a) @ v,
-    "csrmm": lambda a, b, trans_a=False, trans_b=False: (a.T if trans_a else a) @ (b.T if trans_b else b),
-}
-CASES = [(op, i, dtype) for op in TORCH for i in range(len(FORWARD[op])) for dtype in ("float32", "float64")]
-
-
-def _to_torch(array: Any, differentiable: bool) -> Any:
-    if array is None:
-        return None
-    if not isinstance(array, np.ndarray):  # a CSR matrix: torch sees it dense
-        return torch.from_numpy(array.toarray().astype(np.float64))
-    if array.dtype.kind == "f":
-        return torch.tensor(array.astype(np.float64), requires_grad=differentiable)
-    return torch.from_numpy(array)
+CASES = [(op, i, dtype) for op in ("add", *OPS_FORWARD) if op in TORCH for i in range(len(FORWARD[op])) for dtype in ("float32", "float64")]
 
 
 @pytest.mark.parametrize("op, index, dtype", CASES, ids=[f"{op}-{i}-{d}" for op, i, d in CASES])
@@ -111,7 +30,7 @@ def test_forward_and_gradients_match_torch(rng, op, index, dtype):
     spec = algoswap.registry().spec(op)
     inputs = [draw(rng, s, dtype) for s in shapes]
     wanted = {rule.wrt for rule in spec.gradients}
-    tensors = [_to_torch(a, name in wanted) for name, a in zip(spec.input_names, inputs)]
+    tensors = [to_torch(a, name in wanted) for name, a in zip(spec.input_names, inputs)]
     expected = TORCH[op](*tensors, **attrs)
     out = algoswap.ops.call(op, *inputs, algorithm=reference_name(op), **attrs)
     assert out.shape == tuple(expected.shape)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 from typing import Any, Iterator
@@ -15,6 +16,7 @@ from algoswap._plugins import PluginLoader, api_version_matches
 from algoswap._records import PluginRecord
 from algoswap._registry import Registry
 from algoswap._select import select
+from boxed_backend import Box
 from helpers import assert_close
 
 
@@ -107,11 +109,8 @@ def test_unavailable_backend_is_a_reason_and_a_raising_probe_never_crashes() -> 
     assert built.backends_for("relu", "direct", available=True) == ["numpy"]
 
 
-class Boxed:
+class Boxed(Box):
     """The array type of a memory space that is not host memory (like a device array would be)."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
 
 
 BOXED = algoswap.MemorySpace("boxed", "test_registry.Boxed", to_host=lambda b: b.data, from_host=lambda a: Boxed(a.copy()))
@@ -158,9 +157,12 @@ def test_a_plugin_can_declare_a_new_op(global_plugin: Any, rng: np.random.Genera
     assert algoswap.capabilities("square").supports("square", "direct", "mathlib")
 
 
-def test_implementations_given_as_strings_are_imported_only_when_selected(global_plugin: Any, rng: np.random.Generator) -> None:
-    module = types.ModuleType("algoswap_lazy_test_module")
-    module.relu = lambda x: np.maximum(x, 0)  # type: ignore[attr-defined]
+def test_implementations_given_as_strings_are_imported_only_when_selected(
+    global_plugin: Any, rng: np.random.Generator, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "algoswap_lazy_test_module.py").write_text("import numpy as np\n\ndef relu(x):\n    return np.maximum(x, 0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "algoswap_lazy_test_module", raising=False)
 
     def register(registry: Any) -> None:
         registry.add_backend("lazy")
@@ -168,14 +170,11 @@ def test_implementations_given_as_strings_are_imported_only_when_selected(global
 
     global_plugin(make_plugin(register), name="lazy")
     matrix = algoswap.capabilities("relu")
-    assert matrix.supports("relu", "direct", "lazy")
-    assert "algoswap_lazy_test_module" not in sys.modules
-    sys.modules[module.__name__] = module
-    try:
-        x = rng.standard_normal(5)
-        assert np.array_equal(algoswap.ops.relu(x, algorithm="lazy:direct"), np.maximum(x, 0))
-    finally:
-        del sys.modules[module.__name__]
+    assert matrix.supports("relu", "direct", "lazy")  # its module can be found...
+    assert "algoswap_lazy_test_module" not in sys.modules  # ...without being imported
+    x = rng.standard_normal(5)
+    assert np.array_equal(algoswap.ops.relu(x, algorithm="lazy:direct"), np.maximum(x, 0))
+    assert "algoswap_lazy_test_module" in sys.modules
 
 
 @pytest.mark.parametrize(
@@ -208,7 +207,7 @@ def test_declared_unsupported_algorithms_show_their_reason() -> None:
     assert not matrix.supports("conv2d", "winograd", "cpu2") and matrix.supports("conv2d", "winograd", "numpy")
     assert "* cpu2:winograd: no f32 Winograd on this CPU library" in matrix.to_text()
     cell = matrix.to_dict()["ops"]["conv2d"]["backends"]["cpu2"]["winograd"]
-    assert cell == {"supported": False, "dtypes": [], "reason": "no f32 Winograd on this CPU library"}
+    assert cell == {"supported": False, "dtypes": [], "reason": "no f32 Winograd on this CPU library", "nan": None}
     with pytest.raises(algoswap.NoImplementationError, match="declared unsupported:\n  cpu2:winograd: no f32 Winograd"):
         select(registry, "conv2d", [(1, 1, 5, 5), (1, 1, 3, 3)], ["float32"] * 2, algorithm="cpu2:winograd")
 
@@ -224,11 +223,12 @@ def test_capability_matrix_renderings_and_queries() -> None:
     document = json.loads(matrix.to_json())
     assert document["schema"] == "algoswap-capabilities" and document["schema_version"] == 1
     assert document["backends"]["numpy"]["status"] == "available"
-    assert document["ops"]["conv2d"]["backends"]["numpy"]["smm"] == {"supported": True, "dtypes": ["float32", "float64"], "reason": None}
+    assert document["ops"]["conv2d"]["backends"]["numpy"]["smm"] == {"supported": True, "dtypes": ["float32", "float64"],
+                                                                      "reason": None, "nan": "exact"}
     assert {"name": "numpy", "distribution": "algoswap-numpy", "version": "0.1.0", "status": "loaded",
             "error": None, "backends": ["numpy"]} in document["plugins"]
     markdown = build(fresh_registry(), op="conv2d").to_markdown()
-    assert "| backend | direct | fft | smm | winograd |" in markdown and "| numpy | ✓ | ✓ | ✓ | ✓ |" in markdown
+    assert "| backend | direct | fft | smm | winograd |" in markdown and "| numpy | ✓ | ✓~ | ✓ | ✓~ |" in markdown
     rst = build(fresh_registry(), op="relu").to_rst()
     assert ".. list-table::" in rst and "   * - numpy\n     - ✓" in rst
     with pytest.raises(algoswap.OpArgumentError, match="did you mean 'conv2d'"):
@@ -280,3 +280,83 @@ def test_default_is_reserved_as_an_algorithm_name() -> None:
 
     registry = fresh_registry(make_plugin(register))
     assert registry.plugins[-1].status == "broken" and "'default' is reserved" in registry.plugins[-1].error
+
+
+MISSING = "algoswap_no_such_module_for_tests"
+
+
+def cannot_import(what: str, ref: str, error: str) -> str:
+    return f"cannot import its {what} {ref!r} (inline-dist-0 9.9): {error}"
+
+
+def test_a_reference_that_cannot_be_imported_is_a_rejection_naming_it() -> None:
+    def register(registry: Any) -> None:
+        registry.add_backend("lazy", priority=10)
+        registry.add_implementation("relu", "direct", "lazy", f"{MISSING}:relu")
+        registry.add_implementation("relu", "checked", "lazy", relu_plus(0), supports=f"{MISSING}:supports")
+        registry.add_implementation("relu", "attr", "lazy", "algoswap_numpy.activation:no_such_function")
+
+    from algoswap._capabilities import build
+
+    registry = fresh_registry(make_plugin(register))
+    missing = f"ModuleNotFoundError: No module named {MISSING!r}"
+    direct = cannot_import("implementation", f"{MISSING}:relu", missing)
+    matrix = build(registry, op="relu")  # without importing anything: the module cannot be found
+    assert not matrix.supports("relu", "direct", "lazy") and not matrix.supports("relu", "checked", "lazy")
+    assert matrix.to_dict()["ops"]["relu"]["backends"]["lazy"]["direct"]["reason"] == direct
+    assert matrix.supports("relu", "attr", "lazy")  # its module exists: only importing it tells
+    chosen = select(registry, "relu", [(3,)], ["float32"])
+    assert chosen.impl.qualified == "numpy:direct"
+    assert dict(chosen.rejected) == {
+        "lazy:attr": cannot_import("implementation", "algoswap_numpy.activation:no_such_function",
+                                   "AttributeError: module 'algoswap_numpy.activation' has no attribute 'no_such_function'"),
+        "lazy:checked": cannot_import("supports() predicate", f"{MISSING}:supports", missing),
+        "lazy:direct": direct,
+    }
+    assert not build(registry, op="relu").supports("relu", "attr", "lazy")  # now it is known
+    with pytest.raises(algoswap.NoImplementationError, match=re.escape(f"lazy:direct: {direct}")):
+        select(registry, "relu", [(4,)], ["float32"], algorithm="lazy:direct")
+    with pytest.raises(algoswap.PluginError) as late:
+        registry.impls[("relu", "direct", "lazy")].callable
+    assert str(late.value) == f"relu lazy:direct: {direct}"
+
+
+def test_a_probe_that_cannot_be_imported_is_a_reason() -> None:
+    registry = fresh_registry(make_plugin(lambda registry: registry.add_backend("away", probe=f"{MISSING}:probe")))
+    assert registry.backends["away"].availability() == cannot_import(
+        "availability probe", f"{MISSING}:probe", f"ModuleNotFoundError: No module named {MISSING!r}")
+    assert registry.backends["away"].status == "unavailable"
+
+
+@pytest.mark.parametrize("env, why", [
+    ({"ALGOSWAP_PLUGINS": "numpy"}, "not listed in ALGOSWAP_PLUGINS: add dnnl to ALGOSWAP_PLUGINS to enable it"),
+    ({"ALGOSWAP_DISABLE_PLUGINS": "dnnl"}, "listed in ALGOSWAP_DISABLE_PLUGINS: remove it from ALGOSWAP_DISABLE_PLUGINS to enable it"),
+])
+def test_a_request_for_a_disabled_backend_says_it_is_disabled(env: dict[str, str], why: str, tmp_path: Any) -> None:
+    version = pytest.importorskip("importlib.metadata").version("algoswap-dnnl")
+    registry = Registry()
+    PluginLoader(registry, env={**env, "ALGOSWAP_STATE_DIR": str(tmp_path)}).discover()
+    with pytest.raises(algoswap.NoImplementationError) as error:
+        select(registry, "relu", [(3,)], ["float32"], algorithm="dnnl:direct")
+    assert str(error.value) == (
+        f"relu: 'dnnl:direct': backend 'dnnl' is not loaded: its plugin 'dnnl' (algoswap-dnnl {version}) is disabled ({why})")
+
+
+def test_a_request_for_a_backend_that_is_not_installed_says_so() -> None:
+    registry = fresh_registry()
+    with pytest.raises(algoswap.NoImplementationError) as error:
+        select(registry, "relu", [(3,)], ["float32"], algorithm="nompy:direct")
+    assert str(error.value).startswith(
+        "relu: 'nompy:direct': no backend 'nompy' is installed; did you mean 'numpy'? (backends loaded: numpy")
+    with pytest.raises(algoswap.NoImplementationError, match="capabilities: no backend 'nompy' is installed"):
+        algoswap.capabilities(backend="nompy")
+
+
+@pytest.mark.parametrize("status, words", [("crashed", "crashed"), ("timed out", "timed out"), ("broken", "is broken"),
+                                           ("incompatible", "is incompatible")])
+def test_a_request_for_a_backend_whose_plugin_failed_says_how(status: str, words: str) -> None:
+    registry = fresh_registry()
+    registry._record(PluginRecord("fast", "fast-dist", "1.0", status=status, error="what happened"))
+    with pytest.raises(algoswap.NoImplementationError) as error:
+        select(registry, "relu", [(3,)], ["float32"], algorithm="fast:direct")
+    assert str(error.value) == f"relu: 'fast:direct': backend 'fast' is not loaded: its plugin 'fast' (fast-dist 1.0) {words}: what happened"

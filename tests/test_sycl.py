@@ -157,7 +157,8 @@ def test_the_local_memory_matrix_product_is_correct_too(monkeypatch: pytest.Monk
     from algoswap_sycl import _device, _pool
 
     ctx = _device.context()
-    staged = dataclasses.replace(ctx, local_panel=True, programs={}, kernels={}, _resident={}, pool=_pool.Pool())
+    staged = dataclasses.replace(ctx, local_panel=True, programs={}, kernels={}, _resident=algoswap.LRUCache(_device.RESIDENT),
+                                 pool=_pool.Pool())
     monkeypatch.setitem(_device._contexts, _device.device_name(), staged)
     assert "local-memory panel" in algoswap.select("linear", [(4, 8), (3, 8), None], algorithm="sycl:gemm").kernel
     for impl in algoswap.registry().implementations(backend="sycl"):
@@ -197,7 +198,7 @@ def test_usm_memory_space_moves_arrays(rng: np.random.Generator) -> None:
     assert USM.name == "sycl" and not USM.is_host
 
 
-def test_read_only_weights_are_copied_to_the_device_once(rng: np.random.Generator) -> None:
+def test_frozen_weights_are_copied_to_the_device_once(rng: np.random.Generator) -> None:
     import gc
 
     from algoswap_sycl import conv
@@ -208,14 +209,47 @@ def test_read_only_weights_are_copied_to_the_device_once(rng: np.random.Generato
     before = resident_count()
     expected = conv.conv2d_smm(x, values, None, **CONV)
     assert resident_count() == before  # writeable: uploaded at every call, never kept
-    w = values.copy()
-    w.setflags(write=False)
+    w = algoswap.freeze(values)
     for _ in range(3):
         np.testing.assert_array_equal(conv.conv2d_smm(x, w, None, **CONV), expected)
     assert resident_count() == before + 1
     del w
     gc.collect()
     assert resident_count() == before
+
+
+def test_a_read_only_view_of_a_changing_array_is_never_kept_on_the_device(rng: np.random.Generator) -> None:
+    """Issue 12, defect 2: a read-only view sees every write to its base; its device copy went stale."""
+    from algoswap_sycl import conv, linear
+    from algoswap_sycl._device import resident_count
+
+    before = resident_count()
+    for run, shape in ((lambda w: conv.conv2d_smm(x, w, None, **CONV), (8, 8, 3, 3)),
+                       (lambda w: linear.linear(v, w, None), (5, 8))):
+        x, v = rng.standard_normal((1, 8, 10, 10)).astype(np.float32), rng.standard_normal((3, 8)).astype(np.float32)
+        base = rng.standard_normal(shape).astype(np.float32)
+        w = base.view()
+        w.setflags(write=False)
+        first = np.array(run(w))
+        base *= 2
+        assert relative_error(run(w), 2 * first) <= 1e-6
+    assert resident_count() == before
+
+
+def test_device_copies_are_bounded_by_their_cache_kind(rng: np.random.Generator) -> None:
+    from algoswap_sycl import linear
+    from algoswap_sycl._device import resident_count
+
+    v = rng.standard_normal((3, 8)).astype(np.float32)
+    weights = [algoswap.freeze(rng.standard_normal((5, 8)).astype(np.float32)) for _ in range(6)]
+    limit = algoswap.cache_limits()["sycl_resident"].size
+    try:
+        algoswap.set_cache_limit("sycl_resident", 4)
+        for w in weights + weights:
+            np.testing.assert_allclose(linear.linear(v, w, None), v @ w.T, rtol=1e-5, atol=1e-5)
+            assert resident_count() <= 4
+    finally:
+        algoswap.set_cache_limit("sycl_resident", limit)
 
 
 @pytest.mark.parametrize("shapes, attrs", [

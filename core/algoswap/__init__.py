@@ -15,20 +15,23 @@ if TYPE_CHECKING:
     from typing import Any
 
     from . import ops
-    from ._api import capabilities, plugins, register_plugin, registry, select
+    from ._api import capabilities, plugins, register_plugin, registry, retry_plugins, select
     from ._cache import CacheKind, LRUCache, cache_limits, declare_cache, set_cache_limit
     from ._frozen import freeze, is_frozen
     from ._capabilities import CapabilityMatrix
     from ._errors import (
         AlgoswapError,
+        ImplementationError,
+        ImplementationMemoryError,
         NoImplementationError,
         OpArgumentError,
         OpDtypeError,
+        OutputTooLargeError,
         PluginError,
         RegistrationError,
     )
     from ._global import reload_plugins
-    from ._records import HOST, BackendRecord, ImplRecord, MemorySpace, PluginRecord
+    from ._records import HOST, Available, BackendRecord, ImplRecord, MemorySpace, PluginRecord
     from ._registry import Registrar, Registry
     from ._select import Selection
     from ._spec import Attr, GradRule, Input, OpCall, OpSpec
@@ -47,6 +50,7 @@ _LAZY = {
     "plugins": ("._api", "plugins"),
     "registry": ("._api", "registry"),
     "register_plugin": ("._api", "register_plugin"),
+    "retry_plugins": ("._api", "retry_plugins"),
     "select": ("._api", "select"),
     "reload_plugins": ("._global", "reload_plugins"),
     "trace": ("._trace", "trace"),
@@ -55,8 +59,8 @@ _LAZY = {
     "LRUCache": ("._cache", "LRUCache"),
     "CacheKind": ("._cache", "CacheKind"),
     "declare_cache": ("._cache", "declare_cache"),
-    "cache_limits": ("._cache", "cache_limits"),
-    "set_cache_limit": ("._cache", "set_cache_limit"),
+    "cache_limits": ("._core_caches", "cache_limits"),  # the core's kinds declared first
+    "set_cache_limit": ("._core_caches", "set_cache_limit"),
     "CapabilityMatrix": ("._capabilities", "CapabilityMatrix"),
     "Selection": ("._select", "Selection"),
     "Registrar": ("._registry", "Registrar"),
@@ -69,6 +73,7 @@ _LAZY = {
     "GradRule": ("._spec", "GradRule"),
     "MemorySpace": ("._records", "MemorySpace"),
     "HOST": ("._records", "HOST"),
+    "Available": ("._records", "Available"),
     "BackendRecord": ("._records", "BackendRecord"),
     "ImplRecord": ("._records", "ImplRecord"),
     "PluginRecord": ("._records", "PluginRecord"),
@@ -88,6 +93,9 @@ _LAZY = {
     "OpArgumentError": ("._errors", "OpArgumentError"),
     "OpDtypeError": ("._errors", "OpDtypeError"),
     "NoImplementationError": ("._errors", "NoImplementationError"),
+    "ImplementationError": ("._errors", "ImplementationError"),
+    "ImplementationMemoryError": ("._errors", "ImplementationMemoryError"),
+    "OutputTooLargeError": ("._errors", "OutputTooLargeError"),
     "PluginError": ("._errors", "PluginError"),
     "RegistrationError": ("._errors", "RegistrationError"),
 }

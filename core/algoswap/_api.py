@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from ._capabilities import CapabilityMatrix, build
 from ._errors import NoImplementationError
 from ._global import get_registry
 from ._records import PluginRecord
-from ._registry import Registry, suggest
+from ._registry import Registry
 from ._select import Selection
 from ._select import select as _select
 from ._spec import Shape
@@ -20,7 +21,8 @@ def registry() -> Registry:
 
 
 def plugins() -> list[PluginRecord]:
-    """Every plugin discovery found, with its status: loaded, broken, incompatible or disabled."""
+    """Every plugin discovery found, with its status: loaded, broken, incompatible, disabled,
+    timed out or crashed."""
     return list(get_registry().plugins)
 
 
@@ -47,8 +49,7 @@ def capabilities(op: str | None = None, backend: str | None = None, *, available
     if op is not None:
         registry.spec(op)
     if backend is not None and backend not in registry.backends:
-        loaded = ", ".join(registry.backends) or "none"
-        raise NoImplementationError(f"capabilities: no backend named {backend!r}{suggest(backend, registry.backends)} (loaded: {loaded})")
+        raise NoImplementationError(f"capabilities: {registry.absent_backend(backend)}")
     return build(registry, op, backend, available)
 
 
@@ -60,3 +61,15 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginRecord:
 
     label = str(name or getattr(plugin, "__name__", type(plugin).__name__))
     return PluginLoader(get_registry()).load(plugin, PluginRecord(label))
+
+
+def retry_plugins(*names: str) -> list[str]:
+    """Forget that these plugins (entry-point, distribution or backend names; none: every one)
+    crashed or timed out in an earlier process, so that the next discovery imports them again;
+    returns what was forgotten. Then ``reload_plugins()``, or start a new process."""
+    from ._faults import FaultLog
+    from ._settings import normalise, state_directory
+
+    faults = FaultLog(state_directory(os.environ))
+    faults.collect()  # a process that has just crashed left only its marker
+    return [fault.key for fault in faults.clear({normalise(n) for n in names} or {"all"})]

@@ -12,15 +12,20 @@ from ._version import API_VERSION, __version__
 SCHEMA = "algoswap-capabilities"
 SCHEMA_VERSION = 1
 YES, NO = "✓", "✗"
+SPREADS = "~"  # after YES: the implementation registered nan="spreads"
+SPREADS_LEGEND = (f"{SPREADS} spreads NaN: a NaN or inf input may also make other outputs NaN (FFT and Winograd, "
+                  "or a library's pick that may be one); it never loses one")
 
 
 @dataclass(frozen=True)
 class Cell:
-    """Whether (op, algorithm, backend) is offered; for a declared refusal, the reason."""
+    """Whether (op, algorithm, backend) is offered; for a declared refusal, the reason; for an
+    offered one, how it treats NaN and inf ("exact" or "spreads", see ``ImplRecord``)."""
 
     supported: bool
     dtypes: tuple[str, ...] = ()
     reason: str | None = None
+    nan: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,13 +103,11 @@ class CapabilityMatrix:
         header = ["backend"] + table.algorithms
         rows, notes = [], []
         for backend, cells in table.rows.items():
-            marks = []
-            for algorithm in table.algorithms:
-                cell = cells[algorithm]
-                marks.append(YES if cell.supported else NO + ("*" if cell.reason else ""))
-                if cell.reason:
-                    notes.append(f"* {backend}:{algorithm}: {cell.reason}")
+            marks = [_mark(cells[algorithm]) for algorithm in table.algorithms]
+            notes += [f"* {backend}:{a}: {cells[a].reason}" for a in table.algorithms if cells[a].reason]
             rows.append([self._row_label(backend)] + marks)
+        if any(cell.nan == "spreads" for cells in table.rows.values() for cell in cells.values()):
+            notes.append(SPREADS_LEGEND)
         return header, rows, notes
 
     def to_text(self) -> str:
@@ -154,8 +157,14 @@ def _without_name(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != "name"}
 
 
+def _mark(cell: Cell) -> str:
+    if cell.supported:
+        return YES + (SPREADS if cell.nan == "spreads" else "")
+    return NO + ("*" if cell.reason else "")
+
+
 def _cell_dict(cell: Cell) -> dict[str, Any]:
-    return {"supported": cell.supported, "dtypes": list(cell.dtypes), "reason": cell.reason}
+    return {"supported": cell.supported, "dtypes": list(cell.dtypes), "reason": cell.reason, "nan": cell.nan}
 
 
 def build(registry: Registry, op: str | None = None, backend: str | None = None, available: bool = False) -> CapabilityMatrix:
@@ -175,8 +184,8 @@ def build(registry: Registry, op: str | None = None, backend: str | None = None,
 def _status(record: Any) -> BackendStatus:
     available = record.availability()
     return BackendStatus(
-        record.name, record.device, record.memory.name, record.distribution, record.version,
-        "available" if available is True else "unavailable", None if available is True else str(available),
+        record.name, record.device_in_use, record.memory.name, record.distribution, record.version,
+        record.status, None if available is True else str(available),
     )
 
 
@@ -190,5 +199,7 @@ def _table(registry: Registry, op: str, backends: list[str]) -> OpTable:
     for u in refused:
         table.rows[u.backend][u.algorithm] = Cell(False, reason=u.reason)
     for i in impls:
-        table.rows[i.backend][i.algorithm] = Cell(True, tuple(sorted(i.dtypes)))
+        problem = i.import_problem()
+        table.rows[i.backend][i.algorithm] = (Cell(False, reason=problem) if problem
+                                              else Cell(True, tuple(sorted(i.dtypes)), nan=i.nan))
     return table

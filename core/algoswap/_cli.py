@@ -1,4 +1,4 @@
-"""The ``algoswap`` command: ``backends``, ``caps``, ``ops`` and ``demo``."""
+"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ def _backend_rows() -> list[dict[str, Any]]:
             record = registry.backends[name]
             available = record.availability()
             rows.append({"backend": name, "plugin": plugin.name, "distribution": plugin.distribution,
-                         "version": plugin.version, "device": record.device, "memory": record.memory.name,
-                         "status": "available" if available is True else "unavailable",
-                         "reason": None if available is True else str(available)})
+                         "version": plugin.version, "device": record.device_in_use, "memory": record.memory.name,
+                         "status": record.status, "reason": None if available is True else str(available)})
     return rows
 
 
@@ -77,6 +76,17 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_retry(args: argparse.Namespace) -> int:
+    from ._api import retry_plugins
+
+    cleared = retry_plugins(*args.names)
+    if not cleared:
+        print("nothing to retry: no plugin is remembered as crashed or timed out" + (f" among {', '.join(args.names)}" if args.names else ""))
+        return 0
+    print(f"forgot the faults of {', '.join(cleared)}: the next command imports and probes them again")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
@@ -100,6 +110,9 @@ def parser() -> argparse.ArgumentParser:
     ops = sub.add_parser("ops", help="op specs: inputs and attributes")
     ops.add_argument("name", nargs="?")
     ops.set_defaults(run=cmd_ops)
+    retry = sub.add_parser("retry", help="import again plugins skipped since they crashed or timed out in an earlier process")
+    retry.add_argument("names", nargs="*", help="plugin, distribution or backend names (default: every one)")
+    retry.set_defaults(run=cmd_retry)
     demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
     demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, mobilenet, squeezenet)")
     demo.add_argument("--batch", type=int, default=1)

@@ -24,6 +24,25 @@ class OpDtypeError(OpArgumentError, TypeError):
     """An input has a dtype the op (or the chosen implementation) does not accept."""
 
 
+class OutputTooLargeError(OpArgumentError, MemoryError):
+    """A call whose output alone would need more memory than the machine has (refused before anything runs)."""
+
+
+class ImplementationError(AlgoswapError, RuntimeError):
+    """An implementation broke its contract: its result is not the array the op's spec says (shape,
+    dtype, memory space), or it ran out of memory. The message names the implementation and its
+    distribution; ``implementation`` is "backend:algorithm"."""
+
+    def __init__(self, message: str, implementation: str) -> None:
+        self.implementation = implementation
+        super().__init__(message)
+
+
+class ImplementationMemoryError(ImplementationError, MemoryError):
+    """An implementation raised MemoryError (or C++'s std::bad_alloc): the message names the op,
+    the implementation and the shapes."""
+
+
 class NoImplementationError(AlgoswapError, LookupError):
     """No registered implementation can serve a call; the message lists every candidate."""
 
@@ -33,7 +52,8 @@ class NoImplementationError(AlgoswapError, LookupError):
 
 
 class PluginError(AlgoswapError):
-    """A plugin failed to load (raised only in strict mode; otherwise it is reported)."""
+    """A plugin failed to load (raised in strict mode; otherwise it is reported), an implementation's
+    ``"module:attribute"`` reference cannot be imported when used, or a plugin setting is invalid."""
 
 
 class RegistrationError(AlgoswapError, ValueError):

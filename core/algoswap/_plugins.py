@@ -1,36 +1,40 @@
-"""Plugin discovery: entry points of the group ``algoswap.backends``, each loaded on its own."""
+"""Plugin discovery: entry points of the group ``algoswap.backends``, each loaded on its own.
+
+Discovery runs in two phases. Each plugin is imported and registered on its own, under
+supervision (time-limited, named for faulthandler, marked in the fault log while it runs; see
+``_supervisor``), into a staging area. Then the names all of them declare are settled together
+(``_ownership``), so that who owns a name never depends on the order entry points load in, and the
+registrations that may stand are committed.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ._errors import PluginError
+from ._faults import FaultLog
+from ._guard import Guard, TimedOut
+from ._ownership import refused_claims
 from ._records import PluginRecord, exception_trace, format_exception
 from ._registry import Registrar, Registry
+from ._settings import (
+    ENV_ALLOW, ENV_DENY, ENV_RETRY, ENV_STRICT, env_names, normalise, state_directory, timeout_from,
+)
+from ._supervisor import Supervisor
 from ._version import API_VERSION
 
 GROUP = "algoswap.backends"
-ENV_ALLOW = "ALGOSWAP_PLUGINS"
-ENV_DENY = "ALGOSWAP_DISABLE_PLUGINS"
-ENV_STRICT = "ALGOSWAP_STRICT_PLUGINS"
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _env_names(env: Mapping[str, str], variable: str) -> set[str] | None:
-    value = env.get(variable, "").strip()
-    if not value:
-        return None
-    return {_normalise(part.strip()) for part in value.split(",") if part.strip()}
+FAILED = ("broken", "incompatible", "timed out", "crashed")
+__all__ = ["ENV_ALLOW", "ENV_DENY", "ENV_STRICT", "GROUP", "PluginLoader", "api_version_matches"]
 
 
 def _disabled_reason(record: PluginRecord, env: Mapping[str, str]) -> str:
-    names = {_normalise(record.name), _normalise(record.distribution)}
-    allow, deny = _env_names(env, ENV_ALLOW), _env_names(env, ENV_DENY)
+    names = {normalise(record.name), normalise(record.distribution)}
+    allow, deny = env_names(env, ENV_ALLOW), env_names(env, ENV_DENY)
     if allow is not None and not names & allow:
         return f"not listed in {ENV_ALLOW}"
     if deny is not None and names & deny:
@@ -81,13 +85,28 @@ def _plugin_manager() -> Any:
     return manager
 
 
+@dataclass
+class _Outcome:
+    """How one plugin's import and registration went, before the claims of all are settled."""
+
+    record: PluginRecord
+    status: str = "loaded"
+    error: str = ""
+    exc: BaseException | None = None
+    plugin: Any = None
+    staged: Registrar | None = None
+
+
 class PluginLoader:
-    """Loads plugins into a registry one at a time, recording each outcome in ``registry.plugins``."""
+    """Loads plugins into a registry, recording each outcome in ``registry.plugins``."""
 
     def __init__(self, registry: Registry, env: Mapping[str, str] | None = None) -> None:
         self.registry = registry
         self.env = os.environ if env is None else env
         self.manager = _plugin_manager()
+        self.guard = Guard(timeout_from(self.env))
+        self.faults = FaultLog(state_directory(self.env))
+        self.retry = env_names(self.env, ENV_RETRY) or set()
 
     @property
     def strict(self) -> bool:
@@ -95,58 +114,66 @@ class PluginLoader:
 
     def discover(self) -> None:
         """Load every entry point of the group, each isolated from the others."""
-        for entry_point in _entry_points():
-            dist = getattr(entry_point, "dist", None)
-            record = PluginRecord(
-                entry_point.name,
-                distribution=dist.metadata["Name"] if dist is not None else "",
-                version=dist.version if dist is not None else "",
-            )
-            self._load_entry_point(entry_point, record)
-
-    def _load_entry_point(self, entry_point: Any, record: PluginRecord) -> None:
-        reason = _disabled_reason(record, self.env)
-        if reason:
-            self._finish(record, "disabled", reason)
-            return
-        try:
-            plugin = entry_point.load()
-        except (Exception, SystemExit) as exc:
-            self._finish(record, "broken", f"import failed: {format_exception(exc)}", exc)
-            return
-        self.load(plugin, record)
+        self.faults.collect()
+        self._settle([self._from_entry_point(entry_point) for entry_point in _entry_points()])
 
     def load(self, plugin: Any, record: PluginRecord) -> PluginRecord:
-        """Register one plugin object (a module or any object with hook functions)."""
-        status, error, exc = self._register(plugin, record)
-        if status != "loaded" and self.manager.is_registered(plugin):
-            self.manager.unregister(plugin)
-        return self._finish(record, status, error, exc)
+        """Register one plugin object (a module or any object with hook functions) now."""
+        return self._settle([self._stage(plugin, record, self._supervisor(record))])[0]
 
-    def _register(self, plugin: Any, record: PluginRecord) -> tuple[str, str, BaseException | None]:
+    def _supervisor(self, record: PluginRecord) -> Supervisor:
+        return Supervisor(record.name, record.distribution, record.version, self.guard, self.faults, self.retry)
+
+    def _from_entry_point(self, entry_point: Any) -> _Outcome:
+        dist = getattr(entry_point, "dist", None)
+        record = PluginRecord(entry_point.name, distribution=dist.metadata["Name"] if dist is not None else "",
+                              version=dist.version if dist is not None else "")
+        reason = _disabled_reason(record, self.env)
+        if reason:
+            return _Outcome(record, "disabled", reason)
+        supervisor = self._supervisor(record)
+        fault = supervisor.previous_fault()
+        if fault is not None:
+            return _Outcome(record, fault.outcome, fault.story())
         try:
-            self.manager.register(plugin, name=f"{record.name}#{len(self.registry.plugins)}")
+            plugin = supervisor.run("import", entry_point.load)
+        except TimedOut as exc:
+            return _Outcome(record, "timed out", exc.story)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit and the like too: one plugin never ends the process
+            return _Outcome(record, "broken", f"import failed: {format_exception(exc)}", exc)
+        return self._stage(plugin, record, supervisor)
+
+    def _stage(self, plugin: Any, record: PluginRecord, supervisor: Supervisor) -> _Outcome:
+        """Register ``plugin`` into a staging area of its own, under supervision."""
+        try:
+            outcome: _Outcome = supervisor.run("registration", self._register, plugin, record, supervisor)
+        except TimedOut as exc:  # what the abandoned registration does from now on is ignored
+            return _Outcome(record, "timed out", exc.story, plugin=plugin)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            return _Outcome(record, "broken", format_exception(exc), exc, plugin=plugin)
+        return outcome
+
+    def _register(self, plugin: Any, record: PluginRecord, supervisor: Supervisor) -> _Outcome:
+        try:
+            self.manager.register(plugin, name=f"{record.name}#{id(supervisor)}")
         except Exception as exc:
-            return "broken", f"invalid hooks: {format_exception(exc)}", exc
-        try:
-            problem = self._api_problem(plugin, record)
-            if problem:
-                return "incompatible", problem, None
-            staged = Registrar(self.registry, record)
-            self._call(plugin, "algoswap_register", registry=staged)
-            self.registry.commit(staged)
-        except (Exception, SystemExit) as exc:
-            return "broken", format_exception(exc), exc
-        return "loaded", "", None
-
-    def _api_problem(self, plugin: Any, record: PluginRecord) -> str:
+            return _Outcome(record, "broken", f"invalid hooks: {format_exception(exc)}", exc, plugin=plugin)
         specifier = self._call(plugin, "algoswap_api_version")
         if specifier is None:
-            return "does not declare the core API versions it supports (hook algoswap_api_version)"
-        record.api_range = str(specifier)
+            problem = "does not declare the core API versions it supports (hook algoswap_api_version)"
+            return _Outcome(record, "incompatible", problem, plugin=plugin)
+        record = dataclasses.replace(record, api_range=str(specifier))
         if not api_version_matches(record.api_range):
-            return f"supports core API {record.api_range}; this core is API {API_VERSION}"
-        return ""
+            problem = f"supports core API {record.api_range}; this core is API {API_VERSION}"
+            return _Outcome(record, "incompatible", problem, plugin=plugin)
+        staged = Registrar(self.registry.ops, record, supervisor)
+        self._call(plugin, "algoswap_register", registry=staged)
+        staged.validate()
+        return _Outcome(record, plugin=plugin, staged=staged)
 
     def _call(self, plugin: Any, hook_name: str, **kwargs: Any) -> Any:
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
@@ -154,18 +181,36 @@ class PluginLoader:
                 return impl.function(**{name: kwargs[name] for name in impl.argnames})
         return None
 
-    def _finish(self, record: PluginRecord, status: str, error: str = "", exc: BaseException | None = None) -> PluginRecord:
-        record.status = status
-        record.error = error
-        record.trace = exception_trace(exc) if exc is not None else ""
-        if record not in self.registry.plugins:
-            self.registry.plugins.append(record)
-        if status in ("broken", "incompatible") and self.strict:
-            raise PluginError(f"plugin {record.name!r} ({record.owner}) is {status}: {error}") from exc
+    def _settle(self, outcomes: list[_Outcome]) -> list[PluginRecord]:
+        """Refuse every registration that claims a name it may not have, commit the others."""
+        staged = [o for o in outcomes if o.staged is not None]
+        registrars = [o.staged for o in outcomes if o.staged is not None]
+        for outcome, reason in zip(staged, refused_claims(self.registry, registrars)):
+            if reason:
+                outcome.status, outcome.error = "broken", reason
+        return [self._finish(outcome) for outcome in outcomes]
+
+    def _finish(self, outcome: _Outcome) -> PluginRecord:
+        declared = tuple(outcome.staged._backends) if outcome.staged is not None else ()
+        if outcome.status == "loaded" and outcome.staged is not None:
+            self.registry._commit(outcome.staged)
+        elif outcome.plugin is not None and self.manager.is_registered(outcome.plugin):
+            self.manager.unregister(outcome.plugin)
+        record = dataclasses.replace(
+            outcome.record, status=outcome.status, error=outcome.error, backends=declared if outcome.status == "loaded" else (),
+            trace=exception_trace(outcome.exc) if outcome.exc is not None else "")
+        self.registry._record(record, declared)
+        if record.status in FAILED and self.strict:
+            raise PluginError(f"plugin {record.name!r} ({record.owner}) is {record.status}: {record.error}") from outcome.exc
         return record
 
 
 def _entry_points() -> Iterable[Any]:
+    """The group's entry points by name; the same distribution found twice on sys.path counts once."""
     from importlib.metadata import entry_points
 
-    return sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
+    unique: dict[tuple[str, str], Any] = {}
+    for entry_point in entry_points(group=GROUP):
+        dist = getattr(entry_point, "dist", None)
+        unique.setdefault((normalise(dist.metadata["Name"]) if dist is not None else "", entry_point.name), entry_point)
+    return sorted(unique.values(), key=lambda ep: ep.name)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
-from ._errors import RegistrationError
+from ._errors import PluginError, RegistrationError
+from ._guard import Frame, TimedOut
 from ._spec import OpCall
+from ._settings import ENV_TIMEOUT
+from ._supervisor import BackendHealth, owner_label, reason_of, unresolvable
 
 Ref = Union[Callable[..., Any], str]
 Probe = Callable[[], Union[bool, str]]
@@ -83,13 +87,21 @@ class MemorySpace:
 HOST = MemorySpace("host", "numpy.ndarray", description="C-contiguous numpy arrays in host memory")
 
 
-def _reason_of(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+@dataclass(frozen=True)
+class Available:
+    """An availability probe's answer that the backend can run here, naming the device it found
+    (listings show it: ``algoswap backends``, the capability matrix). A plain True says the same."""
+
+    device: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class BackendRecord:
-    """A backend: a name, the device kind it computes on, its memory space and availability probe."""
+    """A backend: a name, the device kind it computes on, its memory space and availability probe.
+
+    Records are immutable; what the process learns about the backend (its probe's answer, a
+    predicate that timed out) is kept apart, in its health.
+    """
 
     name: str
     device: str = "cpu"
@@ -100,31 +112,51 @@ class BackendRecord:
     plugin: str = ""
     distribution: str = ""
     version: str = ""
-    _availability: bool | str | None = field(default=None, repr=False)
+    _health: BackendHealth = field(default_factory=BackendHealth, init=False, repr=False, compare=False)
+
+    @property
+    def owner(self) -> str:
+        """The distribution and version that declared this backend."""
+        return owner_label(self.plugin, self.distribution, self.version)
 
     def availability(self) -> bool | str:
-        """True, or why this backend cannot run here. Cached; a raising probe is a reason, not a crash."""
-        if self._availability is None:
-            self._availability = self._run_probe()
-        return self._availability
+        """True, or why this backend cannot run here. The probe runs once, time-limited; any exception
+        it raises, a reference that cannot be imported or a time-out is a reason, never a crash."""
+        answer = self._health.answer
+        return answer if answer is not None else self._health.settle(self)
 
-    def _run_probe(self) -> bool | str:
-        if self.probe is None:
-            return True
-        try:
-            answer = resolve_ref(self.probe)()
-        except Exception as exc:  # a missing driver is a reason, never a traceback
-            return f"availability probe raised {_reason_of(exc)}"
-        if answer is True:
-            return True
-        return str(answer) if answer else "availability probe answered False"
+    @property
+    def status(self) -> str:
+        """"available", "unavailable", "timed out" (its probe or a predicate took too long) or "crashed"
+        (its probe ended an earlier process)."""
+        self.availability()
+        return self._health.status
+
+    @property
+    def device_in_use(self) -> str:
+        """The device its probe found (``Available(device)``), else the device kind it declared."""
+        self.availability()
+        return self._health.device or self.device
 
 
 LAYOUTS = ("contiguous", "any", "channels_last")
 NAN_BEHAVIOURS = ("exact", "spreads")
 
 
-@dataclass
+class _ImplState:
+    """What the process learns about an implementation: its resolved callable, or why it cannot have it."""
+
+    __slots__ = ("fn", "problem", "health", "frame", "found")
+
+    def __init__(self) -> None:
+        self.fn: Callable[..., Any] | None = None
+        self.problem: str | None = None
+        self.health: BackendHealth | None = None
+        self.frame: Frame | None = None
+        self.found = False  # the modules of its references were found
+
+
+@dataclass(frozen=True)
 class ImplRecord:
     """One implementation, keyed by (op, algorithm, backend).
 
@@ -151,7 +183,13 @@ class ImplRecord:
     plugin: str = ""
     layout: str = "contiguous"
     nan: str = "exact"
-    _callable: Callable[..., Any] | None = field(default=None, repr=False)
+    distribution: str = ""
+    version: str = ""
+    _state: _ImplState = field(default_factory=_ImplState, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fn, str):
+            self._state.fn = self.fn
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -162,23 +200,64 @@ class ImplRecord:
         return f"{self.backend}:{self.algorithm}"
 
     @property
+    def owner(self) -> str:
+        """The distribution and version that registered this implementation."""
+        return owner_label(self.plugin, self.distribution, self.version)
+
+    @property
     def callable(self) -> Callable[..., Any]:
-        """The implementation itself, imported on first use."""
-        if self._callable is None:
-            self._callable = resolve_ref(self.fn)
-        return self._callable
+        """The implementation itself, imported on first use; PluginError if it cannot be imported."""
+        state = self._state
+        fn = state.fn
+        if fn is None:
+            problem = state.problem or _resolve_fn(self)
+            fn = state.fn
+            if problem or fn is None:
+                raise PluginError(f"{self.op} {self.qualified}: {problem}")
+        return fn
 
     def check(self, call: OpCall) -> bool | str:
-        """True if this implementation serves `call`, else a sentence saying why not."""
+        """True if this implementation serves `call`, else a sentence saying why not.
+
+        The ``supports()`` predicate, and the import of a ``"module:attribute"`` implementation, run
+        time-limited (``ALGOSWAP_PLUGIN_TIMEOUT``): one that takes too long takes the backend out of
+        selection for the rest of the process."""
         if call.dtype not in self.dtypes:
             return f"dtype {call.dtype} not supported (supports {', '.join(sorted(self.dtypes))})"
-        if self.supports is None:
+        state = self._state
+        if self.supports is None and state.fn is not None:
             return True
+        if state.problem is not None:
+            return state.problem
+        health = state.health
+        supervisor = health.supervisor if health is not None else None
+        if health is None or supervisor is None:
+            return _check_here(self, call)
+        if state.frame is None:
+            state.frame = supervisor.frame(f"supports() of {self.op} {self.qualified}")
         try:
-            answer = resolve_ref(self.supports)(call)
-        except Exception as exc:
-            return f"supports() raised {_reason_of(exc)}"
-        return True if answer is True else (str(answer) or "not supported")
+            return supervisor.guard.run(state.frame, _check_here, self, call)  # type: ignore[no-any-return]
+        except TimedOut as exc:
+            reason = (f"timed out: supports() of {self.op} {self.qualified} ({self.owner}) did not answer within "
+                      f"{exc.seconds:g} s ({ENV_TIMEOUT}); backend {self.backend!r} is out of selection in this process")
+            health.take_out("timed out", reason)
+            return reason
+
+    def import_problem(self) -> str | None:
+        """Why this implementation cannot be imported, if that is known or the module of a reference
+        cannot be found (checked without importing it: the capability matrix promises only what can)."""
+        state = self._state
+        if state.problem is not None or state.found:
+            return state.problem
+        found = state.health.found_modules if state.health is not None else set()
+        for what, ref in (("supports() predicate", self.supports), ("implementation", self.fn)):
+            module = ref.partition(":")[0] if isinstance(ref, str) else None
+            if module is not None and module not in found:
+                if not _module_exists(module):
+                    return unresolvable(what, str(ref), self.owner, ModuleNotFoundError(f"No module named {module!r}"))
+                found.add(module)
+        state.found = True
+        return None
 
     def kernel_name(self, call: OpCall) -> str:
         """The kernel this implementation runs, as its backend names it."""
@@ -188,6 +267,47 @@ class ImplRecord:
             except Exception:
                 return "unknown (kernel() raised)"
         return self.kernel or f"{self.backend}.{self.op}.{self.algorithm}"
+
+
+def _check_here(impl: ImplRecord, call: OpCall) -> bool | str:
+    """The predicate's answer, then the implementation's import; failures are reasons."""
+    if impl.supports is not None:
+        try:
+            predicate = resolve_ref(impl.supports)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            problem = impl._state.problem = unresolvable("supports() predicate", str(impl.supports), impl.owner, exc)
+            return problem
+        try:
+            answer = predicate(call)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            return f"supports() raised {reason_of(exc)}"
+        if answer is not True:
+            return str(answer) or "not supported"
+    return _resolve_fn(impl) or True
+
+
+def _resolve_fn(impl: ImplRecord) -> str | None:
+    """Import a ``"module:attribute"`` implementation; None, or why it cannot be (kept)."""
+    state = impl._state
+    if state.fn is None:
+        try:
+            state.fn = resolve_ref(impl.fn)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            state.problem = unresolvable("implementation", str(impl.fn), impl.owner, exc)
+    return state.problem
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except Exception:  # a parent package is missing or fails to import
+        return False
 
 
 @dataclass(frozen=True)
@@ -200,23 +320,30 @@ class UnsupportedRecord:
     reason: str
     plugin: str = ""
 
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.op, self.algorithm, self.backend)
+
 
 def format_exception(exc: BaseException) -> str:
     """One line for listings; the traceback's last frames for `--verbose` views."""
-    return _reason_of(exc)
+    return reason_of(exc)
 
 
 def exception_trace(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4))
 
 
-@dataclass
+@dataclass(frozen=True)
 class PluginRecord:
     """What discovery learnt about one plugin: where it came from and how loading went.
 
-    status: "loaded", "broken" (import, registration or a clash failed), "incompatible"
-    (core API version outside the plugin's range), or "disabled" (by ALGOSWAP_PLUGINS /
-    ALGOSWAP_DISABLE_PLUGINS, before import).
+    status: "loaded", "broken" (import or registration failed, or it declared a name it may not
+    have), "incompatible" (core API version outside the plugin's range), "disabled" (by
+    ALGOSWAP_PLUGINS / ALGOSWAP_DISABLE_PLUGINS, before import), "timed out" (its import or
+    registration took longer than ALGOSWAP_PLUGIN_TIMEOUT, now or in an earlier process) or
+    "crashed" (an earlier process ended during its import or registration). Timed-out and crashed
+    plugins are skipped, not imported, until retried (``algoswap retry``).
     """
 
     name: str
@@ -231,6 +358,4 @@ class PluginRecord:
     @property
     def owner(self) -> str:
         """The distribution and version, as used in clash reports."""
-        if self.distribution:
-            return f"{self.distribution} {self.version}".strip()
-        return f"plugin {self.name!r}"
+        return owner_label(self.name, self.distribution, self.version)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Iterable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from ._core_caches import SelectionCache
 from ._errors import OpArgumentError, RegistrationError
 from ._records import (
     HOST,
@@ -20,23 +22,30 @@ from ._records import (
     UnsupportedRecord,
     check_name,
 )
+from ._settings import ENV_ALLOW, ENV_DENY, normalise
 from ._spec import OpSpec
 from ._specs import core_specs
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
 
 Key = tuple[str, str, str]
 
 
 class Registrar:
     """The registry as one plugin sees it during ``algoswap_register``: records are staged here
-    and committed together only if the whole registration succeeds."""
+    and committed together only if the whole registration succeeds and claims no name the plugin
+    may not have. It holds no reference to the registry itself (only a read-only view of its ops),
+    so a plugin cannot reach other plugins' records through it."""
 
-    def __init__(self, registry: "Registry", plugin: PluginRecord) -> None:
-        self._registry = registry
+    def __init__(self, known_ops: Mapping[str, OpSpec], plugin: PluginRecord, supervisor: "Supervisor | None" = None) -> None:
         self.plugin = plugin
-        self.ops: dict[str, OpSpec] = {}
-        self.backends: dict[str, BackendRecord] = {}
-        self.impls: dict[Key, ImplRecord] = {}
-        self.unsupported: dict[Key, UnsupportedRecord] = {}
+        self._known_ops = known_ops
+        self._supervisor = supervisor
+        self._ops: dict[str, OpSpec] = {}
+        self._backends: dict[str, BackendRecord] = {}
+        self._impls: dict[Key, ImplRecord] = {}
+        self._unsupported: dict[Key, UnsupportedRecord] = {}
 
     def add_backend(
         self,
@@ -50,7 +59,7 @@ class Registrar:
     ) -> BackendRecord:
         """Declare a backend. ``probe()`` returns True or a reason string; it is called lazily, once."""
         check_name("backend", name)
-        if name in self.backends:
+        if name in self._backends:
             raise RegistrationError(f"backend {name!r} declared twice by {self.plugin.owner}")
         if not isinstance(memory, MemorySpace):
             raise RegistrationError(f"backend {name!r}: memory must be an algoswap.MemorySpace, got {memory!r}")
@@ -58,7 +67,8 @@ class Registrar:
             name, device, memory, probe, priority, description,
             plugin=self.plugin.name, distribution=self.plugin.distribution, version=self.plugin.version,
         )
-        self.backends[name] = record
+        record._health.supervisor = self._supervisor
+        self._backends[name] = record
         return record
 
     def add_implementation(
@@ -82,7 +92,7 @@ class Registrar:
         takes as they are (see ``ImplRecord``). ``nan`` ("exact" or "spreads"): how NaN and inf
         inputs come out (see ``ImplRecord``)."""
         key = self._check_key(op, algorithm, backend)
-        if key in self.impls:
+        if key in self._impls:
             raise RegistrationError(f"implementation {key} registered twice by {self.plugin.owner}")
         if not (callable(fn) or isinstance(fn, str)):
             raise RegistrationError(f"implementation {key}: fn must be a callable or 'module:attribute'")
@@ -91,83 +101,155 @@ class Registrar:
         if nan not in NAN_BEHAVIOURS:
             raise RegistrationError(f"implementation {key}: nan must be one of {', '.join(NAN_BEHAVIOURS)}; got {nan!r}")
         record = ImplRecord(op, algorithm, backend, fn, frozenset(dtypes), supports, priority, kernel, description,
-                            self.plugin.name, layout, nan)
-        self.impls[key] = record
+                            self.plugin.name, layout, nan, self.plugin.distribution, self.plugin.version)
+        record._state.health = self._backends[backend]._health
+        self._impls[key] = record
         return record
 
     def declare_unsupported(self, op: str, algorithm: str, backend: str, reason: str) -> None:
         """Say that ``backend`` cannot offer ``algorithm`` for ``op``, and why (shown in the matrix)."""
         key = self._check_key(op, algorithm, backend)
-        self.unsupported[key] = UnsupportedRecord(op, algorithm, backend, reason, self.plugin.name)
+        self._unsupported[key] = UnsupportedRecord(op, algorithm, backend, reason, self.plugin.name)
 
     def add_op(self, spec: OpSpec) -> None:
         """Declare an op the core does not have (a name already declared elsewhere is a clash)."""
         check_name("op", spec.name)
-        self.ops[spec.name] = spec
+        if not isinstance(spec, OpSpec):
+            raise RegistrationError(f"add_op: expected an algoswap.OpSpec, got {type(spec).__name__}")
+        self._ops[spec.name] = spec
+
+    def claims(self) -> list[tuple[str, str]]:
+        """The names this registration would own: ("op", name) and ("backend", name) pairs."""
+        return [("op", name) for name in self._ops] + [("backend", name) for name in self._backends]
+
+    def validate(self) -> None:
+        """Refuse staged records that did not come through this registrar's own methods (a plugin
+        writing into the staging dictionaries to place records on backends it did not declare)."""
+        mine = (self.plugin.name, self.plugin.distribution)
+        for name, backend in self._backends.items():
+            if not isinstance(backend, BackendRecord) or (backend.name, (backend.plugin, backend.distribution)) != (name, mine):
+                raise RegistrationError(f"backend {name!r}: staged by {self.plugin.owner} without add_backend")
+        for key, impl in {**self._impls, **self._unsupported}.items():
+            if not isinstance(impl, (ImplRecord, UnsupportedRecord)) or impl.key != key or impl.plugin != self.plugin.name \
+                    or impl.backend not in self._backends:
+                raise RegistrationError(f"{key}: staged by {self.plugin.owner} for a backend it did not declare")
 
     def _check_key(self, op: str, algorithm: str, backend: str) -> Key:
         check_name("algorithm", algorithm)
         if algorithm == "default":
             raise RegistrationError(f"({op}, {algorithm}, {backend}): 'default' is reserved for the best-ranked choice")
-        if op not in self.ops and op not in self._registry.ops:
-            raise RegistrationError(f"unknown op {op!r}{_suggest(op, self._registry.ops)}")
-        if backend not in self.backends:
+        if op not in self._ops and op not in self._known_ops:
+            raise RegistrationError(f"unknown op {op!r}{_suggest(op, self._known_ops)}")
+        if backend not in self._backends:
             raise RegistrationError(f"({op}, {algorithm}, {backend}): backend {backend!r} was not declared by {self.plugin.owner}")
         return (op, algorithm, backend)
 
 
+_READ_ONLY = frozenset({"ops", "backends", "impls", "unsupported"})
+
+
 class Registry:
-    """Everything registered: op specs, backends, implementations, and the plugins they came from."""
+    """Everything registered: op specs, backends, implementations, and the plugins they came from.
+
+    ``ops``, ``backends``, ``impls`` and ``unsupported`` are read-only mappings of immutable records,
+    and ``plugins`` a tuple: records change only through plugin registration (discovery,
+    ``algoswap.register_plugin``), never by writing into the registry.
+    """
 
     def __init__(self) -> None:
-        self.ops: dict[str, OpSpec] = {spec.name: spec for spec in core_specs()}
-        self.backends: dict[str, BackendRecord] = {}
-        self.impls: dict[Key, ImplRecord] = {}
-        self.unsupported: dict[Key, UnsupportedRecord] = {}
-        self.plugins: list[PluginRecord] = []
-        self.selection_cache: dict[Any, Any] = {}
+        self._ops: dict[str, OpSpec] = {spec.name: spec for spec in core_specs()}
+        self._backends: dict[str, BackendRecord] = {}
+        self._impls: dict[Key, ImplRecord] = {}
+        self._unsupported: dict[Key, UnsupportedRecord] = {}
+        self._plugins: list[PluginRecord] = []
+        self._claimed: dict[str, tuple[str, ...]] = {}  # backends a plugin that did not load declared
+        self.ops: Mapping[str, OpSpec] = MappingProxyType(self._ops)
+        self.backends: Mapping[str, BackendRecord] = MappingProxyType(self._backends)
+        self.impls: Mapping[Key, ImplRecord] = MappingProxyType(self._impls)
+        self.unsupported: Mapping[Key, UnsupportedRecord] = MappingProxyType(self._unsupported)
+        self.selection_cache = SelectionCache()  # selections (typed keys) and the front ends' calls: see _core_caches
         self._op_owner: dict[str, PluginRecord] = {}
         self._by_op: dict[str, list[ImplRecord]] = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # (never ``name in self.__dict__``: touching __dict__ would slow down every attribute read)
+        if name in _READ_ONLY and hasattr(self, name):
+            raise AttributeError(f"Registry.{name} is read-only: plugins register through algoswap_register")
+        object.__setattr__(self, name, value)
+
+    @property
+    def plugins(self) -> tuple[PluginRecord, ...]:
+        """Every plugin discovery (or ``register_plugin``) found, in load order, with its status."""
+        return tuple(self._plugins)
 
     def spec(self, op: str) -> OpSpec:
         """The spec of ``op``; an unknown name is an error suggesting close ones."""
         try:
-            return self.ops[op]
+            return self._ops[op]
         except KeyError:
-            raise OpArgumentError(op, "op", op, f"a registered op{_suggest(op, self.ops)}") from None
+            raise OpArgumentError(op, "op", op, f"a registered op{_suggest(op, self._ops)}") from None
 
     def implementations(self, op: str | None = None, backend: str | None = None) -> list[ImplRecord]:
         """Registered implementations, filtered by op and backend, in registration order."""
-        records = self._by_op.get(op, []) if op is not None else list(self.impls.values())
+        records = self._by_op.get(op, []) if op is not None else list(self._impls.values())
         return [r for r in records if backend is None or r.backend == backend]
 
-    def commit(self, staged: Registrar) -> None:
-        """Add a plugin's staged records, or raise RegistrationError naming both owners of a clash."""
-        self._check_clashes(staged)
-        self.ops.update(staged.ops)
-        self._op_owner.update({name: staged.plugin for name in staged.ops})
-        self.backends.update(staged.backends)
-        self.impls.update(staged.impls)
-        self.unsupported.update(staged.unsupported)
-        for record in staged.impls.values():
+    def owner_of(self, backend: str) -> str:
+        return self._backends[backend].owner
+
+    def owner_of_name(self, kind: str, name: str) -> str | None:
+        """Who owns the op or backend ``name`` already ("algoswap (core)" for core ops), or None."""
+        if kind == "backend":
+            return self._backends[name].owner if name in self._backends else None
+        if name in self._op_owner:
+            return self._op_owner[name].owner
+        return "algoswap (core)" if name in self._ops else None
+
+    def absent_backend(self, name: str) -> str:
+        """Why no backend ``name`` is loaded: its plugin is disabled, failed (and why), or is not installed."""
+        providers = [p for p in self._plugins if p.status != "loaded" and self._may_provide(p, name)]
+        if providers:
+            stories = "; ".join(f"its plugin {p.name!r} ({p.owner}) {_status_story(p)}" for p in providers)
+            return f"backend {name!r} is not loaded: {stories}"
+        loaded = ", ".join(self._backends) or "none"
+        unknown = [p.name for p in self._plugins if p.status != "loaded" and not self._claimed.get(p.name)]
+        maybe = f"; plugins not loaded, whose backends are unknown: {', '.join(unknown)}" if unknown else ""
+        return (f"no backend {name!r} is installed{_suggest(name, self._backends)} (backends loaded: {loaded}{maybe}); "
+                f"see `algoswap backends`")
+
+    def _may_provide(self, plugin: PluginRecord, backend: str) -> bool:
+        """Whether a plugin that did not load would have provided ``backend``: it declared it, or is
+        named like it (backend ``dnnl``: entry point ``dnnl`` or distribution ``algoswap-dnnl``)."""
+        names = {normalise(plugin.name), normalise(plugin.distribution)}
+        return backend in self._claimed.get(plugin.name, ()) or bool(names & {normalise(backend), f"algoswap-{normalise(backend)}"})
+
+    def _record(self, plugin: PluginRecord, declared: tuple[str, ...] = ()) -> None:
+        self._plugins.append(plugin)
+        if plugin.status != "loaded":
+            self._claimed[plugin.name] = declared
+
+    def _commit(self, staged: Registrar) -> None:
+        """Add a plugin's staged records (its claims already settled by ``_ownership``)."""
+        self._ops.update(staged._ops)
+        self._op_owner.update({name: staged.plugin for name in staged._ops})
+        self._backends.update(staged._backends)
+        self._impls.update(staged._impls)
+        self._unsupported.update(staged._unsupported)
+        for record in staged._impls.values():
             self._by_op.setdefault(record.op, []).append(record)
-        staged.plugin.backends = tuple(staged.backends)
         self.selection_cache.clear()
 
-    def _check_clashes(self, staged: Registrar) -> None:
-        mine = staged.plugin.owner
-        for name in staged.ops:
-            if name in self.ops:
-                owner = self._op_owner[name].owner if name in self._op_owner else "algoswap (core)"
-                raise RegistrationError(f"op {name!r} is declared by both {owner} and {mine}")
-        for name in staged.backends:
-            if name in self.backends:
-                theirs = self.backends[name]
-                raise RegistrationError(f"backend {name!r} is declared by both {theirs.distribution} {theirs.version} and {mine}")
 
-    def owner_of(self, backend: str) -> str:
-        record = self.backends[backend]
-        return f"{record.distribution} {record.version}".strip()
+def _status_story(plugin: PluginRecord) -> str:
+    if plugin.status == "disabled":
+        return f"is disabled ({plugin.error}: {_how_to_enable(plugin)})"
+    return f"{'' if plugin.status in ('timed out', 'crashed') else 'is '}{plugin.status}: {plugin.error}"
+
+
+def _how_to_enable(plugin: PluginRecord) -> str:
+    if plugin.error.startswith("not listed"):
+        return f"add {plugin.name} to {ENV_ALLOW} to enable it"
+    return f"remove it from {ENV_DENY} to enable it"
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:

@@ -101,6 +101,8 @@ def choose(registry: Registry, call: OpCall, request: str = "default", memory: s
 def _unknown_request(
     registry: Registry, op: str, request: str, backend: str | None, algorithm: str | None, candidates: list[ImplRecord]
 ) -> NoImplementationError:
+    if backend is not None and backend not in registry.backends:
+        return NoImplementationError(f"{op}: {request!r}: {registry.absent_backend(backend)}")
     if not candidates:
         loaded = ", ".join(registry.backends) or "none"
         return NoImplementationError(f"{op}: no implementation is registered (backends loaded: {loaded}); see `algoswap backends`")
@@ -117,12 +119,30 @@ def _unknown_request(
     return NoImplementationError(f"{op}: no implementation named {request!r}{hint} Offered: {offered}")
 
 
-def _freeze(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    return value
+_NESTED = frozenset({tuple, list, dict})
+
+
+def typed_key(value: Any) -> Any:
+    """``value`` as a hashable cache key that tells apart what validation tells apart: 1, 1.0 and True
+    compare (and hash) equal, but a converter may accept one and refuse another, so every value is
+    keyed with its type (items of lists and tuples too: those two are alike to every converter;
+    dicts by sorted items)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return (tuple, *[typed_key(v) for v in value])
+    if kind is dict:
+        return (dict, *sorted((k, typed_key(v)) for k, v in value.items()))
+    return (kind, value)
+
+
+def attrs_key(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A typed key of keyword attributes (cheap for flat scalars, the usual case)."""
+    if not attrs:
+        return ()
+    kinds = tuple(map(type, attrs.values()))
+    if _NESTED.isdisjoint(kinds):
+        return (*attrs.items(), kinds)
+    return (tuple(attrs), typed_key(tuple(attrs.values())))
 
 
 def select(
@@ -136,9 +156,13 @@ def select(
 ) -> Selection:
     """Validate a call and choose its implementation; cached per (op, request, shapes, dtypes, attrs, memory)."""
     attrs = dict(attrs or {})
-    key = (op, algorithm, memory, tuple(None if s is None else tuple(s) for s in shapes), tuple(dtypes), _freeze(attrs))
-    cached = registry.selection_cache.get(key)
+    sizes = tuple(None if s is None else (tuple(s), tuple(map(type, s))) for s in shapes)
+    key = (op, algorithm, memory, sizes, tuple(dtypes), attrs_key(attrs))
+    try:
+        cached: Selection | None = registry.selection_cache.get(key)
+    except TypeError:  # an unhashable attribute value (an array): validated and chosen on every call
+        return choose(registry, registry.spec(op).bind(shapes, dtypes, attrs), algorithm, memory)
     if cached is None:
         call = registry.spec(op).bind(shapes, dtypes, attrs)
-        cached = registry.selection_cache[key] = choose(registry, call, algorithm, memory)
+        cached = registry.selection_cache.put(key, choose(registry, call, algorithm, memory))
     return cached

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from ._errors import InvalidSpec, OpArgumentError, OpDtypeError
+from ._sizes import check_output_fits
 
 Shape = tuple[int, ...]
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -59,7 +60,16 @@ class Attr:
 
 @dataclass(frozen=True)
 class OpCall:
-    """A validated call: what implementations and `supports` predicates are given."""
+    """A validated call: what implementations and `supports` predicates are given.
+
+    ``dtype`` is the call's (what implementations declare they take); ``out_dtype`` the output's,
+    the same but where the spec's ``out_dtype`` rule says otherwise (one_hot's ``dtype`` attribute).
+
+    ``empty``: there is nothing to compute, because the output or an input has no elements (a batch
+    of 0). No implementation runs such a call: the output is made empty, or filled with ``fill``
+    where an empty input gives a non-empty output (a sum over nothing is 0), and an in-place op
+    leaves its inputs as they are.
+    """
 
     op: str
     shapes: tuple[Shape | None, ...]
@@ -67,6 +77,13 @@ class OpCall:
     attrs: Mapping[str, Any]
     out_shape: Shape
     input_names: tuple[str, ...] = ()
+    empty: bool = False
+    fill: float | None = None
+    out_dtype: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.out_dtype:
+            object.__setattr__(self, "out_dtype", self.dtype)
 
     def shape(self, name: str) -> Shape | None:
         """The shape of the input called `name` (None for an absent optional input)."""
@@ -96,6 +113,7 @@ class GradRule:
 
 
 ShapeRule = Callable[[dict[str, Any], dict[str, Any]], Shape]
+EmptyFill = Callable[[dict[str, Any], dict[str, Any]], "float | None"]
 Resolver = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
@@ -121,6 +139,14 @@ class OpSpec:
 
     ``in_place`` names the inputs the op updates in place (optimizer updates); such an op returns
     its first input, updated.
+
+    ``empty_fill``: the value of every output element when an input has no elements but the output
+    has some (0.0 for a sum over nothing, NaN for a mean), or a function of the input shapes and
+    canonical attributes giving it (None where the op does not define one); None: such calls are
+    refused. Either way no implementation runs on empty arrays.
+
+    ``out_dtype``: the output's dtype from the call's dtype and canonical attributes, where the two
+    differ (None: the output keeps the call's dtype).
     """
 
     name: str
@@ -134,6 +160,8 @@ class OpSpec:
     grad_of: str | None = None
     gradients: tuple[GradRule, ...] = ()
     in_place: tuple[str, ...] = ()
+    empty_fill: float | EmptyFill | None = None
+    out_dtype: Callable[[str, dict[str, Any]], str] | None = None
     _attr_index: Mapping[str, Attr] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -193,12 +221,14 @@ class OpSpec:
             if not spec.optional:
                 raise OpArgumentError(self.name, spec.name, None, "an array (this input is required)")
             return None
+        if not all(hasattr(s, "__index__") for s in shape):  # ints, numpy ints, torch's symbolic sizes
+            raise OpArgumentError(self.name, spec.name, f"shape {tuple(shape)}", "a shape of ints")
         shape = tuple(int(s) for s in shape)
         if spec.ranks is not None and len(shape) not in spec.ranks:
             ranks = " or ".join(f"{r}-D" for r in spec.ranks)
             raise OpArgumentError(self.name, spec.name, f"a {len(shape)}-D array of shape {shape}", f"a {ranks} array")
-        if any(s <= 0 for s in shape):
-            raise OpArgumentError(self.name, spec.name, f"shape {shape}", "every size positive (no zero or negative sizes)")
+        if any(s < 0 for s in shape):
+            raise OpArgumentError(self.name, spec.name, f"shape {shape}", "sizes >= 0 (no negative sizes)")
         return shape
 
     def bind(self, shapes: Sequence[Shape | None], dtypes: Sequence[str | None], attrs: Mapping[str, Any]) -> OpCall:
@@ -207,16 +237,39 @@ class OpSpec:
         canonical = self.canonical_attrs(attrs)
         names = self.flat_input_names(max(len(shapes), len(self.inputs)))
         padded = list(dtypes) + [None] * (len(names) - len(dtypes))
+        self._check_byte_order(names, padded)
         dtype = self.dtype_rule(self.name, names, padded)
         try:
             resolved = self.resolve(named, canonical)
             out_shape = tuple(int(s) for s in self.shape_rule(named, resolved))
         except InvalidSpec as exc:
             raise OpArgumentError(self.name, exc.argument, exc.given, exc.expected) from None
-        if any(s <= 0 for s in out_shape):
-            raise OpArgumentError(self.name, "inputs", f"output shape {out_shape}", "inputs large enough for a non-empty output")
         flat = tuple(s for spec in self.inputs for s in (named[spec.name] if spec.variadic else (named[spec.name],)))
-        return OpCall(self.name, flat, dtype, MappingProxyType(resolved), out_shape, names[: len(flat)])
+        out_dtype = dtype if self.out_dtype is None else self.out_dtype(dtype, resolved)
+        check_output_fits(self, named, dict(attrs), out_shape, out_dtype)
+        empty_input = next(((n, s) for n, s in zip(names, flat) if s is not None and 0 in s), None)
+        fill = None
+        if empty_input is not None and 0 not in out_shape and not self.in_place:
+            fill = self._fill(empty_input, named, resolved, out_shape)
+        empty = empty_input is not None or 0 in out_shape
+        return OpCall(self.name, flat, dtype, MappingProxyType(resolved), out_shape, names[: len(flat)], empty, fill, out_dtype)
+
+    def _check_byte_order(self, names: Sequence[str], dtypes: Sequence[str | None]) -> None:
+        """Refuse arrays not in the machine's byte order (numpy names their dtypes '>f4', '<i8')."""
+        for name, dtype in zip(names, dtypes):
+            if dtype is not None and dtype[:1] in ("<", ">") and dtype[1:2] in ("b", "i", "u", "f", "c"):
+                order = "big" if dtype[0] == ">" else "little"
+                raise OpDtypeError(self.name, name, f"a {order}-endian array (dtype '{dtype}')", "an array in this "
+                                   "machine's byte order (convert it: array.astype(array.dtype.newbyteorder('=')))")
+
+    def _fill(self, empty: tuple[str, Shape], named: dict[str, Any], attrs: dict[str, Any], out_shape: Shape) -> float:
+        """The value of a non-empty output computed from an empty input, or an error where the op has none."""
+        fill = self.empty_fill(named, attrs) if callable(self.empty_fill) else self.empty_fill
+        if fill is None:
+            name, shape = empty
+            raise OpArgumentError(self.name, name, f"shape {shape} (no elements)", f"an input with elements: {self.name} "
+                                  f"defines no value for its output {out_shape} when '{name}' is empty")
+        return float(fill)
 
     def describe(self) -> str:
         """A few lines for people: inputs, attributes with defaults, and the doc."""

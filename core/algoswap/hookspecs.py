@@ -5,6 +5,14 @@ A plugin is any importable object (usually a module) named by an entry point in 
 marked with ``@algoswap.hookimpl``. A hook may accept a subset of the arguments of its spec,
 so specs can gain arguments without breaking existing plugins. Hooks are called with keywords,
 once per plugin, each plugin on its own: a failure in one never affects another.
+
+A plugin's code (its import, these hooks, its availability probes and ``supports()`` predicates)
+runs on a helper thread within ``ALGOSWAP_PLUGIN_TIMEOUT`` seconds (default 20; 0: no limit, on
+the calling thread), so do main-thread-only work (``signal.signal``) lazily, in implementations.
+Any exception it raises, ``SystemExit`` and other ``BaseException`` subclasses included
+(KeyboardInterrupt aside), is reported, never raised. An import, registration or probe that does not finish in time,
+or that ends the process (a crash, ``os._exit``), is remembered in the user's state directory and
+the plugin (or backend) is skipped until the user retries it (``algoswap retry``).
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ def algoswap_api_version() -> str:  # type: ignore[empty-body]
 def algoswap_register(registry: "Registrar") -> None:
     """Declare this plugin's backends, implementations and (optionally) new op specs.
 
-    ``registry`` is a view of the registry scoped to this plugin:
+    ``registry`` is a view of the registry scoped to this plugin: it stages this plugin's records
+    and holds no way to reach, or change, those of other plugins (committed records are immutable):
 
-    - ``registry.add_backend(name, device=..., memory=..., probe=..., priority=...)``
+    - ``registry.add_backend(name, device=..., memory=..., probe=..., priority=...)``; ``probe()``
+      returns True (or ``algoswap.Available(device)`` naming the device found) or a reason string;
     - ``registry.add_implementation(op, algorithm, backend, fn, dtypes=..., supports=...,
       priority=..., kernel=...)`` where ``fn`` and ``supports`` may be callables or
       ``"module:attribute"`` strings imported on first use;
@@ -47,9 +57,12 @@ def algoswap_register(registry: "Registrar") -> None:
       backend knows but cannot offer (the capability matrix shows the reason);
     - ``registry.add_op(spec)`` for an op the core does not declare.
 
-    Nothing is registered unless the hook returns normally and none of its keys clashes with
-    another plugin's; otherwise the plugin is reported as ``broken`` and skipped whole.
-    The return value is ignored.
+    Nothing is registered unless the hook returns normally and every name it declares may be its
+    own; otherwise the plugin is reported as ``broken`` and skipped whole. Names are settled after
+    every plugin has registered, so the outcome never depends on load order: a backend or op name
+    that several plugins declare goes to none of them (each report names the others), names the
+    core or an already loaded plugin owns are refused, and the backend ``numpy`` is reserved for
+    the reference distribution ``algoswap-numpy``. The return value is ignored.
 
     Since API 1.0.
     """

@@ -21,12 +21,12 @@ import numpy as np
 
 from ._errors import OpArgumentError
 from ._global import get_registry
-from ._select import select
+from ._inputs import host_array, shown
+from ._runner import Runner
+from ._select import attrs_key, select
 from ._trace import record
 
 __all__ = ["call"]
-
-_CACHE_LIMIT = 8192
 
 
 def is_sparse(array: Any) -> bool:
@@ -34,10 +34,19 @@ def is_sparse(array: Any) -> bool:
     return type(array).__module__.startswith("scipy.sparse")
 
 
-def _as_input(array: Any) -> Any:
+def _input_name(op: str, position: int) -> Callable[[], str]:
+    def name() -> str:
+        spec = get_registry().spec(op)
+        names = spec.flat_input_names(max(position + 1, len(spec.inputs)))
+        return names[position] if position < len(names) else f"inputs[{position}]"
+
+    return name
+
+
+def _as_input(op: str, position: int, array: Any) -> Any:
     if array is None or type(array) is np.ndarray or is_sparse(array):
         return array
-    return np.asarray(array)
+    return host_array(array, op, _input_name(op, position))
 
 
 def _check_formats(op: str, arrays: tuple[Any, ...]) -> tuple[int, ...]:
@@ -65,16 +74,26 @@ def _check_updatable(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], p
                                   "a C-contiguous, writeable numpy array (the op updates it in place)")
 
 
-def _prepare(op: str, arrays: tuple[Any, ...], algorithm: str, transfer: bool, attrs: dict[str, Any]) -> tuple[Any, ...]:
-    registry = get_registry()
+def _prepare(op: str, given: tuple[Any, ...], arrays: tuple[Any, ...], algorithm: str, transfer: bool,
+             attrs: dict[str, Any]) -> tuple[Runner, Any, tuple[int, ...]]:
     updated = _check_formats(op, arrays)
     memory = None if transfer or algorithm == "auto" else "host"
     shapes = [None if a is None else a.shape for a in arrays]
     dtypes = [None if a is None else str(a.dtype) for a in arrays]
-    selection = select(registry, op, shapes, dtypes, attrs, algorithm, memory)
+    try:
+        selection = select(get_registry(), op, shapes, dtypes, attrs, algorithm, memory)
+    except OpArgumentError as exc:
+        raise _as_given(exc, op, given) from None
     space = selection.backend.memory
-    moves = None if space.is_host else space
-    return (selection.impl.callable, dict(selection.call.attrs), moves, selection, updated)
+    return (Runner(selection), None if space.is_host else space, updated)
+
+
+def _as_given(exc: OpArgumentError, op: str, given: tuple[Any, ...]) -> OpArgumentError:
+    """The error, saying what the caller gave where it was not an array ("a float 1.5", not "a 0-D array")."""
+    for position, value in enumerate(given):
+        if value is not None and not hasattr(value, "shape") and _input_name(op, position)() == exc.argument:
+            return type(exc)(exc.op, exc.argument, f"{shown(value)} (as an array: {np.ndim(value)}-D)", exc.expected)
+    return exc
 
 
 def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = False, **attrs: Any) -> Any:
@@ -83,28 +102,28 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
     CSR inputs take ``scipy.sparse`` CSR matrices; inputs an op updates in place (optimizer
     state) must be C-contiguous, writeable numpy arrays, and are updated even through ``transfer``.
     """
-    arrays = tuple(_as_input(a) for a in arrays)
-    cache = get_registry().selection_cache
-    key: Any = ("ops", op, algorithm, transfer, tuple(None if a is None else (type(a), a.shape, a.dtype) for a in arrays), tuple(attrs.items()))
+    given = arrays
+    arrays = tuple(a if a is None or type(a) is np.ndarray else _as_input(op, i, a) for i, a in enumerate(arrays))
+    cache = get_registry().selection_cache.ops
+    inputs = tuple(None if a is None else (type(a), a.shape, a.dtype) for a in arrays)
     try:
+        key: Any = (op, algorithm, transfer, inputs, attrs_key(attrs))
         entry = cache.get(key)
-    except TypeError:  # an unhashable attribute value (a list): validate on every call
+    except TypeError:  # an unhashable attribute value (an array): validated on every call
         key, entry = None, None
     if entry is None:
-        entry = _prepare(op, arrays, algorithm, transfer, attrs)
+        entry = _prepare(op, given, arrays, algorithm, transfer, attrs)
         if key is not None:
-            if len(cache) > _CACHE_LIMIT:
-                cache.clear()
-            cache[key] = entry
-    fn, canonical, moves, selection, updated = entry
-    record(selection)
+            cache.put(key, entry)
+    runner, moves, updated = entry
+    record(runner.selection)
     if updated:
-        _check_updatable(op, selection.call.input_names, arrays, updated)
+        _check_updatable(op, runner.selection.call.input_names, arrays, updated)
     if moves is None:
         arrays = tuple(a if type(a) is not np.ndarray or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays)
-        return fn(*arrays, **canonical)
+        return runner.run(arrays)
     moved = tuple(None if a is None else moves.upload(a) for a in arrays)
-    result = fn(*moved, **canonical)
+    result = runner.run(moved)
     for position in updated:
         np.copyto(arrays[position], moves.download(moved[position]))
     return arrays[updated[0]] if updated else moves.download(result)

@@ -34,10 +34,10 @@ setup(
             sorted(str(p) for p in Path("src").glob("*.cpp")),
             cxx_std=17,
             libraries=["dnnl"],
-            extra_compile_args=["-O3"],
+            extra_compile_args=["-O3", "-fopenmp"],  # OpenMP: the NaN scans (src/finite.cpp); libdnnl uses libgomp too
             # site-packages/algoswap_dnnl/ -> <prefix>/lib, where onednn-cpu-gomp puts libdnnl.so.3;
             # an RPATH (not RUNPATH) also serves libdnnl's own dependencies.
-            extra_link_args=["-Wl,-rpath,$ORIGIN/../../..", "-Wl,--disable-new-dtags"],
+            extra_link_args=["-fopenmp", "-Wl,-rpath,$ORIGIN/../../..", "-Wl,--disable-new-dtags"],
         )
     ],
     cmdclass={"build_ext": BuildWithOneDNN},

@@ -2,18 +2,26 @@
 
 Fixtures and helpers shared by test_discovery.py (in-process) and test_cli.py (subprocesses).
 
-Five tiny distributions are pip-installed once per session into a temporary directory:
+Nine tiny distributions are pip-installed once per session into a temporary directory:
 
-==================== ============= ================================================================
-distribution         entry point   behaviour
-==================== ============= ================================================================
-algoswap-test-good   test_good     backends "toy" (relu "toy:direct") and "toy_offline" (its probe
-                                   answers "no toy device here")
-algoswap-test-broken test_broken   raises RuntimeError("boom at import") on import
-algoswap-test-raising test_raising add_backend("raising") then raises inside algoswap_register
-algoswap-test-clash  test_clash    declares backend "numpy", owned by the real algoswap-numpy
-algoswap-test-oldapi test_oldapi   supports core API ">=2,<3" only
-==================== ============= ================================================================
+===================== ============= ==========================================================
+distribution          entry point   behaviour
+===================== ============= ==========================================================
+algoswap-test-good    test_good     backends "toy" (relu "toy:direct") and "toy_offline" (its
+                                    probe answers "no toy device here")
+algoswap-test-broken  test_broken   raises RuntimeError("boom at import") on import
+algoswap-test-raising test_raising  add_backend("raising") then raises inside algoswap_register
+algoswap-test-clash   test_clash    declares backend "numpy", reserved for algoswap-numpy
+algoswap-test-takeover a_takeover   the same, from an entry point that sorts before "numpy"
+algoswap-test-rival-a rival_a       declares backend "rival" ...
+algoswap-test-rival-b rival_b       ... which this one declares too: neither gets it
+algoswap-test-meddler test_meddler  tries to rewrite others' records through its registrar
+algoswap-test-oldapi  test_oldapi   supports core API ">=2,<3" only
+===================== ============= ==========================================================
+
+A tenth, algoswap-test-hazards (entry points hazard_segfault, hazard_exit, hazard_sleep,
+hazard_baseexc), is installed into a directory of its own (fixture ``hazards``): its plugins crash,
+end, hang or raise a BaseException, and are only ever loaded in child processes.
 
 Every throwaway module appends its name to the file named by ``ALGOSWAP_TEST_IMPORT_LOG`` when
 it is imported, so the tests can prove a plugin was (or was never) imported, even one whose
@@ -45,8 +53,12 @@ from algoswap._registry import Registry
 HERE = Path(__file__).resolve().parent
 DISTS = HERE.parent / "plugins"  # tests/plugins: the throwaway distributions
 LOG_VAR = "ALGOSWAP_TEST_IMPORT_LOG"
-MODULES = ("algoswap_test_good", "algoswap_test_broken", "algoswap_test_raising", "algoswap_test_clash", "algoswap_test_oldapi")
+HAZARDS = "algoswap-test-hazards"
+MODULES = ("algoswap_test_good", "algoswap_test_broken", "algoswap_test_raising", "algoswap_test_clash",
+           "algoswap_test_takeover", "algoswap_test_rival_a", "algoswap_test_rival_b", "algoswap_test_meddler",
+           "algoswap_test_oldapi")
 NUMPY_OWNER = f"algoswap-numpy {importlib.metadata.version('algoswap-numpy')}"
+RESERVED = "backend 'numpy' is reserved for algoswap-numpy (the reference backend); {} may not declare it"
 
 # entry-point name -> (distribution, version, status, fragments its error must contain)
 EXPECTED = {
@@ -54,11 +66,17 @@ EXPECTED = {
     "test_good": ("algoswap-test-good", "1.2.0", "loaded", ()),
     "test_broken": ("algoswap-test-broken", "0.0.1", "broken", ("import failed", "RuntimeError: boom at import")),
     "test_raising": ("algoswap-test-raising", "0.2.0", "broken", ("ValueError: boom during registration",)),
-    "test_clash": ("algoswap-test-clash", "0.3.0", "broken",
-                   (f"backend 'numpy' is declared by both {NUMPY_OWNER} and algoswap-test-clash 0.3.0",)),
+    "test_clash": ("algoswap-test-clash", "0.3.0", "broken", (RESERVED.format("algoswap-test-clash 0.3.0"),)),
+    "a_takeover": ("algoswap-test-takeover", "0.1.0", "broken", (RESERVED.format("algoswap-test-takeover 0.1.0"),)),
+    "rival_a": ("algoswap-test-rival-a", "0.1.0", "broken",
+                ("backend 'rival' is also declared by algoswap-test-rival-b 0.2.0: a name several plugins declare goes to none",)),
+    "rival_b": ("algoswap-test-rival-b", "0.2.0", "broken",
+                ("backend 'rival' is also declared by algoswap-test-rival-a 0.1.0: a name several plugins declare goes to none",)),
+    "test_meddler": ("algoswap-test-meddler", "0.1.0", "loaded", ()),
     "test_oldapi": ("algoswap-test-oldapi", "2.0.0", "incompatible", (">=2,<3", algoswap.API_VERSION)),
 }
 FAILING = [name for name, (_, _, status, _) in EXPECTED.items() if status != "loaded"]
+DENY_FAILING = "test_broken,algoswap-test-raising,test_clash,algoswap_test_oldapi,a_takeover,rival_a,algoswap-test-rival-b"
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -70,27 +88,43 @@ class Installed:
     seconds: float
 
 
-@pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """pip-install the five throwaway distributions, once, into a temporary target directory.
-
-    The sources are copied first so that setuptools' build/ and *.egg-info stay out of the repo."""
-    root = tmp_path_factory.mktemp("algoswap-plugins")
-    sources = [shutil.copytree(path, root / "src" / path.name) for path in sorted(DISTS.iterdir()) if (path / "pyproject.toml").is_file()]
-    assert len(sources) == 5, sources
-    site = root / "site"
+def _pip_install_copies(root: Path, sources: list[Path], site: Path) -> float:
+    """pip-install copies of ``sources`` into the target ``site`` (so that setuptools' build/ and
+    *.egg-info stay out of the repo); returns the seconds it took."""
+    copies = [shutil.copytree(path, root / "src" / path.name) for path in sources]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(site), *map(str, sources)],
+         "--target", str(site), *map(str, copies)],
         capture_output=True, text=True, env=env, cwd=root,
     )
-    seconds = time.perf_counter() - started
     if done.returncode:
         pytest.fail(f"pip install of the test plugins failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return Installed(site, seconds)
+    return time.perf_counter() - started
+
+
+def _distributions() -> list[Path]:
+    return [path for path in sorted(DISTS.iterdir()) if (path / "pyproject.toml").is_file()]
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """pip-install the throwaway distributions (all but the hazards), once, into a temporary target directory."""
+    root = tmp_path_factory.mktemp("algoswap-plugins")
+    sources = [path for path in _distributions() if path.name != HAZARDS]
+    assert len(sources) == len(MODULES), sources
+    seconds = _pip_install_copies(root, sources, root / "site")
+    return Installed(root / "site", seconds)
+
+
+@pytest.fixture(scope="session")
+def hazards(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """pip-install algoswap-test-hazards, once, into a target directory of its own."""
+    root = tmp_path_factory.mktemp("algoswap-hazards")
+    seconds = _pip_install_copies(root, [DISTS / HAZARDS], root / "site")
+    return Installed(root / "site", seconds)
 
 
 @pytest.fixture(autouse=True)
@@ -118,13 +152,15 @@ def imported(log: Path) -> list[str]:
 
 
 @pytest.fixture
-def discover(installed: Installed, monkeypatch: pytest.MonkeyPatch, import_log: Path) -> Any:
-    """Run discovery into a fresh registry, the test plugins on sys.path, with exactly ``env``."""
+def discover(installed: Installed, monkeypatch: pytest.MonkeyPatch, import_log: Path, tmp_path: Path) -> Any:
+    """Run discovery into a fresh registry, the test plugins on sys.path, with exactly ``env`` (and a
+    state directory of the test's own)."""
     monkeypatch.syspath_prepend(str(installed.site))
+    state = tmp_path / "state"
 
     def run(**env: str) -> Registry:
         registry = Registry()
-        PluginLoader(registry, env=env).discover()
+        PluginLoader(registry, env={"ALGOSWAP_STATE_DIR": str(state), **env}).discover()
         return registry
 
     return run
@@ -139,21 +175,38 @@ def plugin_records(registry: Registry) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- subprocess helpers
 
 
+class Ran(subprocess.CompletedProcess[str]):
+    """A finished child process, and its pid (crash reports name it)."""
+
+    def __init__(self, args: list[str], returncode: int, stdout: str, stderr: str, pid: int) -> None:
+        super().__init__(args, returncode, stdout, stderr)
+        self.pid = pid
+
+
 def run_python(args: list[str], installed: Installed, cwd: Path, log: Path | None = None, plugins: bool = True,
-               **env: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python <args>`` in a new process: the test plugins installed (on PYTHONPATH) or not."""
+               **env: str) -> Ran:
+    """Run ``python <args>`` in a new process: the test plugins installed (on PYTHONPATH) or not; a
+    state directory of its own (under ``cwd``) unless ``ALGOSWAP_STATE_DIR`` is given."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("ALGOSWAP_") and k != "PYTHONPATH"}
     if plugins:
         full["PYTHONPATH"] = str(installed.site)
     if log is not None:
         full[LOG_VAR] = str(log)
+    full["ALGOSWAP_STATE_DIR"] = str(cwd / "state")  # never the user's own
     full.update(env)
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=120)
+    command = [sys.executable, *args]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=cwd) as child:
+        try:
+            out, err = child.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise
+    done = Ran(command, child.returncode, out, err, child.pid)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
 
-def cli(installed: Installed, cwd: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def cli(installed: Installed, cwd: Path, *args: str, **kwargs: Any) -> Ran:
     return run_python(["-m", "algoswap", *args], installed, cwd, **kwargs)
 
 

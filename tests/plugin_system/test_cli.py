@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXPECTED, FAILING, MODULES, Installed, backend_rows, cli, imported, run_python
+from .conftest import DENY_FAILING, EXPECTED, FAILING, MODULES, Installed, backend_rows, cli, imported, run_python
 
 
 def test_cli_backends_json_lists_every_plugin(installed: Installed, tmp_path: Path, import_log: Path) -> None:
@@ -92,16 +92,17 @@ def test_cli_works_with_every_plugin_disabled(installed: Installed, tmp_path: Pa
 def test_cli_strict_mode_reports_plugin_error(installed: Installed, tmp_path: Path) -> None:
     done = cli(installed, tmp_path, "backends", ALGOSWAP_STRICT_PLUGINS="1")
     assert done.returncode == 2
-    assert done.stderr.startswith("algoswap: error: plugin 'test_broken' (algoswap-test-broken 0.0.1) is broken: import failed")
+    assert done.stderr.startswith("algoswap: error: plugin 'a_takeover' (algoswap-test-takeover 0.1.0) is broken: "
+                                  "backend 'numpy' is reserved for algoswap-numpy")
 
 
 def test_cli_strict_mode_with_failing_plugins_denied(installed: Installed, tmp_path: Path, import_log: Path) -> None:
-    deny = "test_broken,algoswap-test-raising,test_clash,algoswap_test_oldapi"
-    done = cli(installed, tmp_path, "backends", "--json", log=import_log, ALGOSWAP_STRICT_PLUGINS="1", ALGOSWAP_DISABLE_PLUGINS=deny)
+    done = cli(installed, tmp_path, "backends", "--json", log=import_log, ALGOSWAP_STRICT_PLUGINS="1",
+               ALGOSWAP_DISABLE_PLUGINS=DENY_FAILING)
     rows = backend_rows(done)
     assert {rows[(n, None)]["status"] for n in FAILING} == {"disabled"}
     assert rows[("test_good", "toy")]["status"] == "available"
-    assert imported(import_log) == ["algoswap_test_good"]
+    assert sorted(imported(import_log)) == ["algoswap_test_good", "algoswap_test_meddler"]
 
 
 def test_cli_without_the_test_plugins_installed(installed: Installed, tmp_path: Path) -> None:

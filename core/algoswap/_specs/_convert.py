@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
+
+INT_MAX = 2**31 - 1  # the largest size, stride or count every backend's kernels take (32-bit ints)
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def bounded(values: Iterable[Any], what: str) -> None:
+    """Refuse ints beyond 32 bits (``ValueError`` saying so): every backend can take the rest."""
+    if any(v is not None and abs(v) > INT_MAX for v in values):
+        raise ValueError(f"{what}, each at most {INT_MAX} (2**31 - 1: backends' kernels take 32-bit ints)")
 
 
 def integer(minimum: int | None = None) -> Callable[[Any], int]:
@@ -18,6 +26,7 @@ def integer(minimum: int | None = None) -> Callable[[Any], int]:
     def convert(value: Any) -> int:
         if not _is_int(value) or (minimum is not None and value < minimum):
             raise ValueError(what)
+        bounded((value,), what)
         return int(value)
 
     return convert
@@ -34,6 +43,7 @@ def pair(minimum: int) -> Callable[[Any], tuple[int, int]]:
             raise ValueError(what)
         if min(value) < minimum:
             raise ValueError(what)
+        bounded(value, what)
         return (int(value[0]), int(value[1]))
 
     return convert
@@ -100,6 +110,7 @@ def output_size(value: Any) -> tuple[int | None, int | None]:
     for entry in value:
         if entry is not None and (not _is_int(entry) or entry < 1):
             raise ValueError(what)
+    bounded(value, what)
     return (None if value[0] is None else int(value[0]), None if value[1] is None else int(value[1]))
 
 
@@ -127,12 +138,13 @@ def real(minimum: float | None = None, maximum: float | None = None, *, open_min
 
 
 def shape(value: Any) -> tuple[int, ...]:
-    """A shape of any rank (an int or a tuple of ints >= 1; () is a scalar's shape)."""
-    what = "a shape: an int >= 1 or a tuple of them"
+    """A shape of any rank (an int or a tuple of ints >= 0; () is a scalar's shape)."""
+    what = "a shape: an int >= 0 or a tuple of them"
     if _is_int(value):
         value = (value,)
-    if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= 1 for v in value):
+    if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= 0 for v in value):
         raise ValueError(what)
+    bounded(value, what)
     return tuple(int(v) for v in value)
 
 
@@ -145,4 +157,5 @@ def axes(value: Any) -> tuple[int, ...] | None:
         value = (value,)
     if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
         raise ValueError(what)
+    bounded(value, what)
     return tuple(int(v) for v in value)

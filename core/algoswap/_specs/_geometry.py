@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._convert import _is_int
+from ._convert import _is_int, bounded
 
 ANY_RANK = tuple(range(1, 9))  # ranks 1 to 8: ops that take arrays of any practical rank
 
 
 def shape_attr(rank: int) -> Callable[[Any], tuple[int, ...]]:
-    """An attribute holding a shape of `rank` positive sizes (e.g. input_size of a gradient op)."""
-    what = f"a shape of {rank} positive ints"
+    """An attribute holding a shape of `rank` sizes (e.g. input_size of a gradient op; a batch may be 0)."""
+    what = f"a shape of {rank} ints >= 0"
 
     def convert(value: Any) -> tuple[int, ...]:
         if not isinstance(value, (tuple, list)) or len(value) != rank:
             raise ValueError(what)
-        if not all(_is_int(v) and v > 0 for v in value):
+        if not all(_is_int(v) and v >= 0 for v in value):
             raise ValueError(what)
+        bounded(value, what)
         return tuple(int(v) for v in value)
 
     return convert

@@ -71,7 +71,7 @@ sub = _binary("sub", "a - b elementwise with NumPy broadcasting.", (
 sub_grad_b = OpSpec(
     "sub_grad_b", (Input("grad_output"),), (_SHAPE,),
     shape_rule=lambda shapes, attrs: _reduces_to(attrs["shape"], shapes["grad_output"]),
-    family=_FAMILY, grad_of="sub", doc="Gradient of sub with respect to b: -grad_output summed down to b's shape.",
+    family=_FAMILY, grad_of="sub", empty_fill=0.0, doc="Gradient of sub with respect to b: -grad_output summed down to b's shape.",
 )
 mul = _binary("mul", "a * b elementwise with NumPy broadcasting.", (
     GradRule("a", "mul_grad", ("grad_output", "b"), _shape_of("a")),
@@ -79,7 +79,7 @@ mul = _binary("mul", "a * b elementwise with NumPy broadcasting.", (
 ))
 mul_grad = OpSpec(
     "mul_grad", (Input("grad_output"), Input("other")), (_SHAPE,), shape_rule=_grad_with_other, family=_FAMILY,
-    grad_of="mul", doc="Gradient of mul with respect to one operand: grad_output * other, summed down to 'shape'.",
+    grad_of="mul", empty_fill=0.0, doc="Gradient of mul with respect to one operand: grad_output * other, summed down to 'shape'.",
 )
 div = _binary("div", "a / b elementwise with NumPy broadcasting.", (
     GradRule("a", "div_grad_a", ("grad_output", "b"), _shape_of("a")),
@@ -87,11 +87,11 @@ div = _binary("div", "a / b elementwise with NumPy broadcasting.", (
 ))
 div_grad_a = OpSpec(
     "div_grad_a", (Input("grad_output"), Input("other")), (_SHAPE,), shape_rule=_grad_with_other, family=_FAMILY,
-    grad_of="div", doc="Gradient of div with respect to a: grad_output / b (given as 'other'), summed down to a's shape.",
+    grad_of="div", empty_fill=0.0, doc="Gradient of div with respect to a: grad_output / b (given as 'other'), summed down to a's shape.",
 )
 div_grad_b = OpSpec(
     "div_grad_b", (Input("grad_output"), Input("a"), Input("b")), (_SHAPE,), shape_rule=_div_grad_b_shape,
-    family=_FAMILY, grad_of="div", doc="Gradient of div with respect to b: -grad_output * a / b**2, summed down to b's shape.",
+    family=_FAMILY, grad_of="div", empty_fill=0.0, doc="Gradient of div with respect to b: -grad_output * a / b**2, summed down to b's shape.",
 )
 
 # ---------------------------------------------------------------------------------- unary

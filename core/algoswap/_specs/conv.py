@@ -113,6 +113,7 @@ conv2d_grad_input = OpSpec(
     resolve=_resolve_grad_input,
     family="conv",
     grad_of="conv2d",
+    empty_fill=0.0,  # no output channel: nothing flows back
     doc="Gradient of conv2d with respect to its input.",
 )
 
@@ -124,6 +125,7 @@ conv2d_grad_weight = OpSpec(
     resolve=_resolve_grad_weight,
     family="conv",
     grad_of="conv2d",
+    empty_fill=0.0,  # a sum over an empty batch
     doc="Gradient of conv2d with respect to its weight.",
 )
 
@@ -134,6 +136,7 @@ conv2d_grad_bias = OpSpec(
     shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
     family="conv",
     grad_of="conv2d",
+    empty_fill=0.0,
     doc="Gradient of conv2d with respect to its bias: grad_output summed over N, H and W.",
 )
 

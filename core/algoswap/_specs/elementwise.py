@@ -16,7 +16,7 @@ def broadcast_shape(a: Shape, b: Shape) -> Shape:
     for size_a, size_b in zip(padded_a, padded_b):
         if size_a != size_b and 1 not in (size_a, size_b):
             raise InvalidSpec("b", f"shape {b}", f"a shape broadcastable with 'a' of shape {a} (sizes equal or 1, aligned from the last)")
-        out.append(max(size_a, size_b))
+        out.append(size_b if size_a == 1 else size_a)  # a size 1 stretches, to 0 too
     return tuple(out)
 
 

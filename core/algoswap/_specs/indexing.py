@@ -25,7 +25,7 @@ one_hot = OpSpec(
         Attr("dtype", "float32", choice("float16", "float32", "float64"), "the output dtype"),
     ),
     shape_rule=lambda shapes, attrs: shapes["indices"] + (attrs["num_classes"],),
-    dtype_rule=typed(ints=("indices",)), family="indexing",
+    dtype_rule=typed(ints=("indices",)), out_dtype=lambda dtype, attrs: str(attrs["dtype"]), family="indexing",
     doc="out[..., c] = 1 where indices[...] == c, else 0, in the given dtype (indices outside "
     "[0, num_classes) are an error when the op runs).",
 )
@@ -87,6 +87,7 @@ embedding_grad = OpSpec(
     "embedding_grad", (Input("grad_output", tuple(r + 1 for r in ANY_RANK if r < 8)), Input("indices", ANY_RANK)),
     (Attr("num_embeddings", convert=integer(1), doc="rows of the embedding table"),),
     shape_rule=_embedding_grad_shape, dtype_rule=typed(ints=("indices",)), family="indexing", grad_of="embedding",
+    empty_fill=0.0,  # no index: no row gets a gradient
     doc="Dense gradient of embedding with respect to its weight: each grad_output row added to the row its index names.",
 )
 

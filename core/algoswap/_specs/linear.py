@@ -39,6 +39,7 @@ linear = OpSpec(
     (),
     shape_rule=_linear_shape,
     family="linear",
+    empty_fill=lambda shapes, attrs: 0.0 if shapes["bias"] is None else None,  # no input feature: x @ W.T is 0
     gradients=(
         GradRule("input", "linear_grad_input", ("grad_output", "weight")),
         GradRule("weight", "linear_grad_weight", ("grad_output", "input")),
@@ -53,6 +54,7 @@ linear_grad_input = OpSpec(
     shape_rule=_grad_input_shape,
     family="linear",
     grad_of="linear",
+    empty_fill=0.0,
     doc="Gradient of linear with respect to its input: grad_output @ weight.",
 )
 linear_grad_weight = OpSpec(
@@ -62,6 +64,7 @@ linear_grad_weight = OpSpec(
     shape_rule=_grad_weight_shape,
     family="linear",
     grad_of="linear",
+    empty_fill=0.0,
     doc="Gradient of linear with respect to its weight, summed over the leading dimensions.",
 )
 linear_grad_bias = OpSpec(
@@ -71,6 +74,7 @@ linear_grad_bias = OpSpec(
     shape_rule=lambda shapes, attrs: (shapes["grad_output"][-1],),
     family="linear",
     grad_of="linear",
+    empty_fill=0.0,
     doc="Gradient of linear with respect to its bias: grad_output summed over the leading dimensions.",
 )
 

@@ -18,6 +18,11 @@ def _reduced(per_element: Shape, attrs: dict[str, Any]) -> Shape:
     return per_element if attrs["reduction"] == "none" else ()
 
 
+def _loss_of_nothing(shapes: dict[str, Any], attrs: dict[str, Any]) -> float:
+    """The loss over no sample, as torch gives it: a sum of nothing is 0, a mean of nothing NaN."""
+    return 0.0 if attrs["reduction"] == "sum" else float("nan")
+
+
 def _reduction_attrs(call: OpCall) -> dict[str, Any]:
     return {"reduction": call.attrs["reduction"]}
 
@@ -48,6 +53,7 @@ _SCE_DTYPES = typed(soft=("labels",))
 softmax_cross_entropy = OpSpec(
     "softmax_cross_entropy", (Input("logits", (2,)), Input("labels", (1, 2))), (_REDUCTION,),
     shape_rule=lambda shapes, attrs: _reduced(_sce_per_sample(shapes), attrs), dtype_rule=_SCE_DTYPES, family="loss",
+    empty_fill=_loss_of_nothing,
     gradients=(GradRule("logits", "softmax_cross_entropy_grad", ("grad_output", "logits", "labels"), _reduction_attrs),),
     doc="-sum(labels * log_softmax(logits)) per sample, logits (N, C); labels are class indices (N,) of an "
     "integer dtype (like torch.nn.functional.cross_entropy) or class probabilities / one-hot rows (N, C) of "
@@ -77,7 +83,7 @@ def _bce_grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
 
 binary_cross_entropy = OpSpec(
     "binary_cross_entropy", (Input("input"), Input("target")), (_REDUCTION,),
-    shape_rule=lambda shapes, attrs: _reduced(_bce_per_element(shapes), attrs), family="loss",
+    shape_rule=lambda shapes, attrs: _reduced(_bce_per_element(shapes), attrs), family="loss", empty_fill=_loss_of_nothing,
     gradients=(GradRule("input", "binary_cross_entropy_grad", ("grad_output", "input", "target"), _reduction_attrs),),
     doc="-(target * log(input) + (1 - target) * log(1 - input)) from probabilities in [0, 1] (apply sigmoid "
     "first), each log clamped at -100, like torch.nn.functional.binary_cross_entropy. reduction 'mean' "

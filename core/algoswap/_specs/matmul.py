@@ -76,6 +76,7 @@ def _family(name: str, ranks: tuple[int, ...], doc: str, sized: bool) -> tuple[O
     forward = OpSpec(
         name, (Input("a", ranks), Input("b", ranks)), _TRANS,
         shape_rule=lambda shapes, attrs: product_shape(shapes["a"], shapes["b"], attrs), family=_FAMILY,
+        empty_fill=0.0,  # inner dimension 0: sums of no products
         gradients=(
             GradRule("a", f"{name}_grad_a", ("grad_output", "b"), lambda c: {**_trans(c), **({"a_size": c.shape("a")} if sized else {})}),
             GradRule("b", f"{name}_grad_b", ("grad_output", "a"), lambda c: {**_trans(c), **({"b_size": c.shape("b")} if sized else {})}),
@@ -85,12 +86,12 @@ def _family(name: str, ranks: tuple[int, ...], doc: str, sized: bool) -> tuple[O
     reduce = ", summed over the batch dimensions that a broadcast" if sized else ""
     grad_a = OpSpec(
         f"{name}_grad_a", (Input("grad_output", ranks), Input("b", ranks)), _TRANS + a_size,
-        shape_rule=_grad_a_shape, family=_FAMILY, grad_of=name,
+        shape_rule=_grad_a_shape, family=_FAMILY, grad_of=name, empty_fill=0.0,
         doc=f"Gradient of {name} with respect to a: grad_output @ op(b)^T (transposed back if trans_a){reduce}.",
     )
     grad_b = OpSpec(
         f"{name}_grad_b", (Input("grad_output", ranks), Input("a", ranks)), _TRANS + b_size,
-        shape_rule=_grad_b_shape, family=_FAMILY, grad_of=name,
+        shape_rule=_grad_b_shape, family=_FAMILY, grad_of=name, empty_fill=0.0,
         doc=f"Gradient of {name} with respect to b: op(a)^T @ grad_output (transposed back if trans_b){reduce.replace(' a ', ' b ')}.",
     )
     return forward, grad_a, grad_b

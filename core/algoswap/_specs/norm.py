@@ -109,6 +109,7 @@ def _channel_norm(name: str, eps: Attr, statistics: str, doc: str) -> tuple[OpSp
         shape_rule=lambda shapes, attrs: (_check_grad(shapes)[1],),
         family="norm",
         grad_of=name,
+        empty_fill=0.0,  # a sum over an empty batch
         doc=f"Gradient of {name} with respect to its weight: grad_output * normalised input, summed over N, H, W.",
     )
     grad_bias = OpSpec(
@@ -118,6 +119,7 @@ def _channel_norm(name: str, eps: Attr, statistics: str, doc: str) -> tuple[OpSp
         shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
         family="norm",
         grad_of=name,
+        empty_fill=0.0,
         doc=f"Gradient of {name} with respect to its bias: grad_output summed over N, H and W.",
     )
     return forward, grad_input, grad_weight, grad_bias
@@ -202,6 +204,7 @@ layer_norm_grad_weight = OpSpec(
     shape_rule=_ln_grad_weight_shape,
     family="norm",
     grad_of="layer_norm",
+    empty_fill=0.0,
     doc="Gradient of layer_norm with respect to its weight: grad_output * normalised input, summed over the leading dimensions.",
 )
 layer_norm_grad_bias = OpSpec(
@@ -211,6 +214,7 @@ layer_norm_grad_bias = OpSpec(
     shape_rule=lambda shapes, attrs: _normalized_shape(shapes, attrs, "grad_output"),
     family="norm",
     grad_of="layer_norm",
+    empty_fill=0.0,
     doc="Gradient of layer_norm with respect to its bias: grad_output summed over the leading dimensions.",
 )
 

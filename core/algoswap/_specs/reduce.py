@@ -48,11 +48,11 @@ def _grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
     return attrs["input_size"]
 
 
-def _reduction(name: str, doc: str, grad_doc: str) -> tuple[OpSpec, OpSpec]:
+def _reduction(name: str, doc: str, grad_doc: str, empty_fill: float) -> tuple[OpSpec, OpSpec]:
     forward = OpSpec(
         name, (Input("input"),), (_AXES, _KEEPDIMS),
         shape_rule=lambda shapes, attrs: reduced_shape(shapes["input"], attrs["axes"], attrs["keepdims"]),
-        resolve=_resolve_axes, family=_FAMILY,
+        resolve=_resolve_axes, family=_FAMILY, empty_fill=empty_fill,
         gradients=(GradRule("input", f"{name}_grad", ("grad_output",), _reduce_attrs),), doc=doc,
     )
     gradient = OpSpec(
@@ -64,11 +64,12 @@ def _reduction(name: str, doc: str, grad_doc: str) -> tuple[OpSpec, OpSpec]:
 
 reduce_sum, reduce_sum_grad = _reduction(
     "reduce_sum", "Sum over axes, like torch.sum(input, dim, keepdim).",
-    "Gradient of reduce_sum: grad_output broadcast back over the reduced axes.",
+    "Gradient of reduce_sum: grad_output broadcast back over the reduced axes.", empty_fill=0.0,
 )
 reduce_mean, reduce_mean_grad = _reduction(
     "reduce_mean", "Mean over axes, like torch.mean(input, dim, keepdim).",
     "Gradient of reduce_mean: grad_output broadcast back over the reduced axes, divided by their size.",
+    empty_fill=float("nan"),  # like torch.mean over no element
 )
 
 # ---------------------------------------------------------------------------- broadcasting
@@ -107,7 +108,7 @@ broadcast_to = OpSpec(
 )
 sum_to_shape = OpSpec(
     "sum_to_shape", (Input("input"),), (Attr("shape", convert=shape, doc="a shape that broadcasts to the input's"),),
-    shape_rule=_sum_to_shape, family=_FAMILY,
+    shape_rule=_sum_to_shape, family=_FAMILY, empty_fill=0.0,
     gradients=(GradRule("input", "broadcast_to", attrs=_input_shape),),
     doc="The adjoint of broadcast_to: the input summed over the axes that broadcasting 'shape' to it added or "
     "stretched, like torch.Tensor.sum_to_size. The gradient of each operand of a broadcasting op.",

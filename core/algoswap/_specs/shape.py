@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from .._errors import InvalidSpec, OpDtypeError
 from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import _is_int, integer
+from ._convert import _is_int, bounded, integer
 
 
 def any_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) -> str:
@@ -62,13 +62,14 @@ def same_any_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) 
 
 
 def _target_shape(value: Any) -> tuple[int, ...]:
-    what = "an int or a tuple of ints, each >= 1 or -1 (at most one -1)"
+    what = "an int or a tuple of ints, each >= 0 or -1 (at most one -1)"
     if _is_int(value):
         value = (value,)
-    if not isinstance(value, (tuple, list)) or not all(_is_int(v) and (v >= 1 or v == -1) for v in value):
+    if not isinstance(value, (tuple, list)) or not all(_is_int(v) and (v >= 0 or v == -1) for v in value):
         raise ValueError(what)
     if sum(v == -1 for v in value) > 1:
         raise ValueError(what)
+    bounded(value, what)
     return tuple(int(v) for v in value)
 
 
@@ -76,6 +77,8 @@ def _resolve_reshape(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str,
     x, target = shapes["input"], attrs["shape"]
     count, known = math.prod(x), math.prod(v for v in target if v != -1)
     if -1 in target:
+        if not known:
+            raise InvalidSpec("shape", target, f"no -1 next to a size 0: the input {x} has 0 elements, so -1 could be any size")
         if count % known:
             raise InvalidSpec("shape", target, f"a shape whose known sizes (product {known}) divide the {count} elements of the input {x}")
         target = tuple(count // known if v == -1 else v for v in target)

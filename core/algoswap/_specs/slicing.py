@@ -7,7 +7,7 @@ from typing import Any
 
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import _is_int, choice, integer, real, shape
+from ._convert import _is_int, bounded, choice, integer, real, shape
 from .shape import any_dtype
 
 _FAMILY = "shape"
@@ -20,6 +20,7 @@ def _ints(minimum: int, what: str) -> Any:
             value = (value,)
         if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= minimum for v in value):
             raise ValueError(what)
+        bounded(value, what)
         return tuple(int(v) for v in value)
 
     return convert
@@ -38,8 +39,8 @@ def _resolve_slice(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, A
     _per_dim("begin", begin, full)
     _per_dim("size", size, full)
     canonical = tuple(n - b if s == -1 else s for n, b, s in zip(full, begin, size))
-    if any(b + s > n or s < 1 for n, b, s in zip(full, begin, canonical)):
-        raise InvalidSpec("size", size, f"sizes >= 1 (or -1: to the end) with begin {begin} + size within the input {full}")
+    if any(b + s > n or s < 0 for n, b, s in zip(full, begin, canonical)):
+        raise InvalidSpec("size", size, f"sizes >= 0 (or -1: to the end) with begin {begin} + size within the input {full}")
     return {"begin": begin, "size": canonical}
 
 
@@ -59,7 +60,7 @@ slice_ = OpSpec(
     "slice", (Input("input"),),
     (
         Attr("begin", convert=_ints(0, "a tuple of ints >= 0, one per dimension"), doc="the first index along each dimension"),
-        Attr("size", convert=_ints(-1, "a tuple of ints >= 1 or -1 (to the end), one per dimension"), doc="the size along each dimension (-1: to the end)"),
+        Attr("size", convert=_ints(-1, "a tuple of ints >= 0 or -1 (to the end), one per dimension"), doc="the size along each dimension (-1: to the end)"),
     ),
     shape_rule=lambda shapes, attrs: attrs["size"], resolve=_resolve_slice, dtype_rule=any_dtype, family=_FAMILY,
     gradients=(GradRule("input", "slice_grad", attrs=_slice_attrs),),
@@ -68,7 +69,7 @@ slice_ = OpSpec(
 slice_grad = OpSpec(
     "slice_grad", (Input("grad_output"),),
     (Attr("begin", convert=_ints(0, "a tuple of ints >= 0, one per dimension"), doc="where the block starts"), _INPUT_SIZE),
-    shape_rule=_slice_grad_shape, family=_FAMILY, grad_of="slice",
+    shape_rule=_slice_grad_shape, family=_FAMILY, grad_of="slice", empty_fill=0.0,
     doc="Gradient of slice (and split): zeros of input_size with grad_output placed at begin.",
 )
 
@@ -78,8 +79,10 @@ slice_grad = OpSpec(
 def _sections(value: Any) -> int | tuple[int, ...]:
     what = "an int >= 1 (equal parts) or a tuple of part sizes >= 1"
     if _is_int(value) and value >= 1:
+        bounded((value,), what)
         return int(value)
     if isinstance(value, (tuple, list)) and value and all(_is_int(v) and v >= 1 for v in value):
+        bounded(value, what)
         return tuple(int(v) for v in value)
     raise ValueError(what)
 
@@ -136,6 +139,7 @@ def _pads(value: Any) -> tuple[tuple[int, int], ...]:
     for pair in value:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(_is_int(v) and v >= 0 for v in pair):
             raise ValueError(what)
+        bounded(pair, what)
         pairs.append((int(pair[0]), int(pair[1])))
     return tuple(pairs)
 
@@ -149,7 +153,7 @@ def _resolve_pad(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any
     if len(pads) > len(full):
         raise InvalidSpec("pads", pads, f"at most {len(full)} pairs (one per dimension, the last ones) for the {len(full)}-D input")
     pads = ((0, 0),) * (len(full) - len(pads)) + pads
-    if attrs["mode"] == "reflect" and any(max(p) >= n for p, n in zip(pads, full)):
+    if attrs["mode"] == "reflect" and any(max(p) >= n and max(p) > 0 for p, n in zip(pads, full)):
         raise InvalidSpec("pads", attrs["pads"], f"reflect padding smaller than the input's sizes {full}")
     return {**attrs, "pads": pads}
 
@@ -170,6 +174,7 @@ _PADS = Attr("pads", convert=_pads, doc="(before, after) per dimension; fewer pa
 pad = OpSpec(
     "pad", (Input("input"),), (_PADS, _MODE, Attr("value", 0.0, real(), "the fill of mode 'constant'")),
     shape_rule=lambda shapes, attrs: _padded(shapes["input"], attrs["pads"]), resolve=_resolve_pad, family=_FAMILY,
+    empty_fill=lambda shapes, attrs: attrs["value"] if attrs["mode"] == "constant" else None,  # all border
     gradients=(GradRule("input", "pad_grad", attrs=lambda c: {"pads": c.attrs["pads"], "mode": c.attrs["mode"], "input_size": c.shape("input")}),),
     doc="Pad each dimension with a constant, its mirror image without the edge ('reflect') or its edge "
     "value ('replicate'), like numpy.pad's constant/reflect/edge modes. Canonical pads: one pair per dimension.",

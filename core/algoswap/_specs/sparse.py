@@ -32,7 +32,7 @@ def _flip(call: OpCall) -> dict[str, Any]:
 
 csrmv = OpSpec(
     "csrmv", (_CSR, Input("vector", (1,))), (Attr("trans", False, boolean, "use the transposed matrix"),),
-    shape_rule=_csrmv_shape, family="sparse",
+    shape_rule=_csrmv_shape, family="sparse", empty_fill=0.0,
     gradients=(GradRule("vector", "csrmv", ("matrix", "grad_output"), _flip),),
     doc="op(matrix) @ vector for a CSR matrix (op transposes when trans); the gradient with respect to the "
     "vector is csrmv with the other trans.",
@@ -57,13 +57,13 @@ def _csrmm_grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
 
 csrmm = OpSpec(
     "csrmm", (_CSR, Input("dense", (2,))), (_TRANS_A, _TRANS_B),
-    shape_rule=_csrmm_shape, family="sparse",
+    shape_rule=_csrmm_shape, family="sparse", empty_fill=0.0,
     gradients=(GradRule("dense", "csrmm_grad_dense", ("matrix", "grad_output"), lambda c: dict(c.attrs)),),
     doc="op(matrix) @ op(dense) for a CSR matrix and a dense 2-D array, op transposing when trans_a / trans_b.",
 )
 csrmm_grad_dense = OpSpec(
     "csrmm_grad_dense", (_CSR, Input("grad_output", (2,))), (_TRANS_A, _TRANS_B),
-    shape_rule=_csrmm_grad_shape, family="sparse", grad_of="csrmm",
+    shape_rule=_csrmm_grad_shape, family="sparse", grad_of="csrmm", empty_fill=0.0,
     doc="Gradient of csrmm with respect to the dense operand: op(matrix)^T @ grad_output (transposed if trans_b).",
 )
 

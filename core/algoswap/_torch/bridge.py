@@ -9,7 +9,6 @@ Eager calls that need no autograd skip the dispatcher and run the implementation
 
 from __future__ import annotations
 
-import functools
 import json
 import weakref
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import torch.utils.dlpack
 from .._errors import NoImplementationError
 from .._global import get_registry
 from .._records import resolve_ref
+from .._runner import Runner
 from .._select import Selection, select
 from .._spec import GradRule, OpCall
 from .plan import array_to_tensor, tensor_to_array
@@ -41,9 +41,13 @@ def encode_attrs(attrs: dict[str, Any]) -> str:
     return json.dumps(attrs, sort_keys=True)
 
 
-@functools.lru_cache(maxsize=4096)
 def decode_attrs(text: str) -> dict[str, Any]:
-    return dict(json.loads(text))
+    """The attributes back from their JSON (lists as the tuples they were)."""
+    return {name: _tuples(value) for name, value in json.loads(text).items()}
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def memory_of(tensor: torch.Tensor) -> str:
@@ -53,26 +57,26 @@ def memory_of(tensor: torch.Tensor) -> str:
 
 def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Selection:
     """The (cached) selection serving these tensors: ``auto`` may pick a backend in other memory."""
-    return _plan(op, request, attrs, inputs)[0]
+    return _plan(op, request, attrs, inputs)[0].selection
 
 
-def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> tuple[Selection, Any, dict[str, Any], Any]:
-    """(selection, implementation, keyword attributes, the backend's DLPack import or None), cached per
+def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> tuple[Runner, Any]:
+    """(the runner of the selected implementation, the backend's DLPack import or None), cached per
     op, request, attrs, memory, shapes, dtypes: nothing is resolved again on later calls."""
     present = next(t for t in inputs if t is not None)
     memory = None if request == "auto" else memory_of(present)
     shapes = tuple(None if t is None else t.shape for t in inputs)
     dtypes = tuple(None if t is None else t.dtype for t in inputs)
-    cache = get_registry().selection_cache
-    key = ("torch", op, request, attrs, memory, shapes, dtypes)  # attrs is already a string: cheap to hash
-    plan = cache.get(key)
+    cache = get_registry().selection_cache.torch
+    key = (op, request, attrs, memory, shapes, dtypes)  # attrs is canonical JSON (1, 1.0 and true differ): cheap to hash
+    plan: tuple[Runner, Any] | None = cache.get(key)
     if plan is None:
         names = [None if d is None else _DTYPE_NAMES.get(d, str(d)) for d in dtypes]
         plain_shapes = [None if s is None else tuple(s) for s in shapes]
         selection = select(get_registry(), op, plain_shapes, names, decode_attrs(attrs), request, memory)
         space = selection.backend.memory
         enter = None if space.from_dlpack is None else resolve_ref(space.from_dlpack)
-        plan = cache[key] = (selection, selection.impl.callable, dict(selection.call.attrs), enter)
+        plan = cache.put(key, (Runner(selection), enter))
     return plan
 
 
@@ -149,13 +153,14 @@ def _to_torch(result: Any, selection: Selection, like: torch.Tensor) -> torch.Te
 
 def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
     """Select (cached) and run the implementation on tensors; the result is a new tensor."""
-    selection, implementation, kwargs, enter = _plan(op, request, attrs, inputs)
+    runner, enter = _plan(op, request, attrs, inputs)
+    selection = runner.selection
     like = next(t for t in inputs if t is not None)
     if selection.backend.memory.is_host:
         arrays = [None if t is None else _host_view(t) for t in inputs]
-        return _from_host(implementation(*arrays, **kwargs), arrays, like)
+        return _from_host(runner.run(arrays), arrays, like)
     moved = [None if t is None else _to_backend(t, selection, enter) for t in inputs]
-    return _to_torch(implementation(*moved, **kwargs), selection, like)
+    return _to_torch(runner.run(moved), selection, like)
 
 
 def _with_absent(tensors: list[torch.Tensor], absent: str) -> list[Optional[torch.Tensor]]:
@@ -185,7 +190,7 @@ def _fake(op: str, request: str, attrs: str, tensors: list[torch.Tensor], absent
     dtypes = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
     call = spec.bind(shapes, dtypes, decode_attrs(attrs))
     like = next(t for t in inputs if t is not None)
-    return like.new_empty(call.out_shape, dtype=_TORCH_DTYPES[call.dtype])
+    return like.new_empty(call.out_shape, dtype=_TORCH_DTYPES[call.out_dtype])
 
 
 def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]]) -> torch.Tensor:

@@ -12,9 +12,11 @@ import numpy as np
 import torch
 from torch import fx, nn
 
+from .._frozen import freeze
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .lowering import Alias, Lowered, Lowerer, LoweredOp, PythonCall, Unsupported, target_name
-from .plan import NamedFunction, OpStep, PythonStep, Slot, Step, TorchStep, bfloat16, slots_in
+from .._runner import bfloat16
+from .plan import NamedFunction, OpStep, PythonStep, Slot, Step, TorchStep, slots_in
 
 
 @dataclass(frozen=True)
@@ -194,19 +196,21 @@ class PlanBuilder:
         return slot
 
     def _const(self, tensor: torch.Tensor) -> int:
-        """The slot of a weight as a read-only, contiguous numpy array in the compute dtype (made once).
+        """The slot of a weight as a frozen (``algoswap.freeze``), contiguous numpy array in the compute
+        dtype (made once).
 
-        Always a copy: the Model owns its weights, so training the torch model afterwards changes
-        neither its results nor what backends cache for read-only weights."""
+        Always a copy that nothing can write: the Model owns its weights, so training the torch model
+        afterwards changes neither its results nor what backends derive from them and keep (reordered
+        weights, device copies: backends may cache those for frozen arrays only)."""
         if id(tensor) in self.const_slots:
             return self.const_slots[id(tensor)]
         data = tensor.detach().cpu()
         if data.is_floating_point():
             data = data.to(torch.float64 if self.dtype == "float64" else torch.float32)
-        array = np.array(data.numpy(), order="C", copy=True)
+        array = data.numpy()
         if self.dtype == "bfloat16" and array.dtype.kind == "f":
             array = array.astype(bfloat16())
-        array.setflags(write=False)
+        array = freeze(array)
         slot = self.const_slots[id(tensor)] = self._new_slot()
         self.constants[slot] = array
         self.keep_alive.append(tensor)  # ids stay unique while building

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from .._core_caches import MODEL_STEPS, HotCache
 from .._errors import AlgoswapError
 from .._global import get_registry
+from .._runner import Runner
 from .._select import Selection, select
 from .._trace import record
 from .plan import OpStep, Step, array_key, invoke, moves, slots_in
@@ -33,7 +35,7 @@ class FusedStep:
     residual: int | None  # the add's other operand
     free: tuple[int, ...] = ()
     last_key: tuple[Any, ...] | None = None
-    _cache: dict[Any, tuple[Callable[..., Any], dict[str, Any], Selection] | str] = field(default_factory=dict, repr=False)
+    _cache: HotCache[Runner | str] = field(default_factory=lambda: HotCache(MODEL_STEPS), repr=False)
 
     kind = "fused"
 
@@ -63,7 +65,7 @@ class FusedStep:
         key = array_key([*arrays, residual])
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._decide(arrays, residual)
+            entry = self._cache.put(key, self._decide(arrays, residual))
         self.last_key = key
         if isinstance(entry, str):  # not fused: the steps one by one, intermediates dropped at once
             for step in self.members:
@@ -71,13 +73,12 @@ class FusedStep:
             for step in self.members[:-1]:
                 values[step.output] = None
             return
-        fn, attrs, selection = entry
-        record(selection)
-        values[self.output] = invoke(fn, selection, [*arrays, residual], attrs, self.conv.params)
+        record(entry.selection)
+        values[self.output] = invoke(entry, [*arrays, residual], self.conv.params)
 
-    def _decide(self, arrays: list[Any], residual: Any) -> tuple[Callable[..., Any], dict[str, Any], Selection] | str:
+    def _decide(self, arrays: list[Any], residual: Any) -> Runner | str:
         """The conv2d_fused implementation twin of the conv2d's, or why the chain runs unfused."""
-        chosen = self.conv.entry(arrays, self.conv.attrs)[2]
+        chosen = self.conv.entry(arrays, self.conv.attrs).selection
         shapes = [None if a is None else a.shape for a in [*arrays, residual]]
         dtypes = [None if a is None else str(a.dtype) for a in [*arrays, residual]]
         attrs = {**self.conv.attrs, "activation": "relu" if self.relu is not None else "none"}
@@ -85,13 +86,13 @@ class FusedStep:
             fused = select(get_registry(), "conv2d_fused", shapes, dtypes, attrs, chosen.impl.qualified, None)
         except AlgoswapError as exc:
             return f"not fused: {chosen.impl.qualified} has no conv2d_fused for this call ({str(exc).splitlines()[0]})"
-        return fused.impl.callable, dict(fused.call.attrs), fused
+        return Runner(fused)
 
     @property
     def last_selection(self) -> Selection | None:
         """The conv2d_fused selection of the latest call, None if that call ran unfused (or none ran)."""
         entry = self._cache.get(self.last_key) if self.last_key is not None else None
-        return None if entry is None or isinstance(entry, str) else entry[2]
+        return None if entry is None or isinstance(entry, str) else entry.selection
 
     def transfers(self) -> str:
         """Where the latest fused call's activations (weights aside) had to move from."""
@@ -116,12 +117,15 @@ class FusedStep:
             residual = add_shapes[self.add.inputs.index(self.residual)]
         self.last_key = tuple([*conv_shapes, residual])
         arrays = [None if k is None else _Shaped(k[0], k[1]) for k in conv_shapes]
-        self._cache[self.last_key] = self._decide(arrays, None if residual is None else _Shaped(residual[0], residual[1]))
+        self._cache.put(self.last_key, self._decide(arrays, None if residual is None else _Shaped(residual[0], residual[1])))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_cache={}, last_key=None)
+        state.update(_cache=None, last_key=None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _cache=HotCache(MODEL_STEPS))
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,13 @@ import torch
 
 from .explain import Explanation, Row
 from .fusion import AnyStep, FusedStep
+from .._frozen import freeze
 from .._global import get_registry
+from .._inputs import host_array
 from .._records import MemorySpace, resolve_ref
 from .._select import Selection
-from .plan import OpStep, Resident, TorchStep, array_to_tensor, bfloat16, resolve, tensor_to_array
+from .._runner import bfloat16
+from .plan import OpStep, Resident, TorchStep, array_to_tensor, resolve, tensor_to_array
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -83,7 +86,7 @@ class Model:
             names = ", ".join(self.input_names)
             raise TypeError(f"Model takes {len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''} ({names}); got {len(inputs)}")
         like = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
-        arrays = [self._to_array(x) for x in inputs]
+        arrays = [self._to_array(x, name) for x, name in zip(inputs, self.input_names)]
         return _wrap(self.run(*arrays), like)
 
     def run(self, *arrays: np.ndarray) -> Any:
@@ -97,7 +100,7 @@ class Model:
                 values[slot] = None
         return resolve(self.output, values)
 
-    def _to_array(self, value: Any) -> Any:
+    def _to_array(self, value: Any, name: str) -> Any:
         """An input as a contiguous numpy array; floating inputs in the model's dtype, others as they are."""
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
@@ -106,15 +109,16 @@ class Model:
             if space is not None and space.from_dlpack is not None:  # stays on its device, not copied
                 return Resident(resolve_ref(space.from_dlpack)(tensor), space)
             return tensor_to_array(tensor.cpu())
-        array = np.asarray(value)
+        array = host_array(value, "algoswap.Model", lambda: name)
         floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
         dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
         return np.ascontiguousarray(array, dtype=dtype)
 
     def _make_template(self) -> list[Any]:
+        """The slots a run starts from: the weights, frozen (again, after unpickling), in theirs."""
+        self.constants = {slot: freeze(array) for slot, array in self.constants.items()}
         template: list[Any] = [None] * self.slot_count
         for slot, array in self.constants.items():
-            array.setflags(write=False)
             template[slot] = array
         return template
 

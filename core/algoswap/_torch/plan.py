@@ -21,10 +21,12 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 import torch
 
+from .._core_caches import MODEL_STEPS, HotCache
 from .._errors import NoImplementationError
 from .._global import get_registry
 from .._records import MemorySpace
-from .._select import Selection, _freeze, select
+from .._runner import Runner, bfloat16, numpy_dtype
+from .._select import Selection, select, typed_key
 from .._trace import record
 
 
@@ -78,7 +80,7 @@ class OpStep:
     params: tuple[int, ...] = ()  # positions of inputs that are weights (kept in their own layout)
     free: tuple[int, ...] = ()
     last_shapes: tuple[Any, ...] | None = None
-    _cache: dict[Any, tuple[Callable[..., Any], dict[str, Any], Selection]] = field(default_factory=dict, repr=False, compare=False)
+    _cache: HotCache[Runner] = field(default_factory=lambda: HotCache(MODEL_STEPS), repr=False, compare=False)
 
     kind = "op"
 
@@ -88,19 +90,19 @@ class OpStep:
     def run(self, values: list[Any]) -> None:
         arrays = [None if i is None else values[i] for i in self.inputs]
         attrs = resolve(self.attrs, values) if self.dynamic else self.attrs
-        fn, canonical, selection = self.entry(arrays, attrs)
-        record(selection)
-        values[self.output] = invoke(fn, selection, arrays, canonical, self.params)
+        runner = self.entry(arrays, attrs)
+        record(runner.selection)
+        values[self.output] = invoke(runner, arrays, self.params)
 
-    def entry(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
-        """(implementation, canonical attributes, selection) for these arrays, selected once per shapes
-        (and memory spaces they are in)."""
+    def entry(self, arrays: list[Any], attrs: dict[str, Any]) -> Runner:
+        """The runner of the implementation for these arrays, selected once per shapes (and memory
+        spaces they are in)."""
         key = array_key(arrays)
         if self.dynamic:
-            key += (_freeze(attrs),)
-        entry = self._cache.get(key)
+            key += (typed_key(attrs),)
+        entry: Runner | None = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = self._prepare(arrays, attrs)
+            entry = self._cache.put(key, self._prepare(arrays, attrs))
         self.last_shapes = key
         return entry
 
@@ -115,19 +117,18 @@ class OpStep:
                 raise
             return select(get_registry(), self.op, shapes, dtypes, attrs, self.request, None)
 
-    def _prepare(self, arrays: list[Any], attrs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any], Selection]:
+    def _prepare(self, arrays: list[Any], attrs: dict[str, Any]) -> Runner:
         shapes = [None if a is None else tuple(a.shape) for a in arrays]
         dtypes = [None if a is None else str(a.dtype) for a in arrays]
-        chosen = self.selection(shapes, dtypes, attrs, location(arrays))
-        return chosen.impl.callable, dict(chosen.call.attrs), chosen
+        return Runner(self.selection(shapes, dtypes, attrs, location(arrays)))
 
     def preselect(self, shapes: list[Any], dtypes: list[str | None], attrs: dict[str, Any]) -> Selection:
         """Select now for inputs of these shapes (conversion with a sample input) and cache it."""
         chosen = self.selection(shapes, dtypes, attrs)
-        key = tuple(None if s is None else (tuple(s), _numpy_dtype(d), "host") for s, d in zip(shapes, dtypes))
+        key = tuple(None if s is None else (tuple(s), numpy_dtype(str(d)), "host") for s, d in zip(shapes, dtypes))
         if self.dynamic:
-            key += (_freeze(attrs),)
-        self._cache[key] = (chosen.impl.callable, dict(chosen.call.attrs), chosen)
+            key += (typed_key(attrs),)
+        self._cache.put(key, Runner(chosen))
         self.last_shapes = key
         return chosen
 
@@ -135,7 +136,7 @@ class OpStep:
     def last_selection(self) -> Selection | None:
         """The selection of the latest call (or of the sample input), None before any."""
         entry = self._cache.get(self.last_shapes) if self.last_shapes is not None else None
-        return None if entry is None else entry[2]
+        return None if entry is None else entry.selection
 
     def transfers(self) -> str:
         """Where the latest call's activations (weights aside) had to move from, e.g. "host → sycl"."""
@@ -146,8 +147,11 @@ class OpStep:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_cache={}, last_shapes=None)  # selections hold registry records: redone after unpickling
+        state.update(_cache=None, last_shapes=None)  # selections hold registry records: redone after unpickling
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _cache=HotCache(MODEL_STEPS))
 
 
 @dataclass
@@ -260,16 +264,16 @@ def array_key(arrays: list[Any]) -> tuple[Any, ...]:
                  for a in arrays)
 
 
-def invoke(fn: Callable[..., Any], selection: Selection, arrays: list[Any], attrs: dict[str, Any],
-           params: tuple[int, ...]) -> Any:
-    """Call a selected implementation: host arrays laid out as it takes them; for another memory
+def invoke(runner: Runner, arrays: list[Any], params: tuple[int, ...]) -> Any:
+    """Run a selected implementation: host arrays laid out as it takes them; for another memory
     space, inputs moved there (unless already there) and the output kept there as a Resident."""
+    selection = runner.selection
     space = selection.backend.memory
     if space.is_host:
-        return fn(*arrange([on_host(a) for a in arrays], selection.impl.layout, params), **attrs)
+        return runner.run(arrange([on_host(a) for a in arrays], selection.impl.layout, params))
     moved = [None if a is None else a.array if isinstance(a, Resident) and a.space == space else space.upload(on_host(a))
              for a in arrays]
-    return Resident(fn(*moved, **attrs), space)
+    return Resident(runner.run(moved), space)
 
 
 def is_channels_last(array: np.ndarray) -> bool:
@@ -312,20 +316,6 @@ class NamedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module, _, name = self.path.rpartition(".")
         return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-
-def _numpy_dtype(name: str | None) -> np.dtype[Any]:
-    return bfloat16() if name == "bfloat16" else np.dtype(name)
-
-
-def bfloat16() -> np.dtype[Any]:
-    """numpy's bfloat16 dtype (from ml_dtypes, which algoswap-dnnl installs)."""
-    try:
-        import ml_dtypes
-    except ImportError as exc:
-        raise ImportError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from exc
-    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
-    return dtype
 
 
 def array_to_tensor(array: np.ndarray) -> torch.Tensor:

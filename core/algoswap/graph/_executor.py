@@ -7,6 +7,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .._cache import LRUCache
+from .._core_caches import GRAPH_PROGRAMS
 from .._global import get_registry
 from .._select import check_known
 from .._spec import Shape
@@ -42,7 +44,7 @@ class Executor:
         self.algorithms = dict(algorithms or {})
         self.backends = list(backends) if backends is not None else None
         self.plan_memory = plan_memory
-        self.programs: dict[Any, Program] = {}
+        self.programs: LRUCache[Program] = LRUCache(GRAPH_PROGRAMS)
         self.residence = Residence()
         self._homes: dict[int, Any] | None = None
         self._check_requests()
@@ -78,9 +80,9 @@ class Executor:
         outputs = self.subgraphs[name]
         shapes = self._source_shapes(name, outputs, feed or {})
         key = (name, tuple(sorted((k, v) for k, v in shapes.items())))
-        program = self.programs.get(key)
+        program: Program | None = self.programs.get(key)
         if program is None:
-            program = self.programs[key] = build_program(name, outputs, shapes, self.requests, self.homes())
+            program = self.programs.put(key, build_program(name, outputs, shapes, self.requests, self.homes()))
             if not self.plan_memory:
                 for step in program.steps:
                     step.free = ()

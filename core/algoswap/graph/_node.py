@@ -169,7 +169,7 @@ def op(op_name: str, *inputs: Any, name: str | None = None, algorithm: str = "de
     except OpArgumentError as exc:
         raise GraphError(f"node {label!r} ({op_name}): {exc}; operands: {_operands(op_name, nodes)}") from None
     nodes += (None,) * (len(call.input_names) - len(nodes))  # absent optional inputs, passed as None
-    return Node(label, "op", call.out_shape, call.dtype, op_name, nodes, dict(call.attrs), call, request=algorithm)
+    return Node(label, "op", call.out_shape, call.out_dtype, op_name, nodes, dict(call.attrs), call, request=algorithm)
 
 
 def group(nodes: Sequence[Node], name: str | None = None) -> Node:

@@ -4,16 +4,17 @@ transfers between memory spaces, and when each buffer is freed."""
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import AlgoswapError
+from .._errors import AlgoswapError, ImplementationError
 from .._global import get_registry
 from .._records import HOST, MemorySpace
+from .._runner import Runner
 from .._select import Selection, select
+from .._sizes import human_bytes, nbytes
 from .._spec import Shape
 from ._node import SOURCE_KINDS, GraphError, Node, topological
 
@@ -42,6 +43,7 @@ class Step:
     contiguous: bool = False
     free: tuple[int, ...] = ()
     note: str = ""
+    runner: Runner | None = None  # an op step's implementation, run and checked (None: a transfer)
 
     @property
     def is_transfer(self) -> bool:
@@ -50,10 +52,6 @@ class Step:
     @property
     def nbytes(self) -> int:
         return 0 if self.alias else nbytes(self.shape, self.dtype)
-
-
-def nbytes(shape: Shape, dtype: str) -> int:
-    return math.prod(shape) * np.dtype(dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -70,15 +68,8 @@ class MemoryReport:
         return self.peak_bytes / self.keep_all_bytes if self.keep_all_bytes else 1.0
 
     def __str__(self) -> str:
-        return (f"peak {_human(self.peak_bytes)} vs {_human(self.keep_all_bytes)} keeping every value "
-                f"({self.ratio:.2f}x); inputs and parameters {_human(self.source_bytes)}")
-
-
-def _human(count: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} B"
+        return (f"peak {human_bytes(self.peak_bytes)} vs {human_bytes(self.keep_all_bytes)} keeping every value "
+                f"({self.ratio:.2f}x); inputs and parameters {human_bytes(self.source_bytes)}")
 
 
 @dataclass
@@ -104,7 +95,7 @@ class Program:
             if step.node is not None and step.node.dynamic is not None:
                 attrs = {**attrs, **step.node.dynamic()}
             try:
-                values[step.output] = step.fn(*args, **attrs)
+                values[step.output] = step.fn(*args) if step.runner is None else step.runner.run(args, attrs)
             except Exception as exc:
                 raise _run_error(step, exc) from exc
             for slot in step.free:
@@ -127,7 +118,10 @@ class Program:
         return [step for step in self.steps if step.is_transfer]
 
 
-def _run_error(step: Step, exc: Exception) -> GraphError:
+def _run_error(step: Step, exc: Exception) -> Exception:
+    """The error naming the node: an implementation's broken result or lack of memory keeps its class."""
+    if isinstance(exc, ImplementationError):
+        return type(exc)(f"node {step.name!r}: {exc}", exc.implementation)
     where = f"{step.backend}:{step.algorithm}" if step.backend else step.note
     return GraphError(f"node {step.name!r} (op {step.op}, {where}) failed: {type(exc).__name__}: {exc}")
 
@@ -259,7 +253,7 @@ class _Builder:
         self.steps.append(Step(
             node.name, node.op, inputs, slot, chosen.impl.callable, dict(chosen.call.attrs), space, chosen.call.out_shape,
             node.dtype, chosen.impl.backend, chosen.impl.algorithm, chosen.backend.device, chosen.kernel, node,
-            alias=in_place, contiguous=space.is_host and layout == "contiguous",
+            alias=in_place, contiguous=space.is_host and layout == "contiguous", runner=Runner(chosen),
         ))
 
     def slot_in(self, slot: int, space: MemorySpace) -> int:

@@ -31,6 +31,9 @@ CUDA_MEMORY = MemorySpace(
     description="C-contiguous CuPy arrays in the memory of the current CUDA device",
 )
 _TF32_NOTE = " TF32 when enabled."
+# FFT and Winograd engines mix many inputs into each intermediate (one NaN or inf may make other outputs NaN);
+# guess and find may pick one of them.
+SPREADS = "spreads"
 FUSED_WINOGRAD_REASON = ("cuDNN 9 builds no fused Winograd engine (engine 5, the legacy WINOGRAD) for float32 on "
                          "Hopper GPUs (H200, cuDNN 9.19: refused for every layer tried; benchmarks/cuda_engines.py); "
                          "winograd_nonfused is offered")
@@ -78,7 +81,7 @@ def _register_conv(registry: Any) -> None:
     conv = f"{__name__}.conv"
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
         add(op, "guess", BACKEND, f"{conv}:{op}", dtypes=F32, priority=20, supports=_lazy("conv", "supports_cudnn", "guess"),
-            kernel=_lazy("conv", "kernel_cudnn", "guess"), description="cuDNN's heuristic pick." + _TF32_NOTE)
+            kernel=_lazy("conv", "kernel_cudnn", "guess"), description="cuDNN's heuristic pick." + _TF32_NOTE, nan=SPREADS)
         add(op, "smm", BACKEND, f"{conv}:{op}_smm", dtypes=OWN, priority=5, kernel=_lazy("conv", "kernel_smm"),
             description="cuBLAS batched GEMM with im2col / col2im as a gather / scatter-add." + _TF32_NOTE)
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=OWN, kernel="CuPy sum reduction")
@@ -97,18 +100,20 @@ def _register_forward(registry: Any, op: str) -> None:
 
     add(op, "guess", BACKEND, function("guess"), dtypes=F32, priority=20,
         supports=_lazy("conv", "supports_cudnn", "guess"), kernel=_lazy("conv", "kernel_cudnn", "guess"),
-        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE + then)
+        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE + then,
+        nan=SPREADS)
     add(op, "find", BACKEND, function("find"), dtypes=F32, priority=15,
         supports=_lazy("conv", "supports_cudnn", "find"), kernel=_lazy("conv", "kernel_cudnn", "find"),
         description="cuDNN's first sixteen qualifying ranked engines timed once per layer, the fastest kept (like cudnnFind)."
-        + _TF32_NOTE + then)
+        + _TF32_NOTE + then, nan=SPREADS)
     for name, engine in ENGINES.items():
         if name == "winograd":
             registry.declare_unsupported(op, name, BACKEND, FUSED_WINOGRAD_REASON)
             continue
         add(op, name, BACKEND, function(name), dtypes=F32, priority=10,
             supports=_lazy("conv", "supports_cudnn", name), kernel=_lazy("conv", "kernel_cudnn", name),
-            description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)" + then)
+            description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)" + then,
+            nan=SPREADS if name.startswith(("fft", "winograd")) else "exact")
     add(op, "smm", BACKEND, function("smm"), dtypes=OWN, priority=5,
         kernel=_lazy("conv", "kernel_fused" if fused else "kernel_smm"),
         description="im2col gather + cuBLAS batched GEMM." + _TF32_NOTE + then)

@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator
 import cudnn
 import cupy as cp
 
+from algoswap import LRUCache, declare_cache
+
 from . import _runtime
 
 Shape = tuple[int, ...]
@@ -68,7 +70,8 @@ class Plan:
 
 
 _lock = threading.RLock()  # find builds the legacy plans through plan() while holding it
-_plans: dict[tuple[Any, ...], Plan | str] = {}
+PLANS = declare_cache("cuda_plans", 1024, "CUDA: built cuDNN plans (or why none builds), per layer geometry, algorithm and TF32")
+_plans: LRUCache[Plan | str] = LRUCache(PLANS)
 _state: dict[str, Any] = {}
 
 
@@ -123,7 +126,9 @@ def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[
 
 
 NOTES = ("FFT", "WINOGRAD", "TENSOR_CORE", "DOWN_CONVERT_INPUTS")
-_notes: dict[tuple[Geometry, int], frozenset[str] | None] = {}
+_NOT_YET = object()
+NOTES_CACHE = declare_cache("cuda_engine_notes", 4096, "CUDA: the numerical notes of each cuDNN engine, per layer geometry")
+_notes: LRUCache[frozenset[str] | None] = LRUCache(NOTES_CACHE)
 
 
 def _builds(g: Geometry, engine: int, select_notes: tuple[str, ...] = ()) -> bool:
@@ -142,9 +147,10 @@ def notes(g: Geometry, engine: int) -> frozenset[str] | None:
     Read the one way the frontend offers: a graph told to keep only engines with a note builds the
     engine exactly when the engine has it. Notes belong to the engine, not to its knob settings."""
     key = (g, engine)
-    if key not in _notes:
-        _notes[key] = frozenset(n for n in NOTES if _builds(g, engine, (n,))) if _builds(g, engine) else None
-    return _notes[key]
+    found: Any = _notes.get(key, _NOT_YET)
+    if found is _NOT_YET:
+        found = _notes.put(key, frozenset(n for n in NOTES if _builds(g, engine, (n,))) if _builds(g, engine) else None)
+    return found  # type: ignore[no-any-return]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -283,7 +289,7 @@ def plan(g: Geometry, algorithm: str) -> Plan:
                 found = choose(g, tf32) if choose else _named(g, algorithm)
             except NotServed as exc:
                 found = str(exc)
-            _plans[key] = found
+            _plans.put(key, found)
     if isinstance(found, str):
         raise NotServed(found)
     return found

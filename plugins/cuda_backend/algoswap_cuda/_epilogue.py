@@ -12,7 +12,7 @@ from typing import Any
 import cupy as cp
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=8)  # every (bias, residual, relu)
 def _kernel(bias: bool, residual: bool, relu: bool) -> Any:
     inputs = (["raw T b"] if bias else []) + (["T r"] if residual else []) + ["int32 plane", "int32 channels"]
     body = "T v = y;"

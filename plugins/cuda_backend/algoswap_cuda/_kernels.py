@@ -28,10 +28,12 @@ extern "C" __global__ void conv2d_direct(const T* x, const T* w, const T* b, T* 
         const T* taps = w + ((long long)oc * cg + ci) * kh * kw;
         for (int i = 0; i < kh; ++i) {
             int row = yo * sh - ph + i * dh;
-            if (row < 0 || row >= h) continue;
+            bool inside = row >= 0 && row < h;
             for (int j = 0; j < kw; ++j) {
                 int col = xo * sw - pw + j * dw;
-                if (col >= 0 && col < wd) sum += plane[(long long)row * wd + col] * taps[i * kw + j];
+                // a tap in the padding multiplies a zero, as zero padding does in PyTorch (0 * inf is NaN)
+                T v = inside && col >= 0 && col < wd ? plane[(long long)row * wd + col] : (T)0;
+                sum += v * taps[i * kw + j];
             }
         }
     }
@@ -39,9 +41,11 @@ extern "C" __global__ void conv2d_direct(const T* x, const T* w, const T* b, T* 
 }
 """
 
-# Windows start at out * stride - pad; a max window skips positions outside the input.
+# Windows start at out * stride - pad; a max window skips positions outside the input (a window
+# wholly outside gives -inf, as in PyTorch).
 MAXPOOL2D = r"""
-// The offset in its plane of the maximum of output element `index`'s window (NaN wins; -1: empty window).
+// The offset in its plane of the maximum of output element `index`'s window (the last NaN wins, as in
+// PyTorch; -1: empty window).
 __device__ inline int window_argmax(const T* plane, long long index, int h, int wd, int oh, int ow,
         int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
     int xo = index % ow, yo = (index / ow) % oh, at = -1;
@@ -65,7 +69,7 @@ extern "C" __global__ void maxpool2d(const T* x, T* y, long long planes, int h, 
     if (index >= planes * oh * ow) return;
     const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
     int at = window_argmax(plane, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
-    y[index] = at < 0 ? (T)0 : plane[at];
+    y[index] = at < 0 ? -(T)__int_as_float(0x7f800000) : plane[at];
 }
 
 extern "C" __global__ void maxpool2d_grad(const T* dy, const T* x, T* dx, long long planes, int h, int wd,

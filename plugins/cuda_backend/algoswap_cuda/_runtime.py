@@ -10,6 +10,8 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+from algoswap import LRUCache, declare_cache, is_frozen
+
 _tf32: bool | None = None
 
 
@@ -43,18 +45,20 @@ def to_host(array: Any) -> np.ndarray:
     return host
 
 
-# Read-only host arrays (swap_backend's weights) are uploaded once and kept while the host array lives.
-_uploaded: dict[int, tuple[weakref.ref[np.ndarray], Any]] = {}
+# Frozen host arrays (algoswap.is_frozen: swap_backend's weights) are uploaded once and kept while the host
+# array lives; any other (a read-only view too: it sees writes to its base) is uploaded at every call.
+UPLOADS = declare_cache("cuda_uploads", 512, "CUDA: GPU copies of frozen host arrays (weights), each kept while its host array lives")
+_uploaded: LRUCache[tuple[weakref.ref[np.ndarray], Any]] = LRUCache(UPLOADS)
 
 
 def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
     entry = _uploaded.get(key)
     if entry is not None and entry[0] is ref:
-        _uploaded.pop(key, None)
+        _uploaded.pop(key)
 
 
 def from_host(array: Any) -> Any:
-    """A host array on the GPU; read-only numpy arrays are uploaded once and the copy reused; a
+    """A host array on the GPU; frozen numpy arrays are uploaded once and the copy reused; a
     scipy.sparse CSR matrix becomes a cupyx.scipy.sparse one."""
     if isinstance(array, cp.ndarray):
         return cp.ascontiguousarray(array)
@@ -62,7 +66,7 @@ def from_host(array: Any) -> Any:
         import cupyx.scipy.sparse
 
         return cupyx.scipy.sparse.csr_matrix(array)
-    if isinstance(array, np.ndarray) and not array.flags.writeable:
+    if is_frozen(array):
         entry = _uploaded.get(id(array))
         if entry is not None and entry[0]() is array:
             return entry[1]
@@ -72,13 +76,13 @@ def from_host(array: Any) -> Any:
         def forget(ref: weakref.ref[np.ndarray]) -> None:
             _forget(key, ref)
 
-        _uploaded[key] = (weakref.ref(array, forget), device)
+        _uploaded.put(key, (weakref.ref(array, forget), device))
         return device
     return cp.ascontiguousarray(cp.asarray(array))
 
 
 def uploads_cached() -> int:
-    """How many read-only host arrays have a cached copy on the GPU."""
+    """How many frozen host arrays have a cached copy on the GPU."""
     return len(_uploaded)
 
 

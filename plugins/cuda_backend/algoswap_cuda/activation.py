@@ -6,7 +6,7 @@ from typing import Any
 
 import cupy as cp
 
-_relu_grad = cp.ElementwiseKernel("T dy, T x", "T dx", "dx = x > 0 ? dy : (T)0", "algoswap_relu_grad")
+_relu_grad = cp.ElementwiseKernel("T dy, T x", "T dx", "dx = x <= 0 ? (T)0 : dy", "algoswap_relu_grad")
 _leaky = cp.ElementwiseKernel("T x, T slope", "T y", "y = x > 0 ? x : x * slope", "algoswap_leaky_relu")
 _leaky_grad = cp.ElementwiseKernel("T dy, T x, T slope", "T dx", "dx = x > 0 ? dy : dy * slope", "algoswap_leaky_relu_grad")
 
@@ -16,6 +16,7 @@ def relu(x: Any) -> Any:
 
 
 def relu_grad(dy: Any, x: Any) -> Any:
+    """0 where x <= 0, else dy (where x is NaN too, as in PyTorch)."""
     return _relu_grad(dy, x)
 
 

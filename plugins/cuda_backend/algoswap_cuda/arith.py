@@ -42,8 +42,16 @@ _sqrt_grad = cp.ElementwiseKernel("T dy, T y", "T dx", "dx = dy / (2 * y)", "alg
 _rsqrt = cp.ElementwiseKernel("T x", "T y", "y = 1 / sqrt(x)", "algoswap_rsqrt")
 _rsqrt_grad = cp.ElementwiseKernel("T dy, T y", "T dx", "dx = dy * (y * y * y) * (T)-0.5", "algoswap_rsqrt_grad")
 _rdiv_grad = cp.ElementwiseKernel("T dy, T x, T value", "T dx", "dx = dy * (-value / (x * x))", "algoswap_rdiv_grad")
-_pow_grad = cp.ElementwiseKernel("T dy, T x, T exponent", "T dx", "dx = dy * exponent * pow(x, exponent - 1)",
-                                 "algoswap_pow_grad")
+# x ** e as PyTorch (and NumPy) compute it: e = 0.5 is sqrt(x) and e = -0.5 is 1 / sqrt(x), NaN for
+# x = -inf (where C's pow gives +inf and 0)
+_POWER = """
+template <typename F> __device__ F algoswap_power(F x, F e) {
+    return e == (F)0.5 ? sqrt(x) : e == (F)-0.5 ? (F)1 / sqrt(x) : pow(x, e);
+}
+"""
+_pow = cp.ElementwiseKernel("T x, T exponent", "T y", "y = algoswap_power(x, exponent)", "algoswap_pow", preamble=_POWER)
+_pow_grad = cp.ElementwiseKernel("T dy, T x, T exponent", "T dx", "dx = dy * exponent * algoswap_power(x, exponent - 1)",
+                                 "algoswap_pow_grad", preamble=_POWER)
 
 
 def neg(x: Any) -> Any:
@@ -83,10 +91,13 @@ def rdiv_scalar_grad(dy: Any, x: Any, *, value: float) -> Any:
 
 
 def pow_scalar(x: Any, *, exponent: float) -> Any:
-    return cp.power(x, x.dtype.type(exponent))
+    return _pow(x, x.dtype.type(exponent))
 
 
 def pow_scalar_grad(dy: Any, x: Any, *, exponent: float) -> Any:
+    """dy * exponent * x ** (exponent - 1); for exponent 0, zeros whatever dy and x hold (as in PyTorch)."""
+    if exponent == 0:
+        return cp.zeros_like(x)
     return _pow_grad(dy, x, x.dtype.type(exponent))
 
 

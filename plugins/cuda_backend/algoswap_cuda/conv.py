@@ -8,6 +8,8 @@ from typing import Any
 
 import cupy as cp
 
+from algoswap import LRUCache, declare_cache
+
 from . import _blas, _epilogue, _gather, _kernels, _runtime
 
 Pair = tuple[int, int]
@@ -76,7 +78,8 @@ def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
     return kernel_fused(call, label) if call.op == "conv2d_fused" else label
 
 
-_forward_plans: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
+_forward_plans: LRUCache[tuple[Any, tuple[int, ...]]] = LRUCache(declare_cache(
+    "cuda_forward_plans", 1024, "CUDA conv2d: the cuDNN plan and output shape of each forward call's shapes, padding and TF32"))
 
 
 def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, mode: str) -> Any:
@@ -89,8 +92,8 @@ def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadH
     found = _forward_plans.get(key)  # the per-call path: one dictionary look-up
     if found is None:
         shape = _out_shape(x.shape, w.shape, stride, padding, dilation)
-        found = _forward_plans[key] = (_cudnn().plan(_geometry("fprop", x.shape, w.shape, shape, stride, padding, dilation,
-                                                               x.dtype.name), algorithm), shape)
+        found = _forward_plans.put(key, (_cudnn().plan(_geometry("fprop", x.shape, w.shape, shape, stride, padding,
+                                                                 dilation, x.dtype.name), algorithm), shape))
     plan, shape = found
     y = cp.empty(shape, dtype=x.dtype)
     plan.run(x, w, y)

@@ -11,6 +11,7 @@ import numpy as np
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
+# x times the scaled mask (1 / (1 - p) where kept, else 0): a dropped NaN or inf stays non-finite, as in PyTorch
 _masked = cp.ElementwiseKernel(
     "T x, uint64 key, float64 p, T scale, int64 group", "T y",
     """
@@ -19,7 +20,7 @@ _masked = cp.ElementwiseKernel(
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     z ^= z >> 31;
     double uniform = (double)(z >> 11) * 1.1102230246251565e-16;
-    y = uniform >= p ? x * scale : (T)0;
+    y = x * (uniform >= p ? scale : (T)0);
     """,
     "algoswap_dropout")
 

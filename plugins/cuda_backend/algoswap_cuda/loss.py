@@ -18,25 +18,36 @@ def _reduce(losses: Any, reduction: str) -> Any:
     return (cp.sum if reduction == "sum" else cp.mean)(losses, dtype=losses.dtype)
 
 
-def _targets(logits: Any, labels: Any) -> Any:
-    """Class probabilities (N, C): one-hot rows for integer labels."""
+def _weighted_targets(logits: Any, labels: Any, scale: Any) -> Any:
+    """targets * scale (N, C): for integer labels, scale at each row's label and exactly 0 elsewhere
+    (the other classes take no part, as in PyTorch's nll_loss: a non-finite scale stays there)."""
     if labels.ndim == 2:
-        return labels
+        return labels * scale
     check_indices("softmax_cross_entropy", "labels", labels, logits.shape[1])
-    return cp.eye(logits.shape[1], dtype=logits.dtype)[labels]
+    weighted = cp.zeros_like(logits)
+    weighted[cp.arange(len(labels)), labels] = cp.broadcast_to(scale, (len(labels), 1))[:, 0]
+    return weighted
+
+
+def _target_log_probability(log_p: Any, labels: Any) -> Any:
+    """sum(targets * log_p) per sample; for integer labels, the label's entry alone (the other
+    classes take no part, as in PyTorch: a -inf beside the label stays out)."""
+    if labels.ndim == 2:
+        return cp.sum(labels * log_p, axis=1)
+    check_indices("softmax_cross_entropy", "labels", labels, log_p.shape[1])
+    return log_p[cp.arange(len(labels)), labels]
 
 
 def softmax_cross_entropy(logits: Any, labels: Any, *, reduction: str) -> Any:
-    losses = -cp.sum(_targets(logits, labels) * log_softmax(logits, axis=1), axis=1)
-    return _reduce(losses, reduction)
+    return _reduce(-_target_log_probability(log_softmax(logits, axis=1), labels), reduction)
 
 
 def softmax_cross_entropy_grad(dy: Any, logits: Any, labels: Any, *, reduction: str) -> Any:
-    """(softmax(logits) * sum(targets) - targets) * dy, / N for 'mean'."""
-    targets = _targets(logits, labels)
-    grad = softmax(logits, axis=1) * cp.sum(targets, axis=1, keepdims=True) - targets
+    """softmax(logits) * sum(g) - g with g = targets * dy (/ N for 'mean'): log_softmax's gradient of
+    the loss's, in PyTorch's order."""
     scale = dy.reshape(-1, 1) if reduction == "none" else dy / (logits.shape[0] if reduction == "mean" else 1)
-    return (grad * scale).astype(logits.dtype, copy=False)
+    g = _weighted_targets(logits, labels, scale)
+    return (softmax(logits, axis=1) * cp.sum(g, axis=1, keepdims=True) - g).astype(logits.dtype, copy=False)
 
 
 _bce = cp.ElementwiseKernel(
@@ -44,21 +55,32 @@ _bce = cp.ElementwiseKernel(
 _bce_grad = cp.ElementwiseKernel("T x, T t", "T g", "g = (x - t) / max(x * (1 - x), (T)1e-12)", "algoswap_bce_grad")
 
 
-def _check_probabilities(op: str, x: Any) -> None:
-    """Probabilities are data, so their range is checked when the op runs (NaN included)."""
-    if not bool(cp.all((x >= 0) & (x <= 1))):
-        low, high = (float(v) for v in cp.stack([cp.nanmin(x), cp.nanmax(x)]).get())
-        raise OpArgumentError(op, "input", f"values in [{low:.4g}, {high:.4g}] or NaN",
-                              "probabilities in [0, 1] (apply sigmoid first)")
+def _check_probabilities(op: str, x: Any, target: Any) -> None:
+    """Probabilities are data, so their range is checked when the op runs (NaN included), for the
+    input and, as PyTorch checks it, the target."""
+    valid = [cp.all((values >= 0) & (values <= 1)) for values in (x, target)]
+    if bool(valid[0] & valid[1]):  # one device-to-host read when both are
+        return
+    for name, values, hint, ok in (("input", x, " (apply sigmoid first)", valid[0]), ("target", target, "", valid[1])):
+        if not bool(ok):
+            raise OpArgumentError(op, name, _seen(values), f"probabilities in [0, 1]{hint}")
+
+
+def _seen(values: Any) -> str:
+    """What the values are, in words: their range, or NaN."""
+    if bool(cp.isnan(values).all()):
+        return "NaN"
+    low, high = (float(v) for v in cp.stack([cp.nanmin(values), cp.nanmax(values)]).get())
+    return f"values in [{low:.4g}, {high:.4g}] or NaN"
 
 
 def binary_cross_entropy(x: Any, target: Any, *, reduction: str) -> Any:
     """-(t log(x) + (1 - t) log(1 - x)), each log clamped at -100."""
-    _check_probabilities("binary_cross_entropy", x)
+    _check_probabilities("binary_cross_entropy", x, target)
     return _reduce(_bce(x, target), reduction)
 
 
 def binary_cross_entropy_grad(dy: Any, x: Any, target: Any, *, reduction: str) -> Any:
-    _check_probabilities("binary_cross_entropy_grad", x)
+    _check_probabilities("binary_cross_entropy_grad", x, target)
     scale = dy / x.size if reduction == "mean" else dy
     return (_bce_grad(x, target) * scale).astype(x.dtype, copy=False)

@@ -15,17 +15,28 @@ def _per_channel(v: Any) -> Any:
 
 
 def batchnorm2d(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float) -> Any:
-    """One fused pass: x * scale + shift per channel."""
-    scale = 1 / cp.sqrt(running_var + x.dtype.type(eps))
-    if weight is not None:
-        scale = scale * weight
-    shift = -running_mean * scale if bias is None else bias - running_mean * scale
-    return x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+    rstd = 1 / cp.sqrt(running_var + x.dtype.type(eps))
+    return _per_channel_affine(x, _per_channel(running_mean), _per_channel(rstd), weight, bias)
+
+
+def _per_channel_affine(x: Any, mean: Any, rstd: Any, weight: Any, bias: Any) -> Any:
+    """(x - mean) * rstd * weight + bias per channel, as PyTorch computes it: x * scale + shift with
+    scale = rstd * weight and shift = bias - mean * scale (so that an infinite weight gives NaN
+    exactly where PyTorch's batch and instance norms do). mean and rstd: (1, C, 1, 1) or (N, C, 1, 1)."""
+    scale = rstd if weight is None else rstd * _per_channel(weight)
+    shift = -mean * scale if bias is None else _per_channel(bias) - mean * scale
+    return x * scale + shift
+
+
+def _moments(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any, Any]:
+    """The mean over ``axes``, x - mean, and rstd = 1 / sqrt(biased var + eps), axes kept."""
+    mean = x.mean(axis=axes, keepdims=True)
+    centred = x - mean
+    return mean, centred, 1 / cp.sqrt((centred * centred).mean(axis=axes, keepdims=True) + x.dtype.type(eps))
 
 
 def _standardise(x: Any, axes: tuple[int, ...], eps: float) -> tuple[Any, Any]:
-    centred = x - x.mean(axis=axes, keepdims=True)
-    rstd = 1 / cp.sqrt((centred * centred).mean(axis=axes, keepdims=True) + x.dtype.type(eps))
+    _, centred, rstd = _moments(x, axes, eps)
     return centred * rstd, rstd
 
 
@@ -42,11 +53,13 @@ def _per_channel_family(axes: tuple[int, ...], name: str) -> tuple[Any, Any, Any
     """Forward, input gradient and weight gradient of a norm standardising over ``axes`` with a
     per-channel weight and bias (batch norm: (N, H, W); instance norm: (H, W))."""
     def forward(x: Any, weight: Any, bias: Any, *, eps: float) -> Any:
-        return _scale_shift(_standardise(x, axes, eps)[0], _per_channel(weight), _per_channel(bias))
+        mean, _, rstd = _moments(x, axes, eps)
+        return _per_channel_affine(x, mean, rstd, weight, bias)
 
     def grad_input(dy: Any, x: Any, weight: Any, *, eps: float) -> Any:
-        xhat, rstd = _standardise(x, axes, eps)
-        return _standardise_grad(dy if weight is None else dy * _per_channel(weight), xhat, rstd, axes)
+        """The weight is constant over ``axes``, so it scales the result last, as in PyTorch."""
+        grad = _standardise_grad(dy, *_standardise(x, axes, eps), axes)
+        return grad if weight is None else grad * _per_channel(weight)
 
     def grad_weight(dy: Any, x: Any, *, eps: float) -> Any:
         return (dy * _standardise(x, axes, eps)[0]).sum(axis=_NHW)

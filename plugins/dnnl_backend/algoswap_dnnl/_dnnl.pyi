@@ -18,12 +18,14 @@ class DnnlError(RuntimeError): ...
 
 class PlanInfo:
     impl: str  # primitive_desc.impl_info_str()
-    layout: str  # "plain" (the caller's layout) or "blocked" (reordered per call; conv2d weights once if read-only)
+    layout: str  # "plain" (the caller's layout) or "blocked" (reordered per call; conv2d weights once if frozen)
     ms: float  # measured time per run when the layout was chosen by timing, else 0
 
 def cache_size() -> int: ...
 def cache_clear() -> None: ...
-def set_cache_capacity(capacity: int) -> None: ...
+def use_plan_cache_kind(kind: object) -> None: ...  # an algoswap CacheKind: at most kind.size plans (read at each call)
+def pooled_idle_bytes() -> int: ...
+def all_finite(input: npt.NDArray[np.generic]) -> bool: ...  # float32 or bfloat16, C-contiguous
 def version() -> tuple[int, int, int, str, int]: ...
 
 # layout: "auto" (time plain and blocked once, keep the faster), "plain", "any" (oneDNN's choice), "nhwc"
@@ -33,12 +35,17 @@ class PackedWeights:
     """A conv2d weight reordered once into its forward primitive's layout (owned by Python)."""
     shape: list[int]  # the plain OIHW shape
     nbytes: int
-    key: str  # the primitive it was made for
+    key: str  # its layout, as conv2d_weights_layout names it
 
 # the weight reordered for the conv2d_forward primitive of these shapes; None if it reads the plain weight
 def conv2d_pack_weights(input_size: Ints, weight: F32, bias: bool, stride: Ints, padding_l: Ints, padding_r: Ints,
                         dilation: Ints, groups: int, algorithm: str = "direct",
                         layout: str = "auto") -> Optional[PackedWeights]: ...
+# the layout text of the weights the conv2d_forward primitive of these shapes reads ("" if plain)
+def conv2d_weights_layout(input_size: Ints, weight_size: Ints, bias: bool, residual: bool, stride: Ints,
+                          padding_l: Ints, padding_r: Ints, dilation: Ints, groups: int, algorithm: str = "direct",
+                          layout: str = "auto", activation: str = "none", channels_last: bool = False,
+                          dtype: str = "float32") -> str: ...
 def conv2d_forward_packed(input: F32, weight: PackedWeights, bias: Optional[F32], stride: Ints, padding_l: Ints,
                           padding_r: Ints, dilation: Ints, groups: int, algorithm: str = "direct",
                           layout: str = "auto") -> F32: ...

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 from typing import Callable
 
+from algoswap import declare_cache
+
 
 def _preload_libdnnl() -> None:
     """Load libdnnl.so.3 from the onednn-cpu-gomp distribution, wherever it is installed (editable
@@ -29,6 +31,13 @@ except ImportError as exc:
     from . import _dnnl as dnnl
 
 
+PLANS = declare_cache(
+    "dnnl_plans", 1024,
+    "oneDNN: plans (a primitive with the reorders around it), one per op, shapes, attributes and layout; below "
+    "them oneDNN keeps its own primitive cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY, 1024 by default)")
+dnnl.use_plan_cache_kind(PLANS)
+
+
 def refusal(make_plan: Callable[[], object], dtype: str = "float32") -> bool | str:
     """True if oneDNN makes (and caches) the primitive, else its refusal as a reason. A bfloat16
     primitive must also have a real kernel: oneDNN's reference one means this CPU lacks bf16."""
@@ -42,4 +51,4 @@ def refusal(make_plan: Callable[[], object], dtype: str = "float32") -> bool | s
     return True
 
 
-__all__ = ["dnnl", "refusal"]
+__all__ = ["PLANS", "dnnl", "refusal"]

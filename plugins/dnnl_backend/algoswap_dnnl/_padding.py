@@ -6,11 +6,12 @@ import numpy as np
 
 PadHW = tuple[tuple[int, int], tuple[int, int]]
 NO_PADDING: PadHW = ((0, 0), (0, 0))
-_NUMPY_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+# "zeros_here": zeros, padded in NumPy rather than by the primitive (conv.py says when)
+_NUMPY_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap", "zeros_here": "constant"}
 
 
 def pad(x: np.ndarray, padding: PadHW, mode: str) -> np.ndarray:
-    """x padded on H and W in a torch padding mode other than zeros."""
+    """x padded on H and W in a torch padding mode other than zeros (or zeros, as "zeros_here")."""
     widths = ((0, 0), (0, 0), tuple(padding[0]), tuple(padding[1]))
     padded: np.ndarray = np.pad(x, widths, mode=_NUMPY_MODE[mode])  # type: ignore[call-overload]
     return padded

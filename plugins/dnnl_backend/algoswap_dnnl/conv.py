@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-import weakref
 from typing import Any
 
 import numpy as np
 
+from algoswap import LRUCache, declare_cache, is_frozen
+
+from ._derived import Derived
 from ._ext import dnnl, refusal
 from ._layout import from_memory_order, is_channels_last, to_memory_order
 from ._padding import NO_PADDING, PadHW, fold, pad, padded_size
@@ -23,7 +25,7 @@ def layout() -> str:
 
 def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, dilation: Pair,
               groups: int) -> tuple[tuple[int, ...], dict[str, Any]]:
-    """The input size the primitive sees (padded here unless zeros) and its keyword arguments."""
+    """The input size the primitive sees (padded here unless ``mode`` is "zeros") and its keyword arguments."""
     if mode != "zeros":
         size, padding = padded_size(size, padding), NO_PADDING
     (top, bottom), (left, right) = padding
@@ -31,49 +33,92 @@ def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, di
                   "dilation": list(dilation), "groups": groups, "layout": layout()}
 
 
-# Constant weights reordered once. Read-only weight arrays are taken as constant (swap_backend makes
-# the model's weights read-only and keeps them alive); writeable ones are reordered at every call.
-# (id(weight), primitive) -> (weak reference to the weight, its PackedWeights, or None when the
-# primitive reads the plain weight). An entry is used only while its reference still leads to the
-# same array (an id may be reused after garbage collection) and dropped when that array dies.
-_packed: dict[tuple[Any, ...], tuple[weakref.ref[np.ndarray], Any]] = {}
+# Frozen weights (algoswap.is_frozen: nothing can write them; swap_backend Models freeze theirs) are
+# reordered once per packed layout and the copy kept while the weight lives; any other weight is
+# reordered at every call. Input shapes whose primitives read the weight in one layout share one copy.
+LAYOUTS = declare_cache(
+    "dnnl_weight_layouts", 4096,
+    "oneDNN conv2d: which packed weight layout the forward primitive of each geometry (input and weight shapes, "
+    "strides, padding, fusion, dtype) reads (a short text per entry)")
+PACKED = declare_cache(
+    "dnnl_packed_weights", 256,
+    "oneDNN conv2d: frozen weights reordered into a primitive's layout, one copy per (weight, layout), shared by "
+    "every input shape whose primitive reads that layout; an entry goes when its weight dies")
+FINITE = declare_cache(
+    "dnnl_finite_weights", 1024,
+    "oneDNN conv2d: whether each frozen weight is finite (a NaN or infinite weight takes the explicitly padded path)")
+# geometry -> the layout text of the weights its primitive reads ("" when it reads the plain weight)
+_layouts: LRUCache[str] = LRUCache(LAYOUTS)
+_packed = Derived(PACKED)  # (weight, layout text) -> its PackedWeights
+_finite = Derived(FINITE)  # weight -> whether every element is finite
 
 
-def _drop_packed(key: tuple[Any, ...], ref: weakref.ref[np.ndarray]) -> None:
-    entry = _packed.get(key)
-    if entry is not None and entry[0] is ref:
-        _packed.pop(key, None)
+def _weights_layout(size: list[int], w: np.ndarray, fusion: dict[str, Any], kwargs: dict[str, Any]) -> str:
+    """The layout text of the weights the forward primitive for this geometry reads ("" if plain)."""
+    geometry = (tuple(size), w.shape, w.dtype.str, *fusion.values(),
+                *(tuple(v) if isinstance(v, list) else v for v in kwargs.values()))
+    layout: str | None = _layouts.get(geometry)
+    if layout is None:
+        layout = _layouts.put(geometry, dnnl.conv2d_weights_layout(size, list(w.shape), **fusion, **kwargs,
+                                                                      dtype=_dtype_name(w)))
+    return layout
 
 
 def _packed_weight(x: np.ndarray, w: np.ndarray, fusion: dict[str, Any], kwargs: dict[str, Any]) -> Any:
-    """The PackedWeights of read-only ``w`` for this primitive (made at the first call), or None.
+    """The PackedWeights of frozen ``w`` in the layout this call's primitive reads (made once), or None
+    when it reads the plain weight.
 
     ``x`` is the array the extension reads (NHWC if channels-last); ``fusion`` has bias and residual
     (whether present), activation and channels_last."""
-    key = (id(w), x.shape, w.shape, *fusion.values(), *(tuple(v) if isinstance(v, list) else v for v in kwargs.values()))
-    entry = _packed.get(key)
-    if entry is not None and entry[0]() is w:
-        return entry[1]
     size = [x.shape[i] for i in (0, 3, 1, 2)] if kwargs["channels_last"] else list(x.shape)
-    packed = dnnl.conv2d_pack_weights(size, w, **fusion, **kwargs)
-    _packed[key] = (weakref.ref(w, lambda ref, key=key: _drop_packed(key, ref)), packed)
-    return packed
+    layout = _weights_layout(size, w, fusion, kwargs)
+    if not layout:
+        return None
+    return _packed.get(w, layout, lambda: dnnl.conv2d_pack_weights(size, w, **fusion, **kwargs))
+
+
+def _all_finite(w: np.ndarray) -> bool:
+    """Whether every element of C-contiguous ``w`` is finite (remembered for frozen arrays)."""
+    if is_frozen(w):
+        return bool(_finite.get(w, "finite", lambda: dnnl.all_finite(w)))
+    return bool(dnnl.all_finite(w))
+
+
+def _dtype_name(a: np.ndarray) -> str:
+    return "bfloat16" if a.dtype.name == "bfloat16" else "float32"
 
 
 def packed_weights_count() -> int:
-    """How many (weight, primitive) pairs have their reordered weights cached (None entries included)."""
+    """How many reordered copies of frozen weights are kept (one per weight and packed layout)."""
     return len(_packed)
 
 
 def packed_weights_clear() -> None:
-    """Forget every cached reordered weight."""
+    """Forget every cached reordered weight (and which layout each geometry reads)."""
     _packed.clear()
+    _layouts.clear()
+    _finite.clear()
+
+
+def _padded_here(padding: PadHW, padding_mode: str, factor: np.ndarray) -> str:
+    """The padding mode to apply in NumPy before the primitive ("zeros": none, the primitive pads).
+
+    oneDNN's kernels skip the taps that fall in zero padding; PyTorch multiplies those zeros, so a NaN or
+    infinite ``factor`` (the weight, or grad_output for the weight's gradient) makes NaN there too. Such
+    calls pad explicitly ("zeros_here"): the primitive then multiplies the zeros as PyTorch does."""
+    if padding_mode != "zeros" or not any(any(side) for side in padding) or _all_finite(factor):
+        return padding_mode
+    return "zeros_here"
 
 
 def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, activation: str,
              algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
              padding_mode: str) -> np.ndarray:
     """activation(conv2d + bias + residual); a channels-last input gives a channels-last output."""
+    w = np.ascontiguousarray(w)
+    if w.dtype.name == "bfloat16" and not (_all_finite(w) and _all_finite(to_memory_order(x, is_channels_last(x)))):
+        return _in_float32(x, w, b, residual, activation, algorithm, stride, padding, dilation, groups, padding_mode)
+    padding_mode = _padded_here(padding, padding_mode, w)
     _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
     channels_last = is_channels_last(x)
     if padding_mode != "zeros":
@@ -81,14 +126,24 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
     src = to_memory_order(x, channels_last)
     res = None if residual is None else to_memory_order(residual, channels_last)
     bias = None if b is None else np.ascontiguousarray(b)
-    w = np.ascontiguousarray(w)
     kwargs.update(algorithm=algorithm, activation=activation, channels_last=channels_last)
-    if not w.flags.writeable and w.dtype.name in ("float32", "bfloat16") and w.ndim == 4 and x.ndim == 4:
+    if is_frozen(w) and w.dtype.name in ("float32", "bfloat16") and w.ndim == 4 and x.ndim == 4:
         fusion = {"bias": bias is not None, "residual": res is not None}
         packed = _packed_weight(src, w, fusion, kwargs)
         if packed is not None:
             return from_memory_order(dnnl.conv2d_forward_packed(src, packed, bias, res, **kwargs), channels_last)
     return from_memory_order(dnnl.conv2d_forward(src, w, bias, res, **kwargs), channels_last)
+
+
+def _in_float32(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *args: Any) -> np.ndarray:
+    """The bfloat16 convolution computed in float32 (as oneDNN accumulates it anyway) and rounded back: where an
+    input or weight is not finite. oneDNN's bfloat16 kernels multiply in channel pairs padded with zeros, so an
+    infinity there meets a 0 and makes NaN where PyTorch has the infinity."""
+    def wide(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a.astype(np.float32)
+
+    out = _forward(wide(x), wide(w), wide(b), wide(residual), *args)  # type: ignore[arg-type]
+    return out.astype(x.dtype)
 
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair, padding: PadHW,
@@ -128,10 +183,12 @@ def conv2d_grad_input(dy: np.ndarray, w: np.ndarray, *, input_size: tuple[int, .
 def conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, *, weight_size: tuple[int, ...], stride: Pair,
                        padding: PadHW, dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     """oneDNN convolution backward weights."""
+    dy = np.ascontiguousarray(dy)
+    padding_mode = _padded_here(padding, padding_mode, dy)
     _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
-    return dnnl.conv2d_backward_weights(np.ascontiguousarray(dy), np.ascontiguousarray(x), list(weight_size), **kwargs)
+    return dnnl.conv2d_backward_weights(dy, np.ascontiguousarray(x), list(weight_size), **kwargs)
 
 
 def conv2d_grad_bias(dy: np.ndarray) -> np.ndarray:

@@ -35,15 +35,42 @@ def _c(a: np.ndarray | None) -> np.ndarray | None:
 # ------------------------------------------------------------------------------- batch norm
 
 
+def _batch_norm(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weight: np.ndarray | None,
+                bias: np.ndarray | None, eps: float) -> np.ndarray:
+    """oneDNN's batch normalisation (the batch's statistics when mean and var are None), or PyTorch's
+    folded form where a per-channel parameter is not finite (a scan of a few numbers)."""
+    params = [_c(a) for a in (mean, var, weight, bias)]
+    if all(a is None or dnnl.all_finite(a) for a in params):
+        return dnnl.batch_norm(x, *params, eps)
+    return _folded(x, *params, eps)
+
+
+def _folded(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weight: np.ndarray | None,
+            bias: np.ndarray | None, eps: float) -> np.ndarray:
+    """x * alpha + beta per channel, alpha = weight / sqrt(var + eps), beta = bias - mean * alpha: how PyTorch
+    computes it. oneDNN's (x - mean) * alpha + bias differs only where a parameter is infinite (an infinite
+    weight meets the mean as inf - inf = NaN in PyTorch's form, and gives ±inf in oneDNN's)."""
+    if mean is None or var is None:
+        mean = x.mean(axis=_BATCH_AXES, dtype=np.float64).astype(np.float32)
+        var = x.var(axis=_BATCH_AXES, dtype=np.float64).astype(np.float32)
+    alpha = np.float32(1) / np.sqrt(var + np.float32(eps))
+    if weight is not None:
+        alpha = alpha * weight
+    beta = -mean * alpha if bias is None else bias - mean * alpha
+    with np.errstate(invalid="ignore", over="ignore"):
+        y: np.ndarray = x * alpha[None, :, None, None] + beta[None, :, None, None]
+    return y
+
+
 def batchnorm2d(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray, weight: np.ndarray | None,
                 bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     """(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel."""
-    return dnnl.batch_norm(np.ascontiguousarray(x), _c(running_mean), _c(running_var), _c(weight), _c(bias), eps)
+    return _batch_norm(np.ascontiguousarray(x), running_mean, running_var, weight, bias, eps)
 
 
 def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     """Normalised with this batch's mean and biased variance over (N, H, W)."""
-    return dnnl.batch_norm(np.ascontiguousarray(x), None, None, _c(weight), _c(bias), eps)
+    return _batch_norm(np.ascontiguousarray(x), None, None, weight, bias, eps)
 
 
 def batch_norm_train_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, eps: float) -> np.ndarray:
@@ -111,7 +138,7 @@ def _per_plane(weight: np.ndarray | None, samples: int) -> np.ndarray | None:
 
 def instance_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     n = x.shape[0]
-    y = dnnl.batch_norm(_planes(x), None, None, _per_plane(weight, n), _per_plane(bias, n), eps)
+    y = _batch_norm(_planes(x), None, None, _per_plane(weight, n), _per_plane(bias, n), eps)
     return y.reshape(x.shape)
 
 

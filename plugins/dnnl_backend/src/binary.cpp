@@ -95,18 +95,14 @@ PlanPtr add_plan(const Add &s) {
         }
         attr.set_post_ops(ops);
         dnnl::binary::primitive_desc pd(cpu_engine(), binary_kind(s.kind), s.view(s.a), s.view(s.b), s.view(s.a), attr);
-        Plan p;
-        p.prim = dnnl::binary(pd);
-        finish(p);
-        p.bind(DNNL_ARG_SRC_0, 0, false, s.view(s.a), pd.src_desc(0));
-        p.bind(DNNL_ARG_SRC_1, 1, false, s.view(s.b), pd.src_desc(1));
-        p.bind(DNNL_ARG_DST, 2, true, s.view(s.a), pd.dst_desc());
+        Plan p{dnnl::binary(pd)};
+        p.bind(DNNL_ARG_SRC_0, 0, false, s.view(s.a));
+        p.bind(DNNL_ARG_SRC_1, 1, false, s.view(s.b));
+        p.bind(DNNL_ARG_DST, 2, true, s.view(s.a));
         int user = 3;
         for (size_t i = 0; i < s.post.size(); ++i)
-            if (!s.post[i].eltwise()) {
-                memory::desc md = s.view(s.post[i].shape);
-                p.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, user++, false, md, md);
-            }
+            if (!s.post[i].eltwise())
+                p.bind(DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, user++, false, s.view(s.post[i].shape));
         return p;
     });
 }
@@ -160,12 +156,10 @@ PlanPtr concat_plan(const Concat &c) {
         for (auto n : c.sizes) srcs.push_back(c.part(n));
         memory::desc dst = c.part(c.total());
         dnnl::concat::primitive_desc pd(cpu_engine(), dst, 1, srcs, user_scratchpad());
-        Plan p;
-        p.prim = dnnl::concat(pd);
-        finish(p);
+        Plan p{dnnl::concat(pd)};
         for (size_t i = 0; i < srcs.size(); ++i)
-            p.bind(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), static_cast<int>(i), false, srcs[i], pd.src_desc(static_cast<int>(i)));
-        p.bind(DNNL_ARG_DST, static_cast<int>(srcs.size()), true, dst, pd.dst_desc());
+            p.bind(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), static_cast<int>(i), false, srcs[i]);
+        p.bind(DNNL_ARG_DST, static_cast<int>(srcs.size()), true, dst);
         return p;
     });
 }

@@ -1,6 +1,7 @@
 #include "common.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <list>
 #include <optional>
@@ -18,7 +19,30 @@ static dnnl::stream &thread_stream() {
     return stream;
 }
 
-void Plan::bind(int arg, int user, bool output, const memory::desc &user_md, const memory::desc &prim_md) {
+// oneDNN's primitive cache may hand back a primitive made from another descriptor it deems equal
+// (memory descriptors that differ only in the strides of size-1 dimensions: NCHW and NHWC with one
+// channel). Its implementation can need another scratchpad, workspace or weight layout than the
+// descriptor we made says (a one-channel NCHW convolution once wrote through a null scratchpad), so
+// every layout a plan uses is queried from the primitive that runs.
+Plan::Plan(dnnl::primitive primitive) : prim(std::move(primitive)) {
+    const char *name = nullptr;
+    dnnl::error::wrap_c_api(dnnl_primitive_desc_query(prim.get_primitive_desc(), dnnl_query_impl_info_str, 0, &name),
+                            "could not query the primitive's implementation");
+    impl = name == nullptr ? "" : name;
+    scratchpad = arg_md(DNNL_ARG_SCRATCHPAD);
+}
+
+memory::desc Plan::arg_md(int arg) const {
+    const_dnnl_memory_desc_t found = dnnl_primitive_desc_query_md(prim.get_primitive_desc(), dnnl_query_exec_arg_md, arg);
+    if (found == nullptr) return memory::desc();
+    dnnl_memory_desc_t copy = nullptr;
+    dnnl::error::wrap_c_api(dnnl_memory_desc_clone(&copy, found), "could not copy a memory descriptor");
+    return memory::desc(copy);
+}
+
+void Plan::bind(int arg, int user, bool output, const memory::desc &user_md) {
+    memory::desc prim_md = arg_md(arg);
+    if (prim_md.get_ndims() == 0) throw DnnlError("oneDNN " + impl + ": the primitive takes no argument " + std::to_string(arg));
     Slot slot{arg, user, output, user_md, prim_md, dnnl::reorder()};
     if (user_md != prim_md) {
         if (arg != DNNL_ARG_WEIGHTS) layout = "blocked";  // activations reordered at each run
@@ -126,27 +150,33 @@ PlanInfo info(const PlanPtr &plan) { return PlanInfo{plan->impl, plan->layout, p
 namespace {
 struct Cache {
     std::mutex lock;
-    size_t capacity = 1024;
+    std::atomic<size_t> limit{1024};
+    PyObject *kind = nullptr;      // an algoswap CacheKind (a new reference, never released: it outlives us)
     std::list<std::string> order;  // most recently used first
     std::unordered_map<std::string, std::pair<PlanPtr, std::list<std::string>::iterator>> plans;
 
     void trim() {
-        while (plans.size() > capacity) {
+        while (plans.size() > limit) {
             plans.erase(order.back());
             order.pop_back();
         }
     }
+    // The kind's size now (algoswap.set_cache_limit may have changed it): read while the GIL is held.
+    void refresh_limit() {
+        if (kind != nullptr && PyGILState_Check()) limit = py::handle(kind).attr("size").cast<size_t>();
+    }
 };
 Cache &cache() {
-    static Cache instance;
-    return instance;
+    static Cache *instance = new Cache();  // never destroyed: plans may be used during interpreter exit
+    return *instance;
 }
 }  // namespace
 
 PlanPtr cached_plan(const std::string &key, const std::function<Plan()> &make) {
+    Cache &c = cache();
+    c.refresh_limit();
     std::optional<py::gil_scoped_release> nogil;
     if (PyGILState_Check()) nogil.emplace();
-    Cache &c = cache();
     std::lock_guard<std::mutex> guard(c.lock);
     auto found = c.plans.find(key);
     if (found != c.plans.end()) {
@@ -173,33 +203,19 @@ void cache_clear() {
     cache().order.clear();
 }
 
-void set_cache_capacity(size_t capacity) {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> guard(cache().lock);
-    cache().capacity = capacity;
-    cache().trim();
+void use_plan_cache_kind(const py::handle &kind) {
+    kind.attr("size").cast<size_t>();  // a CacheKind, or a TypeError now rather than at the next call
+    Cache &c = cache();
+    PyObject *previous = c.kind;
+    c.kind = kind.inc_ref().ptr();
+    Py_XDECREF(previous);
+    c.refresh_limit();
 }
 
 dnnl::primitive_attr user_scratchpad() {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     return attr;
-}
-
-// oneDNN's primitive cache may hand back a primitive made from another descriptor it deems equal
-// (memory descriptors that differ only in the strides of size-1 dimensions: NCHW and NHWC with one
-// channel). Its implementation can need another scratchpad than the descriptor we made says, so the
-// scratchpad and the kernel name are read from the primitive that runs, never from our descriptor.
-void finish(Plan &plan) {
-    const_dnnl_primitive_desc_t pd = plan.prim.get_primitive_desc();
-    const char *impl = nullptr;
-    dnnl::error::wrap_c_api(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl),
-                            "could not query the primitive's implementation");
-    plan.impl = impl == nullptr ? "" : impl;
-    dnnl_memory_desc_t scratchpad = nullptr;
-    const_dnnl_memory_desc_t found = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    if (found != nullptr) dnnl::error::wrap_c_api(dnnl_memory_desc_clone(&scratchpad, found), "could not copy the scratchpad");
-    plan.scratchpad = scratchpad == nullptr ? memory::desc() : memory::desc(scratchpad);
 }
 
 memory::desc plain(const dims &shape, tag t) { return memory::desc(shape, dt::f32, t); }
@@ -224,27 +240,6 @@ std::string float_text(float value) {
     return out.str();
 }
 
-static std::string shape_text(const py::array &a) {
-    std::ostringstream out;
-    out << "(";
-    for (py::ssize_t i = 0; i < a.ndim(); ++i) out << (i ? ", " : "") << a.shape(i);
-    out << (a.ndim() == 1 ? ",)" : ")");
-    return out.str();
-}
-
-F32 check_f32(const py::handle &obj, const char *op, const char *name) {
-    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
-    if (!py::isinstance<py::array>(obj))
-        throw py::type_error(where + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
-    auto array = py::reinterpret_borrow<py::array>(obj);
-    if (!array.dtype().equal(py::dtype::of<float>()))
-        throw py::type_error(where + "must be float32, got " + std::string(py::str(array.dtype())) + " array of shape " + shape_text(array));
-    if (!(array.flags() & py::array::c_style))
-        throw py::value_error(where + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
-    dims shape(array.shape(), array.shape() + array.ndim());
-    return F32{array, static_cast<float *>(const_cast<void *>(array.data())), shape};
-}
-
 std::string type_name(dt type) { return type == dt::bf16 ? "bfloat16" : "float32"; }
 
 dt parse_type(const std::string &name) {
@@ -255,105 +250,28 @@ dt parse_type(const std::string &name) {
 
 memory::desc plain(const dims &shape, tag t, dt type) { return memory::desc(shape, type, t); }
 
-Tensor check_float(const py::handle &obj, const char *op, const char *name) {
-    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
-    if (!py::isinstance<py::array>(obj))
-        throw py::type_error(where + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
-    auto array = py::reinterpret_borrow<py::array>(obj);
-    std::string dtype = py::str(array.dtype());
-    dt type;
-    if (array.dtype().equal(py::dtype::of<float>())) type = dt::f32;
-    else if (dtype == "bfloat16" && array.itemsize() == 2) type = dt::bf16;
-    else throw py::type_error(where + "must be float32 or bfloat16, got " + dtype + " array of shape " + shape_text(array));
-    if (!(array.flags() & py::array::c_style))
-        throw py::value_error(where + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
-    dims shape(array.shape(), array.shape() + array.ndim());
-    return Tensor{array, const_cast<void *>(array.data()), shape, type};
-}
-
-void *optional_like(const py::handle &obj, dt type, const char *op, const char *name, const dims &expected,
-                    const std::string &what) {
-    if (obj.is_none()) return nullptr;
-    Tensor t = check_float(obj, op, name);
-    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
-    if (t.type != type) throw py::type_error(where + "must be " + type_name(type) + " like the input, got " + type_name(t.type));
-    if (t.shape != expected) throw py::value_error(where + "must have shape " + what);
-    return t.data;  // the caller's argument keeps the array alive
-}
-
-namespace {
-// Output buffers of 1 MiB and more are kept when their array dies and handed out again for the same
-// size: fresh memory costs a page fault per 4 KiB page at first touch (a VGG-16 112x112 layer took
-// 12 ms on fresh output memory, 6 ms on reused memory). At most 1 GiB is kept idle.
-struct BufferPool {
-    static constexpr size_t min_bytes = size_t(1) << 20, max_idle = size_t(1) << 30, header = 64;
-    std::mutex lock;
-    std::unordered_multimap<size_t, void *> idle;
-    size_t idle_bytes = 0;
-};
-
-BufferPool &buffer_pool() {
-    static BufferPool *pool = new BufferPool();  // never destroyed: arrays may die after static destruction
-    return *pool;
-}
-
-void *acquire_buffer(size_t bytes) {
-    BufferPool &pool = buffer_pool();
-    {
-        std::lock_guard<std::mutex> guard(pool.lock);
-        auto found = pool.idle.find(bytes);
-        if (found != pool.idle.end()) {
-            void *buffer = found->second;
-            pool.idle.erase(found);
-            pool.idle_bytes -= bytes;
-            return buffer;
-        }
-    }
-    size_t rounded = (bytes + BufferPool::header - 1) / BufferPool::header * BufferPool::header;
-    auto *raw = static_cast<char *>(std::aligned_alloc(BufferPool::header, BufferPool::header + rounded));
-    if (raw == nullptr) throw std::bad_alloc();
-    *reinterpret_cast<size_t *>(raw) = bytes;  // the size, in the header before the buffer
-    return raw + BufferPool::header;
-}
-
-void release_buffer(void *buffer) {
-    char *raw = static_cast<char *>(buffer) - BufferPool::header;
-    size_t bytes = *reinterpret_cast<size_t *>(raw);
-    BufferPool &pool = buffer_pool();
-    {
-        std::lock_guard<std::mutex> guard(pool.lock);
-        if (pool.idle_bytes + bytes <= BufferPool::max_idle) {
-            pool.idle.emplace(bytes, buffer);
-            pool.idle_bytes += bytes;
-            return;
-        }
-    }
-    std::free(raw);
-}
-
-py::array pooled_array(const py::dtype &dtype, const dims &shape) {
-    std::vector<py::ssize_t> s(shape.begin(), shape.end());
-    size_t bytes = static_cast<size_t>(dtype.itemsize());
-    for (auto d : shape) bytes *= static_cast<size_t>(d);
-    if (bytes < BufferPool::min_bytes) return py::array(dtype, s);
-    void *buffer = acquire_buffer(bytes);
-    py::capsule owner(buffer, [](void *b) { release_buffer(b); });
-    return py::array(dtype, s, std::vector<py::ssize_t>{}, buffer, owner);
-}
-}  // namespace
-
-py::array empty_like_type(const Tensor &like, const dims &shape) { return pooled_array(like.array.dtype(), shape); }
-
-py::array_t<float> empty_f32(const dims &shape) {
-    return py::reinterpret_steal<py::array_t<float>>(pooled_array(py::dtype::of<float>(), shape).release());
-}
-
-size_t pooled_idle_bytes() {
-    std::lock_guard<std::mutex> guard(buffer_pool().lock);
-    return buffer_pool().idle_bytes;
-}
-
 dims as_dims(const std::vector<int64_t> &v) { return dims(v.begin(), v.end()); }
+
+// Blocked layouts (every float convolution weight layout on CPU) are named exactly; other format kinds
+// only by their dimensions and size, which Plan::run makes safe by comparing descriptors before use.
+std::string layout_text(const memory::desc &md) {
+    std::ostringstream out;
+    auto list = [&out](const char *name, const dims &values) {
+        out << name;
+        for (auto v : values) out << v << ',';
+    };
+    out << "type" << static_cast<int>(md.get_data_type()) << " format" << static_cast<int>(md.get_format_kind());
+    list(" dims", md.get_dims());
+    list(" padded", md.get_padded_dims());
+    list(" offsets", md.get_padded_offsets());
+    if (md.get_format_kind() == memory::format_kind::blocked) {
+        list(" strides", md.get_strides());
+        list(" blocks", md.get_inner_blks());
+        list(" block_dims", md.get_inner_idxs());
+    }
+    out << " bytes" << md.get_size();
+    return out.str();
+}
 
 std::string make_key(const char *op, std::initializer_list<dims> parts, const std::string &extra) {
     std::ostringstream out;
@@ -389,7 +307,8 @@ PYBIND11_MODULE(_dnnl, m) {
     m.def("cache_size", &cache_size, "Number of cached plans (primitives with their reorders).");
     m.def("pooled_idle_bytes", &pooled_idle_bytes, "Bytes of output buffers kept for reuse (1 MiB and larger).");
     m.def("cache_clear", &cache_clear, "Drop every cached plan.");
-    m.def("set_cache_capacity", &set_cache_capacity, py::arg("capacity"), "Keep at most this many plans (LRU).");
+    m.def("use_plan_cache_kind", &use_plan_cache_kind, py::arg("kind"),
+          "Keep at most kind.size plans (an algoswap CacheKind, read at each call: set_cache_limit reaches it).");
     m.def("version", []() {
         const dnnl_version_t *v = dnnl_version();
         return py::make_tuple(v->major, v->minor, v->patch, std::string(v->hash), v->cpu_runtime);
@@ -402,4 +321,5 @@ PYBIND11_MODULE(_dnnl, m) {
     init_softmax(m);
     init_binary(m);
     init_transpose(m);
+    init_finite(m);
 }

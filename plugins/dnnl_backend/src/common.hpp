@@ -45,8 +45,15 @@ struct Plan {
     std::vector<Slot> slots;
     memory::desc scratchpad;
 
-    // Adds a slot; a reorder is made (once, here) only when the layouts differ.
-    void bind(int arg, int user, bool output, const memory::desc &user_md, const memory::desc &prim_md);
+    // Everything a plan says about its primitive (kernel name, scratchpad, each argument's layout) is
+    // read from the primitive itself, never from the descriptor it was made from: oneDNN's primitive
+    // cache can hand back a primitive made from another descriptor that compares equal (see common.cpp).
+    explicit Plan(dnnl::primitive primitive);
+    // The memory descriptor the primitive reads or writes for argument arg (DNNL_ARG_*; empty if none).
+    memory::desc arg_md(int arg) const;
+    // Adds a slot: the caller's buffer (layout user_md) for argument arg, in the layout arg_md(arg); a
+    // reorder is made (once, here) only when the two differ.
+    void bind(int arg, int user, bool output, const memory::desc &user_md);
     // Runs the primitive on the caller's buffers (one per user index; nullptr skips that slot).
     // Releases the GIL if held: the caller keeps the buffers alive.
     // packed, if given, replaces the slot of argument packed_arg: memory already in some layout
@@ -60,8 +67,14 @@ struct Plan {
 struct Packed {
     memory mem;      // in mem.get_desc(): the layout of the primitive it was made for
     dims shape;      // the caller's (plain) shape
-    std::string key; // the plan it was made for
+    std::string key; // layout_text of mem's layout
 };
+
+// A text naming a memory layout exactly (dimensions, data type, blocking and padding).
+std::string layout_text(const memory::desc &md);
+
+// relu as post-ops that keep NaN where PyTorch's relu does (eltwise.cpp says how).
+void append_exact_relu(dnnl::post_ops &ops);
 
 // The candidate that runs fastest here (measured once, when the plan is made).
 Plan pick_faster(std::vector<Plan> candidates);
@@ -76,17 +89,16 @@ struct PlanInfo {
 PlanInfo info(const PlanPtr &plan);
 
 // Plans keyed by everything that defines their primitives; created once, shared by threads.
-// Least recently used plans beyond the capacity are dropped.
+// Least recently used plans beyond the limit are dropped: the size of the algoswap cache kind given
+// to use_plan_cache_kind (read at each call made with the GIL held; 1024 until one is given).
 // make() runs without the GIL and must not touch Python objects.
 PlanPtr cached_plan(const std::string &key, const std::function<Plan()> &make);
 size_t cache_size();
 void cache_clear();
-void set_cache_capacity(size_t capacity);
+void use_plan_cache_kind(const py::handle &kind);
 
 // A primitive_attr with a user-managed scratchpad (each run allocates its own: thread safe).
 dnnl::primitive_attr user_scratchpad();
-// Records the kernel name and scratchpad of plan.prim (set before).
-void finish(Plan &plan);
 
 memory::desc plain(const dims &shape, tag t);
 memory::desc strided(const dims &shape, const dims &strides);
@@ -123,6 +135,12 @@ memory::desc plain(const dims &shape, tag t, dt type);
 std::string type_name(dt type);
 dt parse_type(const std::string &name);
 dims as_dims(const std::vector<int64_t> &v);
+
+// NaN and infinity (finite.cpp): one parallel pass over float32 or bfloat16 data.
+bool all_finite(const void *data, dt type, int64_t count);
+bool any_nan(const void *data, dt type, int64_t count);
+// to[i] = from[i] wherever from[i] is a NaN.
+void restore_nan(const void *from, void *to, dt type, int64_t count);
 
 std::string make_key(const char *op, std::initializer_list<dims> parts, const std::string &extra = "");
 
@@ -161,5 +179,6 @@ void init_norm(py::module_ &m);
 void init_softmax(py::module_ &m);
 void init_binary(py::module_ &m);
 void init_transpose(py::module_ &m);
+void init_finite(py::module_ &m);
 
 }  // namespace algoswap_dnnl

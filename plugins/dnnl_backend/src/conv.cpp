@@ -44,7 +44,7 @@ struct Conv {
         dnnl::primitive_attr attr = user_scratchpad();
         dnnl::post_ops ops;
         if (residual) ops.append_binary(dnnl::algorithm::binary_add, user_act(y));
-        if (activation == "relu") ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+        if (activation == "relu") append_exact_relu(ops);
         attr.set_post_ops(ops);
         return attr;
     }
@@ -100,15 +100,12 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
 }
 
 Plan make_forward(const Conv &c) {
-    auto pd = c.forward(pk::forward_inference, c.fused_attr());
-    Plan p;
-    p.prim = conv_fwd(pd);
-    finish(p);
-    p.bind(DNNL_ARG_SRC, 0, false, c.user_act(c.x), pd.src_desc());
-    p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
-    if (c.bias) p.bind(DNNL_ARG_BIAS, 2, false, c.bias_md(), pd.bias_desc());
-    p.bind(DNNL_ARG_DST, 3, true, c.user_act(c.y), pd.dst_desc());
-    if (c.residual) p.bind(RESIDUAL_ARG, 4, false, c.user_act(c.y), c.user_act(c.y));
+    Plan p(conv_fwd(c.forward(pk::forward_inference, c.fused_attr())));
+    p.bind(DNNL_ARG_SRC, 0, false, c.user_act(c.x));
+    p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w());
+    if (c.bias) p.bind(DNNL_ARG_BIAS, 2, false, c.bias_md());
+    p.bind(DNNL_ARG_DST, 3, true, c.user_act(c.y));
+    if (c.residual) p.bind(RESIDUAL_ARG, 4, false, c.user_act(c.y));
     return p;
 }
 
@@ -116,12 +113,10 @@ Plan make_backward_data(const Conv &c) {
     auto hint = c.forward(pk::forward_training);
     dnnl::convolution_backward_data::primitive_desc pd(cpu_engine(), c.algo, c.act(c.x), c.wts(), c.act(c.y), c.stride,
                                                        c.dilation, c.pad_l, c.pad_r, hint, user_scratchpad());
-    Plan p;
-    p.prim = dnnl::convolution_backward_data(pd);
-    finish(p);
-    p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw), pd.diff_dst_desc());
-    p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w(), pd.weights_desc());
-    p.bind(DNNL_ARG_DIFF_SRC, 2, true, plain(c.x, tag::nchw), pd.diff_src_desc());
+    Plan p{dnnl::convolution_backward_data(pd)};
+    p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw));
+    p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w());
+    p.bind(DNNL_ARG_DIFF_SRC, 2, true, plain(c.x, tag::nchw));
     return p;
 }
 
@@ -129,12 +124,10 @@ Plan make_backward_weights(const Conv &c) {
     auto hint = c.forward(pk::forward_training);
     dnnl::convolution_backward_weights::primitive_desc pd(cpu_engine(), c.algo, c.act(c.x), c.wts(), c.act(c.y), c.stride,
                                                           c.dilation, c.pad_l, c.pad_r, hint, user_scratchpad());
-    Plan p;
-    p.prim = dnnl::convolution_backward_weights(pd);
-    finish(p);
-    p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw), pd.diff_dst_desc());
-    p.bind(DNNL_ARG_SRC, 1, false, plain(c.x, tag::nchw), pd.src_desc());
-    p.bind(DNNL_ARG_DIFF_WEIGHTS, 2, true, c.user_w(), pd.diff_weights_desc());
+    Plan p{dnnl::convolution_backward_weights(pd)};
+    p.bind(DNNL_ARG_DIFF_DST, 0, false, plain(c.y, tag::nchw));
+    p.bind(DNNL_ARG_SRC, 1, false, plain(c.x, tag::nchw));
+    p.bind(DNNL_ARG_DIFF_WEIGHTS, 2, true, c.user_w());
     return p;
 }
 
@@ -194,6 +187,14 @@ py::array forward(py::handle x, py::handle w, py::handle b, py::handle residual,
     });
 }
 
+// The layout the forward primitive for these shapes reads its weights in: "" when it reads the plain
+// weights (nothing to pack). Shapes with one layout text can share one packed copy.
+std::string weights_layout(const Conv &c) {
+    PlanPtr plan = forward_plan(c);
+    const Slot *slot = plan->slot_of(DNNL_ARG_WEIGHTS);
+    return slot == nullptr || !slot->convert ? "" : layout_text(slot->prim_md);
+}
+
 // The weights reordered once into the layout of the forward primitive for these shapes, or None
 // when that primitive runs on the plain weights (nothing to save).
 std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias, bool residual, const V &stride,
@@ -216,7 +217,7 @@ std::optional<Packed> pack_weights(const V &input_size, py::handle w, bool bias,
             slot->convert.execute(stream, user, inner);
             stream.wait();
         }
-        return Packed{inner, W.shape, c.key("conv2d")};
+        return Packed{inner, W.shape, layout_text(slot->prim_md)};
     });
 }
 
@@ -282,6 +283,18 @@ void init_conv(py::module_ &m) {
         "The weight reordered once for the conv2d_forward primitive of these shapes (a PackedWeights), "
         "or None if that primitive reads the plain weight.",
         fused(py::arg("input_size"), py::arg("weight"), py::arg("bias"), py::arg("residual")));
+    def("conv2d_weights_layout",
+        [](const V &x, const V &w, bool bias, bool residual, const V &s, const V &pl, const V &pr, const V &d, int64_t g,
+           const std::string &a, const std::string &l, const std::string &act, bool cl, const std::string &type) {
+            return guarded("conv2d", [&] {
+                return weights_layout(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, l, cl, residual, act,
+                                            parse_type(type)));
+            });
+        },
+        "The layout (a text) the conv2d_forward primitive for these shapes reads its weights in, '' if plain: "
+        "shapes with one layout can share one PackedWeights.",
+        std::tuple_cat(fused(py::arg("input_size"), py::arg("weight_size"), py::arg("bias"), py::arg("residual")),
+                       std::make_tuple(py::arg("dtype") = "float32")));
     def("conv2d_forward_packed", &forward_packed, "conv2d_forward with a PackedWeights from conv2d_pack_weights.",
         fused(py::arg("input"), py::arg("weight"), py::arg("bias").none(true), py::arg("residual").none(true)));
     def("conv2d_backward_data", &backward_data, "Gradient of conv2d with respect to its input.",

@@ -1,6 +1,8 @@
 // Elementwise primitives (relu / leaky relu, logistic, tanh, linear, sqrt, pow), forward and
 // backward, on arrays of any shape (seen as one flat array). alpha and beta are oneDNN's: linear is
 // alpha * x + beta, pow is alpha * x ** beta.
+#include <cmath>
+
 #include "common.hpp"
 
 namespace algoswap_dnnl {
@@ -37,11 +39,9 @@ PlanPtr forward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f,
         memory::desc md = flat(size, type);
         dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), pk::forward_inference, k.forward, md, md, alpha, beta,
                                                  user_scratchpad());
-        Plan p;
-        p.prim = dnnl::eltwise_forward(pd);
-        finish(p);
-        p.bind(DNNL_ARG_SRC, 0, false, md, pd.src_desc());
-        p.bind(DNNL_ARG_DST, 1, true, md, pd.dst_desc());
+        Plan p{dnnl::eltwise_forward(pd)};
+        p.bind(DNNL_ARG_SRC, 0, false, md);
+        p.bind(DNNL_ARG_DST, 1, true, md);
         return p;
     });
 }
@@ -52,27 +52,55 @@ PlanPtr backward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f
                                                    alpha, beta);
         dnnl::eltwise_backward::primitive_desc pd(cpu_engine(), k.backward, flat(size), flat(size), flat(size), alpha, beta,
                                                   hint, user_scratchpad());
-        Plan p;
-        p.prim = dnnl::eltwise_backward(pd);
-        finish(p);
-        p.bind(DNNL_ARG_DIFF_DST, 0, false, flat(size), pd.diff_dst_desc());
-        if (k.backward_uses_dst)
-            p.bind(DNNL_ARG_DST, 1, false, flat(size), pd.dst_desc());
-        else
-            p.bind(DNNL_ARG_SRC, 1, false, flat(size), pd.src_desc());
-        p.bind(DNNL_ARG_DIFF_SRC, 2, true, flat(size), pd.diff_src_desc());
+        Plan p{dnnl::eltwise_backward(pd)};
+        p.bind(DNNL_ARG_DIFF_DST, 0, false, flat(size));
+        p.bind(k.backward_uses_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, 1, false, flat(size));
+        p.bind(DNNL_ARG_DIFF_SRC, 2, true, flat(size));
         return p;
     });
 }
+
+// oneDNN's relu with alpha 0 is a max that turns NaN into 0 (PyTorch keeps it); any other alpha
+// keeps NaN (x * alpha), as the other kinds do.
+bool drops_nan(const Kind &k, float alpha) { return k.forward == alg::eltwise_relu && alpha == 0.f; }
 
 py::array forward(py::handle x, const std::string &kind, float alpha, float beta) {
     return guarded(kind.c_str(), [&] {
         Kind k = parse(kind);
         Tensor X = check_float(x, kind.c_str(), "input");
         py::array out = empty_like_type(X, X.shape);
-        if (numel(X.shape) > 0) forward_plan(k, numel(X.shape), alpha, beta, X.type)->run({X.data, out.mutable_data()});
+        int64_t size = numel(X.shape);
+        if (size == 0) return out;
+        forward_plan(k, size, alpha, beta, X.type)->run({X.data, out.mutable_data()});
+        if (drops_nan(k, alpha) && any_nan(X.data, X.type, size)) restore_nan(X.data, out.mutable_data(), X.type, size);
         return out;
     });
+}
+
+// x ** e as PyTorch computes it: e = 0.5 and -0.5 as sqrt and 1 / sqrt (NaN at -inf, where pow gives
+// +inf and 0).
+float torch_pow(float x, float e) {
+    if (e == 0.5f) return std::sqrt(x);
+    if (e == -0.5f) return 1.f / std::sqrt(x);
+    return std::pow(x, e);
+}
+
+// Where oneDNN's backward differs from PyTorch's on values that are not finite (checked first):
+// relu multiplies grad_output by 0 where input <= 0 (PyTorch selects 0: an infinite or NaN gradient
+// there is 0), leaky relu passes grad_output unscaled at a NaN input (PyTorch scales it: NaN > 0 is
+// false), and pow's gradient at an infinite input comes out NaN (PyTorch's grad * (alpha * beta *
+// x ** (beta - 1)) is infinite). These elements are recomputed as PyTorch does.
+void exact_backward(const Kind &k, const F32 &dy, const F32 &data, float alpha, float beta, float *out) {
+    int64_t size = numel(data.shape);
+    if (k.forward == alg::eltwise_relu && alpha == 0.f && !all_finite(dy.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i) out[i] = data.data[i] <= 0.f ? 0.f : dy.data[i];
+    } else if (k.forward == alg::eltwise_relu && alpha != 0.f && any_nan(data.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i)
+            if (std::isnan(data.data[i])) out[i] = dy.data[i] * alpha;
+    } else if (k.forward == alg::eltwise_pow && !all_finite(data.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i)
+            if (std::isinf(data.data[i])) out[i] = dy.data[i] * (alpha * beta * torch_pow(data.data[i], beta - 1.f));
+    }
 }
 
 // data: the forward input (relu) or output (logistic, tanh).
@@ -85,12 +113,22 @@ py::array_t<float> backward(py::handle dy, py::handle data, const std::string &k
         if (DY.shape != D.shape)
             throw py::value_error("algoswap_dnnl " + op + ": grad_output and " + second + " shapes differ");
         auto out = empty_f32(D.shape);
-        if (numel(D.shape) > 0) backward_plan(k, numel(D.shape), alpha, beta)->run({DY.data, D.data, out.mutable_data()});
+        if (numel(D.shape) == 0) return out;
+        backward_plan(k, numel(D.shape), alpha, beta)->run({DY.data, D.data, out.mutable_data()});
+        exact_backward(k, DY, D, alpha, beta, out.mutable_data());
         return out;
     });
 }
 
 }  // namespace
+
+// oneDNN's eltwise_relu with alpha 0 is a max in its jit kernels (NaN becomes 0) and 0 * x in its gemm
+// and reference ones (-inf becomes NaN). elu with alpha 0 is x for x > 0, else 0 * (exp(x) - 1): NaN
+// stays NaN and -inf gives 0 in every kernel; the linear step (x * 1 + 0) makes its -0 for x < 0 a +0.
+void append_exact_relu(dnnl::post_ops &ops) {
+    ops.append_eltwise(alg::eltwise_elu, 0.f, 0.f);
+    ops.append_eltwise(alg::eltwise_linear, 1.f, 0.f);
+}
 
 void init_eltwise(py::module_ &m) {
     m.def("relu", [](py::handle x) { return forward(x, "relu", 0.f, 0.f); }, "max(input, 0) elementwise.", py::arg("input"));

@@ -43,13 +43,11 @@ Plan make_matmul(const Matmul &mm) {
     memory::desc bias = mm.bias ? memory::desc(bias_dims, mm.type, dense(bias_dims).get_strides()) : memory::desc();
     memory::desc c = mm.c();
     dnnl::matmul::primitive_desc pd(cpu_engine(), mm.a(), mm.b(), bias, c, user_scratchpad());
-    Plan p;
-    p.prim = dnnl::matmul(pd);
-    finish(p);
-    p.bind(DNNL_ARG_SRC, 0, false, mm.a(), pd.src_desc());
-    p.bind(DNNL_ARG_WEIGHTS, 1, false, mm.b(), pd.weights_desc());
-    if (mm.bias) p.bind(DNNL_ARG_BIAS, 2, false, bias, pd.bias_desc());
-    p.bind(DNNL_ARG_DST, 3, true, c, pd.dst_desc());
+    Plan p{dnnl::matmul(pd)};
+    p.bind(DNNL_ARG_SRC, 0, false, mm.a());
+    p.bind(DNNL_ARG_WEIGHTS, 1, false, mm.b());
+    if (mm.bias) p.bind(DNNL_ARG_BIAS, 2, false, bias);
+    p.bind(DNNL_ARG_DST, 3, true, c);
     return p;
 }
 

@@ -40,19 +40,16 @@ bool has(flags f, flags bit) { return (static_cast<unsigned>(f) & static_cast<un
 // with use_global_stats, outputs of forward_training, absent otherwise.
 template <class Fwd>
 Plan make_forward(const Norm &n, pk prop, flags f) {
-    typename Fwd::primitive_desc pd(cpu_engine(), prop, n.data(), n.data(), n.eps, f, user_scratchpad());
-    Plan p;
-    p.prim = Fwd(pd);
-    finish(p);
-    p.bind(DNNL_ARG_SRC, 0, false, n.data(), pd.src_desc());
-    p.bind(DNNL_ARG_DST, 1, true, n.data(), pd.dst_desc());
+    Plan p{Fwd(typename Fwd::primitive_desc(cpu_engine(), prop, n.data(), n.data(), n.eps, f, user_scratchpad()))};
+    p.bind(DNNL_ARG_SRC, 0, false, n.data());
+    p.bind(DNNL_ARG_DST, 1, true, n.data());
     bool global = has(f, flags::use_global_stats);
     if (global || prop == pk::forward_training) {
-        p.bind(DNNL_ARG_MEAN, 2, !global, vec(n.stats()), pd.mean_desc());
-        p.bind(DNNL_ARG_VARIANCE, 3, !global, vec(n.stats()), pd.variance_desc());
+        p.bind(DNNL_ARG_MEAN, 2, !global, vec(n.stats()));
+        p.bind(DNNL_ARG_VARIANCE, 3, !global, vec(n.stats()));
     }
-    if (has(f, flags::use_scale)) p.bind(DNNL_ARG_SCALE, 4, false, vec(n.channels()), pd.weights_desc());
-    if (has(f, flags::use_shift)) p.bind(DNNL_ARG_SHIFT, 5, false, vec(n.channels()), pd.weights_desc());
+    if (has(f, flags::use_scale)) p.bind(DNNL_ARG_SCALE, 4, false, vec(n.channels()));
+    if (has(f, flags::use_shift)) p.bind(DNNL_ARG_SHIFT, 5, false, vec(n.channels()));
     return p;
 }
 
@@ -61,19 +58,16 @@ Plan make_forward(const Norm &n, pk prop, flags f) {
 template <class Fwd, class Bwd>
 Plan make_backward(const Norm &n, pk prop, flags f) {
     typename Fwd::primitive_desc hint(cpu_engine(), pk::forward_training, n.data(), n.data(), n.eps, f);
-    typename Bwd::primitive_desc pd(cpu_engine(), prop, n.data(), n.data(), n.data(), n.eps, f, hint, user_scratchpad());
-    Plan p;
-    p.prim = Bwd(pd);
-    finish(p);
-    p.bind(DNNL_ARG_DIFF_DST, 0, false, n.data(), pd.diff_dst_desc());
-    p.bind(DNNL_ARG_SRC, 1, false, n.data(), pd.src_desc());
-    p.bind(DNNL_ARG_MEAN, 2, false, vec(n.stats()), pd.mean_desc());
-    p.bind(DNNL_ARG_VARIANCE, 3, false, vec(n.stats()), pd.variance_desc());
-    if (has(f, flags::use_scale)) p.bind(DNNL_ARG_SCALE, 4, false, vec(n.channels()), pd.weights_desc());
-    p.bind(DNNL_ARG_DIFF_SRC, 5, true, n.data(), pd.diff_src_desc());
+    Plan p{Bwd(typename Bwd::primitive_desc(cpu_engine(), prop, n.data(), n.data(), n.data(), n.eps, f, hint, user_scratchpad()))};
+    p.bind(DNNL_ARG_DIFF_DST, 0, false, n.data());
+    p.bind(DNNL_ARG_SRC, 1, false, n.data());
+    p.bind(DNNL_ARG_MEAN, 2, false, vec(n.stats()));
+    p.bind(DNNL_ARG_VARIANCE, 3, false, vec(n.stats()));
+    if (has(f, flags::use_scale)) p.bind(DNNL_ARG_SCALE, 4, false, vec(n.channels()));
+    p.bind(DNNL_ARG_DIFF_SRC, 5, true, n.data());
     // oneDNN 3.2's batch normalization wants diff_scale even for backward_data with use_scale.
-    if (prop == pk::backward || pd.diff_weights_desc().get_size() > 0)
-        p.bind(DNNL_ARG_DIFF_SCALE, 6, true, vec(n.channels()), pd.diff_weights_desc());
+    if (prop == pk::backward || p.arg_md(DNNL_ARG_DIFF_SCALE).get_size() > 0)
+        p.bind(DNNL_ARG_DIFF_SCALE, 6, true, vec(n.channels()));
     return p;
 }
 

@@ -1,4 +1,9 @@
 // Max and average pooling, forward and backward.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "common.hpp"
 
 namespace algoswap_dnnl {
@@ -54,13 +59,10 @@ Pool parse(const dims &x, const V &kernel, const V &stride, const V &dilation, c
 }
 
 Plan make_forward(const Pool &p, bool training) {
-    auto pd = p.forward(training ? pk::forward_training : pk::forward_inference, user_scratchpad());
-    Plan plan;
-    plan.prim = pool_fwd(pd);
-    finish(plan);
-    plan.bind(DNNL_ARG_SRC, 0, false, p.src(), pd.src_desc());
-    plan.bind(DNNL_ARG_DST, 1, true, p.dst(), pd.dst_desc());
-    if (training) plan.bind(DNNL_ARG_WORKSPACE, 2, true, pd.workspace_desc(), pd.workspace_desc());
+    Plan plan(pool_fwd(p.forward(training ? pk::forward_training : pk::forward_inference, user_scratchpad())));
+    plan.bind(DNNL_ARG_SRC, 0, false, p.src());
+    plan.bind(DNNL_ARG_DST, 1, true, p.dst());
+    if (training) plan.bind(DNNL_ARG_WORKSPACE, 2, true, plan.arg_md(DNNL_ARG_WORKSPACE));
     return plan;
 }
 
@@ -68,18 +70,133 @@ Plan make_backward(const Pool &p) {
     auto hint = p.forward(pk::forward_training, dnnl::primitive_attr());
     dnnl::pooling_backward::primitive_desc pd(cpu_engine(), p.algo, p.src(), p.dst(), p.stride, p.kernel, p.dilation,
                                               p.pad_l, p.pad_r, hint, user_scratchpad());
-    Plan plan;
-    plan.prim = dnnl::pooling_backward(pd);
-    finish(plan);
-    plan.bind(DNNL_ARG_DIFF_DST, 0, false, p.dst(), pd.diff_dst_desc());
-    plan.bind(DNNL_ARG_DIFF_SRC, 1, true, p.src(), pd.diff_src_desc());
-    if (p.kind == "max") plan.bind(DNNL_ARG_WORKSPACE, 2, false, pd.workspace_desc(), pd.workspace_desc());
+    Plan plan{dnnl::pooling_backward(pd)};
+    plan.bind(DNNL_ARG_DIFF_DST, 0, false, p.dst());
+    plan.bind(DNNL_ARG_DIFF_SRC, 1, true, p.src());
+    if (p.kind == "max") plan.bind(DNNL_ARG_WORKSPACE, 2, false, plan.arg_md(DNNL_ARG_WORKSPACE));
     return plan;
 }
 
 PlanPtr forward_plan(const Pool &p) { return cached_plan(p.key("pool2d"), [&] { return make_forward(p, false); }); }
 PlanPtr training_plan(const Pool &p) { return cached_plan(p.key("pool2d_training"), [&] { return make_forward(p, true); }); }
 PlanPtr backward_plan(const Pool &p) { return cached_plan(p.key("pool2d_grad"), [&] { return make_backward(p); }); }
+
+// ---- PyTorch's max pooling where the input is not all finite (oneDNN's max drops NaN, and its
+// windows of -inf or of padding only give -FLT_MAX). Each window's maximum is its first largest
+// element in row-major order, or its last NaN; a window with no element in the input gives -inf.
+
+// The input rows (or columns) a window starting at output position o reads: first, step, count.
+struct Taps {
+    int64_t first, step, count;
+};
+Taps taps(const Pool &p, int axis, int64_t o) {
+    int64_t step = p.dilation[axis] + 1, start = o * p.stride[axis] - p.pad_l[axis], extent = p.x[2 + axis];
+    int64_t skip = start < 0 ? (-start + step - 1) / step : 0, count = 0;
+    for (int64_t k = skip; k < p.kernel[axis] && start + k * step < extent; ++k) ++count;
+    return {start + skip * step, step, count};
+}
+
+float as_float(float v) { return v; }
+float as_float(uint16_t bf16) {
+    uint32_t bits = uint32_t(bf16) << 16;
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
+template <typename Value>
+Value minus_infinity();
+template <>
+float minus_infinity<float>() { return -std::numeric_limits<float>::infinity(); }
+template <>
+uint16_t minus_infinity<uint16_t>() { return 0xff80u; }
+
+// Offsets of element (n, c, h, w) of an activation of logical shape s in NCHW or NHWC memory.
+int64_t offset(const dims &s, bool channels_last, int64_t n, int64_t c, int64_t h, int64_t w) {
+    return channels_last ? ((n * s[2] + h) * s[3] + w) * s[1] + c : ((n * s[1] + c) * s[2] + h) * s[3] + w;
+}
+
+// For each output element (n, c, oh, ow) in NCHW order: the input offset of its maximum, or -1.
+template <typename Value>
+std::vector<int64_t> argmax(const Pool &p, const Value *x) {
+    std::vector<int64_t> found(static_cast<size_t>(numel(p.y)), -1);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < p.y[0]; ++n)
+        for (int64_t c = 0; c < p.y[1]; ++c)
+            for (int64_t oh = 0; oh < p.y[2]; ++oh)
+                for (int64_t ow = 0; ow < p.y[3]; ++ow) {
+                    Taps rows = taps(p, 0, oh), cols = taps(p, 1, ow);
+                    float best = -std::numeric_limits<float>::infinity();
+                    int64_t at = rows.count && cols.count ? offset(p.x, p.channels_last, n, c, rows.first, cols.first) : -1;
+                    for (int64_t i = 0; i < rows.count; ++i)
+                        for (int64_t j = 0; j < cols.count; ++j) {
+                            int64_t o = offset(p.x, p.channels_last, n, c, rows.first + i * rows.step, cols.first + j * cols.step);
+                            float v = as_float(x[o]);
+                            if (v > best || std::isnan(v)) best = v, at = o;
+                        }
+                    found[static_cast<size_t>(((n * p.y[1] + c) * p.y[2] + oh) * p.y[3] + ow)] = at;
+                }
+    return found;
+}
+
+template <typename Value>
+void exact_max(const Pool &p, const Value *x, Value *y) {
+    std::vector<int64_t> at = argmax(p, x);
+    for (int64_t n = 0, i = 0; n < p.y[0]; ++n)
+        for (int64_t c = 0; c < p.y[1]; ++c)
+            for (int64_t oh = 0; oh < p.y[2]; ++oh)
+                for (int64_t ow = 0; ow < p.y[3]; ++ow, ++i)
+                    y[offset(p.y, p.channels_last, n, c, oh, ow)] = at[i] < 0 ? minus_infinity<Value>() : x[at[i]];
+}
+
+void exact_max_forward(const Pool &p, const void *x, void *y) {
+    py::gil_scoped_release nogil;
+    if (p.type == dt::bf16)
+        exact_max(p, static_cast<const uint16_t *>(x), static_cast<uint16_t *>(y));
+    else
+        exact_max(p, static_cast<const float *>(x), static_cast<float *>(y));
+}
+
+// The gradient of each output goes to the input element it took (none for an empty window).
+void exact_max_backward(const Pool &p, const float *x, const float *dy, float *dx) {
+    py::gil_scoped_release nogil;
+    std::vector<int64_t> at = argmax(p, x);
+    std::fill(dx, dx + numel(p.x), 0.f);
+    for (size_t i = 0; i < at.size(); ++i)
+        if (at[i] >= 0) dx[at[i]] += dy[i];
+}
+
+// Which output rows (axis 0) or columns (axis 1) have windows wholly in the padding (ceil_mode,
+// dilation): oneDNN gives them -FLT_MAX where PyTorch gives -inf, and its backward no place to go.
+std::vector<char> empty_windows(const Pool &p, int axis) {
+    std::vector<char> empty(static_cast<size_t>(p.y[2 + axis]));
+    for (int64_t o = 0; o < p.y[2 + axis]; ++o) empty[o] = taps(p, axis, o).count == 0;
+    return empty;
+}
+
+bool has_empty_windows(const Pool &p) {
+    for (int axis = 0; axis < 2; ++axis) {
+        std::vector<char> empty = empty_windows(p, axis);
+        if (std::find(empty.begin(), empty.end(), 1) != empty.end()) return true;
+    }
+    return false;
+}
+
+// With a finite input oneDNN's only departure is at those windows: set them to -inf.
+void empty_windows_to_minus_infinity(const Pool &p, void *y) {
+    if (!has_empty_windows(p)) return;
+    std::vector<char> empty_row = empty_windows(p, 0), empty_col = empty_windows(p, 1);
+    for (int64_t n = 0; n < p.y[0]; ++n)
+        for (int64_t c = 0; c < p.y[1]; ++c)
+            for (int64_t oh = 0; oh < p.y[2]; ++oh)
+                for (int64_t ow = 0; ow < p.y[3]; ++ow) {
+                    if (!empty_row[oh] && !empty_col[ow]) continue;
+                    int64_t o = offset(p.y, p.channels_last, n, c, oh, ow);
+                    if (p.type == dt::bf16)
+                        static_cast<uint16_t *>(y)[o] = minus_infinity<uint16_t>();
+                    else
+                        static_cast<float *>(y)[o] = minus_infinity<float>();
+                }
+}
 
 py::array forward(py::handle x, const V &kernel, const V &stride, const V &dilation, const V &pad_l,
                   const V &pad_r, const std::string &kind, float scale, bool channels_last) {
@@ -91,7 +208,12 @@ py::array forward(py::handle x, const V &kernel, const V &stride, const V &dilat
         p.channels_last = channels_last;
         p.type = X.type;
         py::array out = empty_like_type(X, channels_last ? dims{p.y[0], p.y[2], p.y[3], p.y[1]} : p.y);
+        if (p.kind == "max" && !all_finite(X.data, X.type, numel(X.shape))) {
+            exact_max_forward(p, X.data, out.mutable_data());
+            return out;
+        }
         forward_plan(p)->run({X.data, out.mutable_data()});
+        if (p.kind == "max") empty_windows_to_minus_infinity(p, out.mutable_data());
         return out;
     });
 }
@@ -111,8 +233,15 @@ py::array_t<float> backward(py::handle dy, py::handle x, const V &input_size, co
         if (x.is_none()) throw py::value_error("algoswap_dnnl pool2d_grad: max pooling needs the forward input");
         F32 X = check_f32(x, "pool2d_grad", "input");
         if (X.shape != p.x) throw py::value_error("algoswap_dnnl pool2d_grad: input does not match input_size");
+        if (!all_finite(X.data, dt::f32, numel(X.shape)) || has_empty_windows(p)) {
+            exact_max_backward(p, X.data, DY.data, out.mutable_data());
+            return out;
+        }
         PlanPtr train = training_plan(p), back = backward_plan(p);
-        std::vector<char> workspace(train->slots.back().user_md.get_size());
+        const memory::desc &written = train->slot_of(DNNL_ARG_WORKSPACE)->prim_md;
+        if (written != back->slot_of(DNNL_ARG_WORKSPACE)->prim_md)
+            throw DnnlError("oneDNN pool2d_grad: the forward and backward primitives disagree on the workspace layout");
+        std::vector<char> workspace(written.get_size());
         std::vector<float> y(static_cast<size_t>(p.y[0] * p.y[1] * p.y[2] * p.y[3]));
         train->run({X.data, y.data(), workspace.data()});
         back->run({DY.data, out.mutable_data(), workspace.data()});

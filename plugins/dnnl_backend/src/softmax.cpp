@@ -1,5 +1,8 @@
 // softmax and log_softmax along one axis (softmax_accurate / softmax_log), forward and backward.
 // An array of any rank is seen as (outer, axis, inner), or (outer, axis) when nothing follows the axis.
+#include <cmath>
+#include <limits>
+
 #include "common.hpp"
 
 namespace algoswap_dnnl {
@@ -35,12 +38,9 @@ Softmax parse(const dims &shape, int64_t axis, bool log) {
 
 PlanPtr forward_plan(const Softmax &s) {
     return cached_plan(make_key(s.name(), {s.x}), [&] {
-        auto pd = s.forward(pk::forward_inference, user_scratchpad());
-        Plan p;
-        p.prim = dnnl::softmax_forward(pd);
-        finish(p);
-        p.bind(DNNL_ARG_SRC, 0, false, s.data(), pd.src_desc());
-        p.bind(DNNL_ARG_DST, 1, true, s.data(), pd.dst_desc());
+        Plan p{dnnl::softmax_forward(s.forward(pk::forward_inference, user_scratchpad()))};
+        p.bind(DNNL_ARG_SRC, 0, false, s.data());
+        p.bind(DNNL_ARG_DST, 1, true, s.data());
         return p;
     });
 }
@@ -50,13 +50,63 @@ PlanPtr backward_plan(const Softmax &s) {
         auto hint = s.forward(pk::forward_training, dnnl::primitive_attr());
         dnnl::softmax_backward::primitive_desc pd(cpu_engine(), s.algo(), s.data(), s.data(), s.data(), 1, hint,
                                                   user_scratchpad());
-        Plan p;
-        p.prim = dnnl::softmax_backward(pd);
-        finish(p);
-        p.bind(DNNL_ARG_DIFF_DST, 0, false, s.data(), pd.diff_dst_desc());
-        p.bind(DNNL_ARG_DST, 1, false, s.data(), pd.dst_desc());
-        p.bind(DNNL_ARG_DIFF_SRC, 2, true, s.data(), pd.diff_src_desc());
+        Plan p{dnnl::softmax_backward(pd)};
+        p.bind(DNNL_ARG_DIFF_DST, 0, false, s.data());
+        p.bind(DNNL_ARG_DST, 1, false, s.data());
+        p.bind(DNNL_ARG_DIFF_SRC, 2, true, s.data());
         return p;
+    });
+}
+
+// ---- Inputs that are not all finite (checked first), treated as PyTorch does: a row (along the axis)
+// holding a NaN or +inf, or only -inf, is NaN throughout; -inf elements of other rows give exactly 0
+// (softmax) or -inf (log_softmax). oneDNN leaves the other elements of such rows finite.
+
+// Calls visit(offset of the row's first element, stride between its elements) for every row.
+template <typename F>
+void for_each_row(const Softmax &s, F &&visit) {
+    int64_t n = s.x[1], inner = s.x.size() == 3 ? s.x[2] : 1;
+    for (int64_t o = 0; o < s.x[0]; ++o)
+        for (int64_t j = 0; j < inner; ++j) visit(o * n * inner + j, inner);
+}
+
+void exact_rows(const Softmax &s, const float *x, float *y) {
+    py::gil_scoped_release nogil;
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity(), minus_inf = -inf;
+    int64_t n = s.x[1];
+    for_each_row(s, [&](int64_t start, int64_t stride) {
+        bool undefined = true;  // only -inf so far
+        for (int64_t i = 0; i < n; ++i) {
+            float v = x[start + i * stride];
+            if (std::isnan(v) || v == inf) {
+                undefined = true;
+                break;
+            }
+            undefined = undefined && v == minus_inf;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+            int64_t at = start + i * stride;
+            if (undefined) y[at] = nan;
+            else if (x[at] == minus_inf) y[at] = s.log ? minus_inf : 0.f;
+        }
+    });
+}
+
+// PyTorch's gradients y * (dy - sum(dy * y)) (softmax) and dy - exp(y) * sum(dy) (log_softmax) along
+// each row, where oneDNN's result is not all finite. One scan of that result (just written) finds every
+// case that needs it: a non-finite grad_output makes its row's sum, and so some element, non-finite; a
+// NaN or +inf output gives NaN or an infinity where it stands. (-inf in y, from -inf inputs, gives the
+// finite dy, as oneDNN computes too.)
+void exact_backward(const Softmax &s, const float *dy, const float *y, float *dx) {
+    py::gil_scoped_release nogil;
+    int64_t n = s.x[1];
+    for_each_row(s, [&](int64_t start, int64_t stride) {
+        float total = 0.f;
+        for (int64_t i = 0; i < n; ++i) total += s.log ? dy[start + i * stride] : dy[start + i * stride] * y[start + i * stride];
+        for (int64_t i = 0; i < n; ++i) {
+            int64_t at = start + i * stride;
+            dx[at] = s.log ? dy[at] - std::exp(y[at]) * total : y[at] * (dy[at] - total);
+        }
     });
 }
 
@@ -66,7 +116,9 @@ py::array_t<float> forward(py::handle x, int64_t axis, bool log) {
         F32 X = check_f32(x, op, "input");
         Softmax s = parse(X.shape, axis, log);
         auto out = empty_f32(X.shape);
-        if (numel(X.shape) > 0) forward_plan(s)->run({X.data, out.mutable_data()});
+        if (numel(X.shape) == 0) return out;
+        forward_plan(s)->run({X.data, out.mutable_data()});
+        if (!all_finite(X.data, dt::f32, numel(X.shape))) exact_rows(s, X.data, out.mutable_data());
         return out;
     });
 }
@@ -78,7 +130,9 @@ py::array_t<float> backward(py::handle dy, py::handle y, int64_t axis, bool log)
         if (DY.shape != Y.shape) throw py::value_error(std::string("algoswap_dnnl ") + op + ": grad_output and output shapes differ");
         Softmax s = parse(Y.shape, axis, log);
         auto out = empty_f32(Y.shape);
-        if (numel(Y.shape) > 0) backward_plan(s)->run({DY.data, Y.data, out.mutable_data()});
+        if (numel(Y.shape) == 0) return out;
+        backward_plan(s)->run({DY.data, Y.data, out.mutable_data()});
+        if (!all_finite(out.data(), dt::f32, numel(Y.shape))) exact_backward(s, DY.data, Y.data, out.mutable_data());
         return out;
     });
 }

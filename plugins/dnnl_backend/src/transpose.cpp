@@ -37,11 +37,9 @@ PlanPtr transpose_plan(const Transpose &t) {
     return cached_plan(make_key("transpose", {t.input, t.perm}), [&] {
         memory::desc src = t.source(), dst = dense(t.output());
         dnnl::reorder::primitive_desc pd(cpu_engine(), src, cpu_engine(), dst, user_scratchpad());
-        Plan p;
-        p.prim = dnnl::reorder(pd);
-        finish(p);
-        p.bind(DNNL_ARG_FROM, 0, false, src, src);
-        p.bind(DNNL_ARG_TO, 1, true, dst, dst);
+        Plan p{dnnl::reorder(pd)};
+        p.bind(DNNL_ARG_FROM, 0, false, src);
+        p.bind(DNNL_ARG_TO, 1, true, dst);
         return p;
     });
 }

@@ -38,16 +38,17 @@ def algoswap_register(registry: Any) -> None:
 
 def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
+    # Winograd tiles and FFTs mix many inputs into each intermediate: one NaN or inf may make others NaN.
     algorithms = (
-        ("smm", conv.conv2d_smm, 30, None, "numpy im2col + matmul (BLAS gemm)"),
-        ("winograd", conv.conv2d_winograd, 20, _winograd_supports, "numpy Winograd F(2x2,3x3) tiles"),
-        ("direct", conv.conv2d_direct, 10, None, "numpy tap-by-tap tensordot"),
-        ("fft", conv.conv2d_fft, 0, None, "numpy rfft2 pointwise products"),
+        ("smm", conv.conv2d_smm, 30, None, "numpy im2col + matmul (BLAS gemm)", "exact"),
+        ("winograd", conv.conv2d_winograd, 20, _winograd_supports, "numpy Winograd F(2x2,3x3) tiles", "spreads"),
+        ("direct", conv.conv2d_direct, 10, None, "numpy tap-by-tap tensordot", "exact"),
+        ("fft", conv.conv2d_fft, 0, None, "numpy rfft2 pointwise products", "spreads"),
     )
-    for algorithm, function, priority, supports, kernel in algorithms:
-        add("conv2d", algorithm, BACKEND, function, priority=priority, supports=supports, kernel=kernel)
+    for algorithm, function, priority, supports, kernel, nan in algorithms:
+        add("conv2d", algorithm, BACKEND, function, priority=priority, supports=supports, kernel=kernel, nan=nan)
         add("conv2d_fused", algorithm, BACKEND, conv.fused(function), priority=priority, supports=supports,
-            kernel=f"{kernel}, then the add and activation in place")
+            kernel=f"{kernel}, then the add and activation in place", nan=nan)
     add("conv2d_grad_input", "direct", BACKEND, conv.conv2d_grad_input, kernel="numpy tap-by-tap scatter")
     add("conv2d_grad_weight", "direct", BACKEND, conv.conv2d_grad_weight, kernel="numpy tap-by-tap tensordot")
     add("conv2d_grad_bias", "direct", BACKEND, conv.conv2d_grad_bias, kernel="numpy sum")

@@ -9,8 +9,8 @@ def relu(x: np.ndarray) -> np.ndarray:
 
 
 def relu_grad(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Gradient of relu: dy where x > 0, else 0."""
-    return np.where(x > 0, dy, 0).astype(dy.dtype, copy=False)
+    """Gradient of relu: 0 where x <= 0, else dy (where x is NaN too, as in PyTorch)."""
+    return np.where(x <= 0, 0, dy).astype(dy.dtype, copy=False)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

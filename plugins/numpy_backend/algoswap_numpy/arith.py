@@ -77,13 +77,21 @@ def rdiv_scalar_grad(dy: np.ndarray, x: np.ndarray, *, value: float) -> np.ndarr
     return dy * (x.dtype.type(-value) / (x * x))
 
 
-def pow_scalar(x: np.ndarray, *, exponent: float) -> np.ndarray:
+def _power(x: np.ndarray, exponent: float) -> np.ndarray:
+    """x ** exponent; exponent -0.5 as PyTorch computes it, 1 / sqrt(x) (NaN for -inf, where C's
+    pow gives 0)."""
+    if exponent == -0.5:
+        return rsqrt(x)
     return np.power(x, x.dtype.type(exponent))
+
+
+def pow_scalar(x: np.ndarray, *, exponent: float) -> np.ndarray:
+    return _power(x, exponent)
 
 
 def pow_scalar_grad(dy: np.ndarray, x: np.ndarray, *, exponent: float) -> np.ndarray:
     """dy * exponent * x**(exponent - 1)."""
-    return dy * x.dtype.type(exponent) * np.power(x, x.dtype.type(exponent - 1))
+    return dy * x.dtype.type(exponent) * _power(x, exponent - 1)
 
 
 def zeros_like(x: np.ndarray) -> np.ndarray:

@@ -22,11 +22,16 @@ def keep_mask(shape: tuple[int, ...], p: float, seed: int) -> np.ndarray:
     return (uniform >= p).reshape(shape)
 
 
+def _scaled(keep: np.ndarray, p: float, dtype: np.dtype) -> np.ndarray:
+    """The mask as the factor each element is multiplied by: 1 / (1 - p) where kept, else 0 (so
+    that, as in PyTorch, a dropped NaN or inf stays non-finite)."""
+    return np.where(keep, dtype.type(1 / (1 - p)), dtype.type(0))
+
+
 def dropout(x: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray:
     if not training or p == 0:
         return x.copy()
-    scale = x.dtype.type(1 / (1 - p))
-    return np.where(keep_mask(x.shape, p, seed), x * scale, x.dtype.type(0))
+    return x * _scaled(keep_mask(x.shape, p, seed), p, x.dtype)
 
 
 def dropout_grad(dy: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray:
@@ -38,8 +43,7 @@ def dropout2d(x: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarr
     """Whole channels of NCHW input zeroed: channel (n, c) follows element n * C + c of the mask."""
     if not training or p == 0:
         return x.copy()
-    scale = x.dtype.type(1 / (1 - p))
-    return np.where(keep_mask(x.shape[:2], p, seed)[:, :, None, None], x * scale, x.dtype.type(0))
+    return x * _scaled(keep_mask(x.shape[:2], p, seed), p, x.dtype)[:, :, None, None]
 
 
 def dropout2d_grad(dy: np.ndarray, *, p: float, seed: int, training: bool) -> np.ndarray:

@@ -10,21 +10,32 @@ _BATCH_AXES = (0, 2, 3)
 def batchnorm2d(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray,
                 weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     """(x - mean) / sqrt(var + eps) * weight + bias, per channel (dimension 1)."""
-    scale = 1.0 / np.sqrt(running_var + x.dtype.type(eps))
-    if weight is not None:
-        scale = scale * weight
-    y = (x - running_mean[:, None, None]) * scale[:, None, None]
-    if bias is not None:
-        y += bias[:, None, None]
-    return y
+    return _per_channel_affine(x, running_mean, 1.0 / np.sqrt(running_var + x.dtype.type(eps)), weight, bias)
+
+
+def _per_channel_affine(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, weight: np.ndarray | None,
+                        bias: np.ndarray | None) -> np.ndarray:
+    """(x - mean) * rstd * weight + bias per channel, as PyTorch computes it: x * scale + shift with
+    scale = rstd * weight and shift = bias - mean * scale (so that an infinite weight gives NaN
+    exactly where PyTorch's batch and instance norms do). mean and rstd: one per channel, or (N, C)."""
+    scale = rstd if weight is None else rstd * weight
+    shift = -mean * scale if bias is None else bias - mean * scale
+    spatial = (slice(None),) * scale.ndim + (None, None)
+    return x * scale[spatial] + shift[spatial]
+
+
+def _statistics(x: np.ndarray, axes: Axes, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over ``axes`` and rstd = 1 / sqrt(biased var + eps) (two-pass variance), axes kept."""
+    mean = np.mean(x, axis=axes, keepdims=True)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=axes, keepdims=True)
+    return mean, 1 / np.sqrt(var + x.dtype.type(eps))
 
 
 def _normalise(x: np.ndarray, axes: Axes, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(x - mean) * rstd over ``axes`` and rstd = 1 / sqrt(biased var + eps) (two-pass variance)."""
-    centred = x - np.mean(x, axis=axes, keepdims=True)
-    var = np.mean(centred * centred, axis=axes, keepdims=True)
-    rstd = 1 / np.sqrt(var + x.dtype.type(eps))
-    return centred * rstd, rstd
+    """(x - mean) * rstd over ``axes``, and rstd."""
+    mean, rstd = _statistics(x, axes, eps)
+    return (x - mean) * rstd, rstd
 
 
 def _normalise_grad(dxhat: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, axes: Axes) -> np.ndarray:
@@ -42,23 +53,20 @@ def _affine(xhat: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None
 # --------------------------------------------------------------------------- batch_norm_train
 
 
-def _channel(v: np.ndarray | None) -> np.ndarray | None:
-    return None if v is None else v[:, None, None]
-
-
 def _per_channel_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, eps: float,
                             axes: Axes) -> np.ndarray:
-    """Gradient with respect to x of a normalisation over ``axes`` with a per-channel weight."""
+    """Gradient with respect to x of a normalisation over ``axes`` with a per-channel weight (which
+    is constant over ``axes``, so it scales the result last, as in PyTorch)."""
     xhat, rstd = _normalise(x, axes, eps)
-    dxhat = dy if weight is None else dy * weight[:, None, None]
-    return _normalise_grad(dxhat, xhat, rstd, axes)
+    grad = _normalise_grad(dy, xhat, rstd, axes)
+    return grad if weight is None else grad * weight[:, None, None]
 
 
 def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *,
                      eps: float) -> np.ndarray:
     """Per-channel normalisation with this batch's mean and biased variance over (N, H, W)."""
-    xhat, _ = _normalise(x, _BATCH_AXES, eps)
-    return _affine(xhat, _channel(weight), _channel(bias))
+    mean, rstd = _statistics(x, _BATCH_AXES, eps)
+    return _per_channel_affine(x, mean.reshape(-1), rstd.reshape(-1), weight, bias)
 
 
 def batch_norm_train_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *,
@@ -122,8 +130,8 @@ _SPATIAL = (2, 3)
 
 def instance_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     """Normalisation of each sample and channel over (H, W), then per-channel weight and bias."""
-    xhat, _ = _normalise(x, _SPATIAL, eps)
-    return _affine(xhat, _channel(weight), _channel(bias))
+    mean, rstd = _statistics(x, _SPATIAL, eps)
+    return _per_channel_affine(x, mean[:, :, 0, 0], rstd[:, :, 0, 0], weight, bias)
 
 
 def instance_norm_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, eps: float) -> np.ndarray:

@@ -54,22 +54,21 @@ def algoswap_api_version() -> str:
     return ">=1,<2"
 
 
+def probe() -> Any:
+    """True (naming the device, for `algoswap backends`) if dpctl finds an OpenCL SYCL device, else why not."""
+    from algoswap import Available
+
+    from ._device import context, probe as check
+
+    answer = check()
+    return Available(f"sycl {context().filter_string}") if answer is True else answer
+
+
 def algoswap_register(registry: Any) -> None:
-    backend: list[Any] = []
-
-    def probe() -> bool | str:
-        from ._device import context, probe as check
-
-        answer = check()
-        if answer is True:  # `algoswap backends` then lists the device itself
-            backend[0].device = f"sycl {context().filter_string}"
-        return answer
-
     from ._memory import USM
 
-    backend.append(registry.add_backend(
-        BACKEND, device="sycl", memory=USM, priority=-10, probe=probe,
-        description="OpenCL C kernels through dpctl on a SYCL device (USM; host arrays copied in)"))
+    registry.add_backend(BACKEND, device="sycl", memory=USM, priority=-10, probe=probe,
+                         description="OpenCL C kernels through dpctl on a SYCL device (USM; host arrays copied in)")
     _register_conv(registry)
     _register_others(registry)
 

@@ -19,13 +19,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from algoswap import LRUCache, declare_cache, is_frozen
+
 from ._pool import HostWindow, Lease, Pool
 
 ENV_DEVICE = "ALGOSWAP_SYCL_DEVICE"
 _DTYPES = {"float32": "float", "float64": "double"}
 SOURCES = ("matmul.cl", "layout.cl", "direct.cl", "pool.cl")  # kernels/*.cl, built as one program in this order
 _chosen: str | None = None  # set by use_device(); wins over ALGOSWAP_SYCL_DEVICE
-_contexts: dict[str, "Context"] = {}
+_contexts: dict[str, "Context"] = {}  # one per device name asked for (programs and kernels: one per dtype and name)
+RESIDENT = declare_cache(
+    "sycl_resident", 512,
+    "SYCL: device copies of frozen host arrays (weights; transposed weights), per device, each kept while its "
+    "host array lives")
 _lock = threading.RLock()
 
 
@@ -131,7 +137,7 @@ class Context:
     local_panel: bool  # stage the matrix product's A panel in local memory (devices with on-chip local memory)
     programs: dict[str, Any] = field(default_factory=dict)
     kernels: dict[tuple[str, str], Any] = field(default_factory=dict)
-    _resident: dict[tuple[Any, ...], tuple[Any, SyclArray]] = field(default_factory=dict, repr=False)
+    _resident: LRUCache[tuple[Any, SyclArray]] = field(default_factory=lambda: LRUCache(RESIDENT), repr=False)
     pool: Pool = field(default_factory=Pool, repr=False)
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -208,29 +214,31 @@ class Context:
         return out
 
     def device(self, array: Any) -> SyclArray:
-        """``array`` on this device: itself when it already is, else a copy. A read-only host array
-        (swap_backend's constant weights) is copied once and kept while the array lives."""
+        """``array`` on this device: itself when it already is, else a copy. A frozen host array
+        (``algoswap.is_frozen``: swap_backend's constant weights) is copied once and kept while it lives;
+        any other (a read-only view too: it sees writes to its base) is copied at every call."""
         if isinstance(array, SyclArray):
             return array
-        if array.flags.writeable:
+        if not is_frozen(array):
             return self.upload(array, temporary=True)
         return self.resident(array, "plain", self.upload)
 
     def resident(self, array: np.ndarray, form: str, make: Callable[[np.ndarray], SyclArray]) -> SyclArray:
-        """A device array made from read-only ``array`` by ``make``, cached while ``array`` lives (keyed by
-        its id, checked through a weak reference: an id reused after garbage collection never matches)."""
+        """A device array made from frozen ``array`` by ``make``, cached while ``array`` lives (keyed by
+        its id, checked through a weak reference: an id reused after garbage collection never matches;
+        at most RESIDENT's size of them, least recently used dropped first)."""
         key = (id(array), form, array.shape, array.dtype.str)
         entry = self._resident.get(key)
         if entry is not None and entry[0]() is array:
             return entry[1]
         made = make(array)
-        self._resident[key] = (weakref.ref(array, functools.partial(self._drop, key)), made)
+        self._resident.put(key, (weakref.ref(array, functools.partial(self._drop, key)), made))
         return made
 
     def _drop(self, key: tuple[Any, ...], ref: Any) -> None:
         entry = self._resident.get(key)
         if entry is not None and entry[0] is ref:
-            self._resident.pop(key, None)
+            self._resident.pop(key)
 
     def run(self, dtype: np.dtype, name: str, args: Sequence[Any], global_range: Sequence[int],
             local_range: Sequence[int] | None = None) -> None:
@@ -274,5 +282,5 @@ def from_host(array: Any) -> SyclArray:
 
 
 def resident_count() -> int:
-    """How many device copies of read-only host arrays the selected device keeps."""
+    """How many device copies of frozen host arrays the selected device keeps."""
     return len(context()._resident)

@@ -8,6 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from algoswap import freeze
+
 from ._device import Context, Long, SyclArray, context
 
 # Must match kernels/matmul.cl: rows per work-item, columns per work-item, work-items per group, panel depth.
@@ -48,10 +50,7 @@ def dummy(ctx: Context, dtype: np.dtype) -> SyclArray:
     return ctx.resident(_DUMMIES.setdefault(dtype.str, np.zeros(1, dtype)), "dummy", ctx.upload)
 
 
-_DUMMIES: dict[str, np.ndarray] = {}
-for _array in (np.zeros(1, np.float32), np.zeros(1, np.float64)):
-    _array.setflags(write=False)
-    _DUMMIES[_array.dtype.str] = _array
+_DUMMIES: dict[str, np.ndarray] = {a.dtype.str: freeze(a) for a in (np.zeros(1, np.float32), np.zeros(1, np.float64))}
 
 
 def gemm(ctx: Context, dtype: np.dtype, a: SyclArray, b: SyclArray, c: SyclArray, *, m: int, n: int, k: int,
@@ -99,4 +98,14 @@ def supports_dtype_and_size(call: Any) -> bool | str:
     for shape in list(call.shapes) + [call.out_shape]:
         if shape is not None and math.prod(shape) > INT_LIMIT // 16:
             return f"arrays of more than {INT_LIMIT // 16} elements (these kernels index with 32-bit ints)"
+    for name, value in call.attrs.items():
+        if any(abs(v) > INT_LIMIT // 16 for v in _ints(value)):
+            return f"{name}={value!r}: integer attributes above {INT_LIMIT // 16} (these kernels index with 32-bit ints)"
     return True
+
+
+def _ints(value: Any) -> list[int]:
+    """The ints in an attribute value (through tuples: strides, paddings, shapes)."""
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _ints(item)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []

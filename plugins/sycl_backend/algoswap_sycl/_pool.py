@@ -50,14 +50,18 @@ class Pool:
             if not free:
                 return None
             self.free_bytes -= nbytes
-            return free.pop()
+            memory = free.pop()
+            if not free:
+                del self.free[nbytes]
+            return memory
 
     def give(self, memory: Any) -> None:
         """``memory`` is no longer used: keep it for reuse if the bounds allow (else it is freed)."""
         with self._lock:
-            free = self.free.setdefault(memory.nbytes, [])
+            free = self.free.get(memory.nbytes, [])
             if len(free) < PER_SIZE and self.free_bytes + memory.nbytes <= MAX_BYTES:
                 free.append(memory)
+                self.free[memory.nbytes] = free  # a size is listed only while it has free allocations
                 self.free_bytes += memory.nbytes
 
     def lease(self, memory: Any) -> Lease:

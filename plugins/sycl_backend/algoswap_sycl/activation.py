@@ -17,7 +17,7 @@ def relu(x: Any) -> Any:
 
 
 def relu_grad(dy: Any, x: Any) -> Any:
-    """dy where x > 0, else 0."""
+    """0 where x <= 0, else dy (where x is NaN too, as in PyTorch)."""
     ctx, dtype, (dyd, xd) = start(dy, x)
     dx = ctx.empty(x.shape, dtype)
     ctx.run(dtype, "relu_grad", [dyd, xd, dx], [xd.size])

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from algoswap import LRUCache, declare_cache
+
 from ._device import Context, Long, SyclArray
 from ._launch import TM, VN, ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
 
@@ -159,23 +161,22 @@ def _phases(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry) -> tuple[S
     return xs, nph, npw, hq, wq
 
 
-_OFFSETS: dict[tuple[Any, ...], SyclArray] = {}
+OFFSETS = declare_cache("sycl_tap_offsets", 256,
+                        "SYCL conv2d: the tap offset table of each direct-convolution geometry (a small device array)")
+_offsets: LRUCache[SyclArray] = LRUCache(OFFSETS)
 
 
 def _tap_offsets(ctx: Context, g: Geometry, npw: int, channel: int, hq: int, wq: int) -> SyclArray:
     """Where each row k = (c, kh, kw) of the product's B starts in a group's phases (kernels/direct.cl)."""
     key = (ctx.filter_string, g.cg, g.kh, g.kw, g.stride, g.dilation, npw, channel, hq, wq)
-    found = _OFFSETS.get(key)
+    found = _offsets.get(key)
     if found is None:
         (sh, sw), (dh, dw) = g.stride, g.dilation
         kh, kw = np.divmod(np.arange(g.kh * g.kw), g.kw)
         (di, ph), (dj, pw) = np.divmod(kh * dh, sh), np.divmod(kw * dw, sw)
         taps = ((ph * npw + pw) * hq + di) * wq + dj
         channels = np.arange(g.cg)[:, None] * channel
-        found = ctx.upload((channels + taps).astype(np.int32).ravel())
-        if len(_OFFSETS) > 256:
-            _OFFSETS.clear()
-        _OFFSETS[key] = found
+        found = _offsets.put(key, ctx.upload((channels + taps).astype(np.int32).ravel()))
     return found
 
 

@@ -7,16 +7,18 @@ from typing import Any
 
 import numpy as np
 
+from algoswap import is_frozen
+
 from ._device import Context, SyclArray, context
 from ._launch import finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
 
 
 def _transposed(ctx: Context, dtype: np.dtype, w: Any) -> SyclArray:
-    """w.T on the device; for read-only host weights (a Model's), made once and kept while w lives."""
+    """w.T on the device; for frozen host weights (a Model's), made once and kept while w lives."""
     def make(array: Any, temporary: bool = False) -> SyclArray:
         return swap01(ctx, dtype, ctx.device(array), array.shape[0], array.shape[1], 1, temporary)
 
-    if isinstance(w, np.ndarray) and not w.flags.writeable:
+    if is_frozen(w):
         return ctx.resident(w, "transposed", make)
     return make(w, temporary=True)
 
@@ -60,5 +62,5 @@ def kernel(call: Any) -> str:
     ctx = context()
     if call.op == "linear_grad_bias":
         return f"sum02: one work-item per feature, on {ctx.describe()}"
-    prefix = "swap01 (weight transposed, kept for read-only weights) + " if call.op == "linear" else ""
+    prefix = "swap01 (weight transposed, kept for frozen weights) + " if call.op == "linear" else ""
     return prefix + gemm_kernel_name(ctx)

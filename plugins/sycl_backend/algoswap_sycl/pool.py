@@ -30,7 +30,7 @@ def maxpool2d(x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, dilatio
 
 def maxpool2d_grad(dy: Any, x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, dilation: Pair,
                    ceil_mode: bool) -> Any:
-    """Each input cell gathers the gradient of the windows whose first maximum it is."""
+    """Each input cell gathers the gradient of the windows whose first maximum (or last NaN) it is."""
     ctx, dtype, (dyd, xd) = start(dy, x)
     n, c, h, w = x.shape
     oh, ow = dy.shape[2:]

@@ -1,7 +1,7 @@
 // Part of the SYCL backend's program (kernels/matmul.cl says how it is built).
 // ----------------------------------------------------------------------------- pooling
 // Windows: taps start + t * d for t < k, kept where inside the input.
-// The flat index (h * W + w) of the first maximum of window (oh, ow), as maxpool2d chose it.
+// The flat index (h * W + w) of the first maximum (or the last NaN) of window (oh, ow), as maxpool2d chose it.
 inline int max_tap(__global const REAL *base, int H, int W, int oh, int ow, int kh, int kw,
                    int sh, int sw, int ph, int pw, int dh, int dw) {
     REAL best = -INFINITY;
@@ -13,7 +13,7 @@ inline int max_tap(__global const REAL *base, int H, int W, int oh, int ow, int 
             int ww = ow * sw - pw + j * dw;
             if (ww < 0 || ww >= W) continue;
             REAL v = base[h * W + ww];
-            if (where < 0 || v > best || (isnan(v) && !isnan(best))) { best = v; where = h * W + ww; }
+            if (where < 0 || v > best || isnan(v)) { best = v; where = h * W + ww; }  // the last NaN wins, as in PyTorch
         }
     }
     return where;
@@ -133,7 +133,7 @@ __kernel void relu(__global const REAL *x, __global REAL *y) {
 
 __kernel void relu_grad(__global const REAL *dy, __global const REAL *x, __global REAL *dx) {
     long i = get_global_id(0);
-    dx[i] = x[i] > (REAL)0 ? dy[i] : (REAL)0;
+    dx[i] = x[i] <= (REAL)0 ? (REAL)0 : dy[i];  // NaN passes the gradient, as in PyTorch
 }
 
 // ----------------------------------------------------------------------------- add, and conv2d_fused's epilogue
