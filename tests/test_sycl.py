@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import algoswap
-from helpers import as_float64, assert_close, network_terms
+from helpers import as_float64, assert_close, network_terms, relative_error
 from op_scales import assert_op_close, gradient_scales
 from test_conformance import check_conformance
 
