@@ -5,9 +5,9 @@
 # layer, then whole-model inference: eager, swap_conv2d, swap_backend) and the per-call overhead.
 #
 #   bash benchmarks/cuda_device_run.sh [all|tests|layers|model] [OUTDIR]
-#     tests:  the conformance suite for every CUDA implementation, tests/test_cuda.py and the executor's GPU training test
+#     tests:  the conformance suites (finite, and NaN / inf) for every CUDA implementation, tests/test_cuda.py and the executor's GPU training test
 #     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
-#     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend) and the per-call overhead
+#     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend), the per-call overhead and the cost of the padding NaN pass
 #     all (default): the three in turn (about 12 minutes on an H200)
 #
 # Run from the repository root on a machine with an NVIDIA GPU, python3 with torch, CuPy and cuDNN.
@@ -30,8 +30,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.backends['cuda'].availability())"
 
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
-    echo "== tests (conformance of every CUDA implementation, tests/test_cuda.py)"
-    timeout 420 python3 -m pytest tests/test_cuda.py tests/test_conformance.py tests/test_graph_executor.py -k "cuda or gpu" \
+    echo "== tests (conformance of every CUDA implementation, with NaN and inf too; tests/test_cuda.py)"
+    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py -k "cuda or gpu" \
         -q -rfEs -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
 fi
 if [ "$PART" = all ] || [ "$PART" = layers ]; then
@@ -45,4 +45,6 @@ if [ "$PART" = all ] || [ "$PART" = model ]; then
     timeout 150 python3 benchmarks/cuda_conv_layers.py --model-only --algorithms guess find --out "$OUT/model.json" 2>&1 | tee "$OUT/model.log"
     echo "== per-call overhead of a swapped layer"
     timeout 60 python3 benchmarks/cuda_call_overhead.py 2>&1 | tee "$OUT/overhead.log"
+    echo "== the padding NaN pass after cuDNN convolutions (with and without, in turns)"
+    timeout 300 python3 benchmarks/cuda_padding_nan.py 2>&1 | tee "$OUT/padding_nan.log"
 fi

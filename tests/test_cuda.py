@@ -10,6 +10,7 @@ steps give PyTorch's gradients.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -266,3 +267,84 @@ def test_swap_backend_fuses_conv_add_relu_on_the_gpu() -> None:
     assert all(row.implementation == "cuda:guess" and "one CuPy element-wise pass" in row.kernel for row in chains)
     assert_close(got, plain, **network_terms(module), context="fused against unfused")
     assert_close(got, expected, **network_terms(module), context="against torch")
+
+
+# ------------------------------------------------------- NaN and inf as PyTorch has them (issue 12)
+
+def _against_torch(op: str, inputs: list[Any], algorithm: str, tolerance: float, **attrs: Any) -> str:
+    """What cuda:<algorithm> gives otherwise than torch's float64 oracle ("" if nothing): NaN, +inf and
+    -inf exactly where torch has them (NaN elsewhere too for nan="spreads"), finite entries within ``tolerance``."""
+    pytest.importorskip("torch")
+    from nonfinite import compare
+    from torch_oracle import TORCH, to_torch
+
+    call = _registry.spec(op).bind([None if a is None else a.shape for a in inputs],
+                                   [None if a is None else str(a.dtype) for a in inputs], attrs)
+    expected = TORCH[op](*[to_torch(a) for a in inputs], **call.attrs).detach().numpy()
+    got = np.asarray(algoswap.ops.call(op, *inputs, algorithm=f"cuda:{algorithm}", transfer=True, **attrs))
+    finite = expected[np.isfinite(expected)]
+    scale = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+    return compare(got, expected, _registry.impls[(op, algorithm, "cuda")].nan, tolerance, scale)
+
+
+# float32 through cuDNN's engines (FFT and Winograd included) on LAYER's 576-term sums: within 2e-5 of
+# float64 on ResNet layers (README), 1e-4 leaves room for the engine guess and find pick
+CUDNN_TOLERANCE = 1e-4
+
+
+@gpu
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_fused"])
+@pytest.mark.parametrize("algorithm", ["guess", "find", *ENGINES])
+def test_cudnn_convolutions_multiply_their_zero_padding(op: str, algorithm: str, rng: np.random.Generator) -> None:
+    """cuDNN's engines skip the taps in the zero padding: an inf or NaN weight left the border outputs
+    finite or ±inf where PyTorch's zero-padded convolution has 0 * inf = NaN (H200, cuDNN 9.19)."""
+    x, w = (rng.standard_normal(shape).astype(np.float32) for shape in LAYER["shapes"][:2])
+    w[5, 7, 0, 2], w[9, 3, 2, 2], w[20, 0, 1, 1] = np.inf, np.nan, -np.inf  # two taps reaching the padding, one never
+    inputs = [x, w, rng.standard_normal(64).astype(np.float32)]
+    attrs: dict[str, Any] = {"padding": LAYER["padding"]}
+    if op == "conv2d_fused":
+        inputs.append(rng.standard_normal(x.shape).astype(np.float32))
+        attrs["activation"] = "relu"
+    problem = _against_torch(op, inputs, algorithm, CUDNN_TOLERANCE, **attrs)
+    assert not problem, f"{op}, cuda:{algorithm}: {problem}"
+
+
+@gpu
+def test_cudnn_weight_gradient_multiplies_its_zero_padding(rng: np.random.Generator) -> None:
+    """A non-finite grad_output whose window reaches the padding makes dW[o, :, i, j] NaN in PyTorch for
+    each tap (i, j) there (0 * inf); cuDNN's engines skipped those taps and left them finite or ±inf."""
+    dy, x = (rng.standard_normal(LAYER["shapes"][0]).astype(np.float32) for _ in range(2))
+    dy[0, 5, 0, 3], dy[3, 9, 27, 27], dy[1, 20, 14, 14] = np.inf, -np.inf, np.nan  # top row, a corner, inside
+    problem = _against_torch("conv2d_grad_weight", [dy, x], "guess", CUDNN_TOLERANCE, weight_size=LAYER["shapes"][1],
+                             padding=LAYER["padding"])
+    assert not problem, problem
+
+
+def _sparse(rows: int, cols: int, rng: np.random.Generator) -> Any:
+    import scipy.sparse
+
+    dense = rng.standard_normal((rows, cols)).astype(np.float32)
+    return scipy.sparse.csr_matrix(np.where(rng.random((rows, cols)) < rng.uniform(0.1, 0.6), dense, 0))
+
+
+@gpu
+@pytest.mark.parametrize("op", ["csrmm", "csrmm_grad_dense"])
+def test_csr_products_sum_only_stored_entries(op: str, rng: np.random.Generator) -> None:
+    """cuSPARSE's SpMM (CUDA 13, H200) added 0 * dense[0, :] to the product's last row: NaN or inf in the
+    dense operand's first row made NaN there, where torch and scipy, summing stored entries, stay finite
+    (168 of 200 random trials). Here op(dense) (or grad_output) has NaN and -inf in its first row."""
+    pytest.importorskip("scipy.sparse")
+    problems = []
+    for trial in range(100):
+        m, k, n = (300, 200, 64) if trial == 0 else (int(v) for v in rng.integers(1, 9, 3))
+        trans_a, trans_b = bool(trial & 1), bool(trial & 2)
+        matrix = _sparse(m, k, rng)
+        rows = (k if trans_a else m) if op == "csrmm_grad_dense" else (m if trans_a else k)
+        dense = rng.standard_normal((rows, n)).astype(np.float32)
+        dense[0, 0], dense[0, -1] = np.nan, -np.inf
+        if op == "csrmm" and trans_b:
+            dense = np.ascontiguousarray(dense.T)  # op(dense) keeps them in its first row
+        problem = _against_torch(op, [matrix, dense], "direct", 2e-5, trans_a=trans_a, trans_b=trans_b)
+        if problem:
+            problems.append(f"trial {trial} ({m}x{k} @ n={n}, trans_a={trans_a}, trans_b={trans_b}): {problem}")
+    assert not problems, "\n".join(problems[:5])

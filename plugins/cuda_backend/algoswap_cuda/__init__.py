@@ -163,8 +163,10 @@ _MODULES = {
 _KERNELS = {"arith": "CuPy element-wise kernel", "matmul": "cuBLAS GEMM (cupy.matmul)." + _TF32_NOTE,
             "reduce": "CuPy reduction", "slicing": "CuPy copy / scatter-add", "norm": "CuPy element-wise kernels and reductions",
             "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask", "loss": "CuPy element-wise kernels and reductions",
-            "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE (cupyx.scipy.sparse)",
+            "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
             "optim": "one CuPy element-wise kernel, in place"}
+_CSRMM_KERNEL = "CuPy raw kernel csrmm (one thread per output, summing the stored entries of its row of the CSR matrix)"
+_OP_KERNELS = {"csrmm": _CSRMM_KERNEL, "csrmm_grad_dense": _CSRMM_KERNEL}
 ANY_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
 _ANY_DTYPE = {"slice": "slicing:slice_", "split": "slicing:split", "transpose": "slicing:transpose",
               "zeros_like": "arith:zeros_like", "ones_like": "arith:ones_like"}
@@ -175,7 +177,7 @@ def _register_op_set(registry: Any) -> None:
     for module, ops in _MODULES.items():
         for op in ops:
             add(op, "gemm" if module == "matmul" else "direct", BACKEND, f"{__name__}.{module}:{op}", dtypes=OWN,
-                kernel=_KERNELS[module])
+                kernel=_OP_KERNELS.get(op, _KERNELS[module]))
     for op, function in _ANY_DTYPE.items():
         add(op, "direct", BACKEND, f"{__name__}.{function}", dtypes=ANY_DTYPES, kernel="CuPy copy")
     add("one_hot", "direct", BACKEND, f"{__name__}.indexing:one_hot", dtypes=ANY_DTYPES[1:6], kernel="CuPy eye[indices]")

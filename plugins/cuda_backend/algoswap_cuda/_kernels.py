@@ -148,6 +148,87 @@ extern "C" __global__ void adaptiveavgpool2d_grad(const T* dy, T* dx, long long 
 """
 
 
+# PyTorch's zero padding is multiplied like any input (0 * inf and 0 * NaN are NaN); cuDNN's engines skip
+# the taps that fall in the padding. Run after the engine, these put those NaN back: in the forward
+# output wherever a padding tap meets a non-finite weight, in the weight gradient dw[o, :, i, j] wherever
+# tap (i, j) of output channel o reads the padding at a non-finite grad_output.
+PADDING_NAN = r"""
+// Outputs [*lo, *hi) of `outs` read inside [0, size) at out * stride + offset; the others read the padding.
+__device__ inline void reading_inside(int offset, int stride, int size, int outs, int* lo, int* hi) {
+    int before = -offset, after = size - offset;  // out * stride must reach these
+    *lo = min(before <= 0 ? 0 : (before + stride - 1) / stride, outs);
+    *hi = max(*lo, min(after <= 0 ? 0 : (after + stride - 1) / stride, outs));
+}
+
+// One thread per weight. A non-finite weight (the first along the input channels of its output channel
+// and tap, so that one thread per tap writes) makes NaN of every output where its tap reads the padding.
+extern "C" __global__ void padding_nan_forward(const T* w, T* y, int n, int o, int cg, int kh, int kw,
+        int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= (long long)o * cg * kh * kw || isfinite(w[index])) return;
+    int taps = kh * kw, tap = index % taps, ci = (index / taps) % cg, oc = index / ((long long)taps * cg);
+    for (int earlier = 0; earlier < ci; ++earlier)
+        if (!isfinite(w[((long long)oc * cg + earlier) * taps + tap])) return;
+    int r0, r1, c0, c1;
+    reading_inside(tap / kw * dh - ph, sh, h, oh, &r0, &r1);
+    reading_inside(tap % kw * dw - pw, sw, wd, ow, &c0, &c1);
+    T nan = (T)__int_as_float(0x7fc00000);
+    for (int b = 0; b < n; ++b)
+        for (int p = 0; p < oh; ++p) {
+            T* row = y + (((long long)b * o + oc) * oh + p) * ow;
+            bool padded = p < r0 || p >= r1;  // else only the columns outside [c0, c1)
+            for (int q = 0; q < (padded ? ow : c0); ++q) row[q] = nan;
+            for (int q = padded ? ow : c1; q < ow; ++q) row[q] = nan;
+        }
+}
+
+// One thread per grad_output row: it reads the entries whose window reaches the padding (all of them in
+// a row whose window does, else the columns whose window does). A non-finite one claims each of its taps
+// in the padding; the first claim of (output channel, tap) sets grad_weight[oc, :, tap] to NaN (claimed: zeros).
+extern "C" __global__ void padding_nan_weight_grad(const T* dy, T* grad_weight, int* claimed, long long planes,
+        int o, int cg, int kh, int kw, int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh) return;
+    int p = index % oh, oc = (index / oh) % o, r0, r1, c0, c1, unused;
+    reading_inside(-ph, sh, h, oh, &r0, &unused);  // the first tap row is inside from r0 on
+    reading_inside((kh - 1) * dh - ph, sh, h, oh, &unused, &r1);  // the last one before r1
+    reading_inside(-pw, sw, wd, ow, &c0, &unused);
+    reading_inside((kw - 1) * dw - pw, sw, wd, ow, &unused, &c1);
+    bool padded = p < r0 || p >= r1;
+    const T* line = dy + index * ow;
+    T nan = (T)__int_as_float(0x7fc00000);
+    auto claim_padding_taps = [&](int q) {
+        if (isfinite(line[q])) return;
+        for (int i = 0; i < kh; ++i) {
+            int row = p * sh - ph + i * dh;
+            for (int j = 0; j < kw; ++j) {
+                int col = q * sw - pw + j * dw, tap = i * kw + j;
+                if (row >= 0 && row < h && col >= 0 && col < wd) continue;
+                if (atomicExch(claimed + oc * kh * kw + tap, 1)) continue;
+                for (int ci = 0; ci < cg; ++ci) grad_weight[((long long)oc * cg + ci) * kh * kw + tap] = nan;
+            }
+        }
+    };
+    for (int q = 0; q < (padded ? ow : c0); ++q) claim_padding_taps(q);
+    for (int q = padded ? ow : max(c0, c1); q < ow; ++q) claim_padding_taps(q);
+}
+"""
+
+# A CSR matrix (index type I) times a dense C-contiguous one: only stored entries enter each sum, as in
+# scipy and PyTorch. (cuSPARSE's SpMM, CuPy 14.2 / CUDA 13 on the H200, added 0 * dense[0, :] to the last row.)
+CSRMM = r"""
+extern "C" __global__ void csrmm(const I* indptr, const I* indices, const T* values, const T* dense, T* out,
+        int rows, int cols) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= (long long)rows * cols) return;
+    int row = index / cols, col = index % cols;
+    T sum = 0;
+    for (I k = indptr[row]; k < indptr[row + 1]; ++k) sum += values[k] * dense[(long long)indices[k] * cols + col];
+    out[index] = sum;
+}
+"""
+
+
 @lru_cache(maxsize=64)
 def kernel(source: str, name: str, dtype: str) -> Any:
     """The compiled kernel ``name`` of ``source`` for element type ``dtype``."""
@@ -158,6 +239,8 @@ def launch(source: str, name: str, dtype: str, count: int, arrays: tuple[Any, ..
            *ints: int) -> None:
     """Run ``name`` with one thread for each of ``count`` outputs: arguments are the arrays, then the
     number of planes as a 64-bit integer (where the kernel takes one), then C ints."""
+    if count == 0:
+        return
     args = list(arrays) + ([] if planes is None else [np.int64(planes)]) + [np.int32(v) for v in ints]
     grid = (count + BLOCK - 1) // BLOCK
     kernel(source, name, dtype)((grid,), (BLOCK,), tuple(args))

@@ -97,7 +97,28 @@ def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadH
     plan, shape = found
     y = cp.empty(shape, dtype=x.dtype)
     plan.run(x, w, y)
+    _padding_nan_forward(x, w, y, stride, padding, dilation)
     return _epilogue.apply(y, b)
+
+
+def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
+    """NaN where a zero-padding tap meets a non-finite weight, as in PyTorch (cuDNN skips those taps).
+    Asynchronous: one thread per weight, which does nothing more when the weight is finite."""
+    (top, bottom), (left, right) = padding
+    if top or bottom or left or right:
+        _kernels.launch(_kernels.PADDING_NAN, "padding_nan_forward", y.dtype.name, w.size, (w, y), None, y.shape[0],
+                        *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation)
+
+
+def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
+    """NaN in dw[o, :, i, j] where tap (i, j) reads the zero padding at a non-finite grad_output of channel o,
+    as in PyTorch (cuDNN skips those taps). Asynchronous: one thread per grad_output row, reading its border."""
+    (top, bottom), (left, right) = padding
+    if top or bottom or left or right:
+        claimed = cp.zeros(dw.shape[0] * dw.shape[2] * dw.shape[3], dtype=cp.int32)
+        _kernels.launch(_kernels.PADDING_NAN, "padding_nan_weight_grad", dw.dtype.name, dy.shape[0] * dy.shape[1] * dy.shape[2],
+                        (dy, dw, claimed), dy.shape[0] * dy.shape[1], *dw.shape, *x.shape[2:], *dy.shape[2:], *stride,
+                        top, left, *dilation)
 
 
 def _out_shape(x: tuple[int, ...], w: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair) -> tuple[int, ...]:
@@ -163,6 +184,7 @@ def conv2d_grad_weight(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride:
     plan = _cudnn().plan(_geometry("wgrad", x.shape, tuple(weight_size), dy.shape, stride, padding, dilation, dy.dtype.name), "guess")
     dw = cp.empty(tuple(weight_size), dtype=dy.dtype)
     plan.run(x, dy, dw)
+    _padding_nan_weight_grad(x, dy, dw, stride, padding, dilation)
     return dw
 
 
