@@ -11,7 +11,7 @@ BACKENDS := plugins/numpy_backend plugins/dnnl_backend plugins/sycl_backend
 CUDA_CI := -e plugins/cuda_backend cupy-cuda12x==14.2.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: demo test setup setup-test bench clean asan
+.PHONY: demo test test-repeat setup setup-test bench clean asan
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ demo: setup
 
 test: setup-test
 	$(BIN)/python -m pytest
+
+# The suite N times, each with a fresh seed; the seeds and outcomes are listed (a selection:
+# make test-repeat N=100 TESTS="-x tests/test_conformance.py tests/test_gradients.py").
+N ?= 10
+test-repeat: setup-test
+	PYTHON=$(BIN)/python tests/repeat.sh $(N) $(TESTS)
 
 bench: setup
 	$(PIP) install matplotlib

@@ -1,5 +1,10 @@
 """Shared fixtures. Random inputs are fresh each session; the seed is printed so a failure can be replayed
-with ALGOSWAP_TEST_SEED=<seed>."""
+with ALGOSWAP_TEST_SEED=<seed>.
+
+Every test draws its randomness from the session seed and its own node id: the ``rng`` fixture, and,
+reseeded before each test, the global generators of numpy, Python's ``random`` and torch (when torch is
+loaded), so that a test gets the same numbers whether it runs alone or after others. A failing test's
+report ends with the command that replays it; numeric checks go through ``helpers.assert_close``."""
 
 from __future__ import annotations
 
@@ -11,11 +16,14 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+import helpers  # noqa: E402
 
 SEED = int(os.environ.get("ALGOSWAP_TEST_SEED", random.SystemRandom().randrange(2**31)))
 # Before torch or oneDNN loads libgomp: their idle OpenMP threads would otherwise spin after every op and
@@ -35,7 +43,31 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"algoswap test seed: {SEED} (replay with ALGOSWAP_TEST_SEED={SEED})"
 
 
+def _test_key(nodeid: str) -> list[int]:
+    return [SEED, zlib.crc32(nodeid.encode())]
+
+
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A generator seeded from the session seed and the test's id: fresh per run, replayable."""
-    return np.random.default_rng([SEED, zlib.crc32(request.node.nodeid.encode())])
+    return np.random.default_rng(_test_key(request.node.nodeid))
+
+
+@pytest.fixture(autouse=True)
+def _seeded_and_replayable(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Seed the global generators from the session seed and the test's id; name the test for helpers' messages."""
+    helpers.set_current_test(request.node.nodeid, SEED, Path(str(request.config.rootpath)))
+    seed = int(np.random.SeedSequence(_test_key(request.node.nodeid) + [1]).generate_state(1, np.uint64)[0] >> 1)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("replay", helpers.replay_command(item.nodeid)))

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 import algoswap
-from helpers import relative_error
+from helpers import UNIT_ROUNDOFF, fail, mismatch
 from op_cases import bind, cases_for, draw, reference_name
-
-TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-11}
+from op_scales import op_scale, update_scale
 
 
 def _bfloat16_missing() -> str:
@@ -29,7 +28,7 @@ def _implementations() -> list[object]:
     registry = algoswap.registry()
     params = []
     for impl in registry.implementations():
-        float_dtypes = sorted(set(impl.dtypes) & set(TOLERANCE)) or sorted(set(impl.dtypes) & {"int64"})
+        float_dtypes = sorted(set(impl.dtypes) & set(UNIT_ROUNDOFF)) or sorted(set(impl.dtypes) & {"int64"})
         available = registry.backends[impl.backend].availability()
         for dtype in float_dtypes:
             skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
@@ -46,13 +45,15 @@ def test_matches_reference(impl: algoswap.ImplRecord, dtype: str, rng: np.random
         pytest.fail(f"no conformance cases for op {impl.op!r}: add them to tests/op_cases.py")
     ran, failures = check_conformance(impl, dtype, rng)
     assert ran, f"{impl.qualified} supports none of the {len(cases)} cases of {impl.op}"
-    assert not failures, "\n".join(failures)
+    if failures:
+        fail(f"{impl.qualified} ({dtype}):\n" + "\n".join(failures))
 
 
 def check_conformance(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Generator) -> tuple[int, list[str]]:
     """Run ``impl`` on every case it supports; return how many ran and what went wrong.
 
-    Inputs the op updates in place (``OpSpec.in_place``) are compared with the reference's updates."""
+    Inputs the op updates in place (``OpSpec.in_place``) are compared with the reference's updates. Results are
+    compared by ``helpers.mismatch`` with the scale and reduction length tests/op_scales.py gives each op."""
     cases = cases_for(impl.op)
     spec = algoswap.registry().spec(impl.op)
     updated = [spec.input_names.index(name) for name in spec.in_place]
@@ -65,10 +66,14 @@ def check_conformance(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Gene
         originals = [None if a is None else a.copy() for a in inputs]
         wide = [_widen(a) for a in inputs]
         out = _run(impl, call, inputs, updated)
+        scale = None if updated else op_scale(impl.op, wide, attrs)  # before the reference updates `wide` in place
         ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
-        problem = _compare(out, ref, call, dtype)
+        if updated:
+            scale = update_scale(originals[updated[0]], ref, _rows(inputs))
+        problem = _compare(out, ref, call, dtype, scale)
         for position in updated:
-            problem = problem or _compare_update(inputs[position], wide[position], dtype, call.input_names[position])
+            problem = problem or _compare_update(inputs[position], wide[position], originals[position], _rows(inputs),
+                                                 call.input_names[position])
         if any(p not in updated and a is not None and not _equal(a, o) for p, (a, o) in enumerate(zip(inputs, originals))):
             problem = problem or "modified its inputs"
         if problem:
@@ -91,9 +96,15 @@ def _equal(a: object, b: object) -> bool:
     return np.array_equal(a.toarray(), b.toarray())  # type: ignore[attr-defined]
 
 
-def _compare_update(got: np.ndarray, ref: np.ndarray, dtype: str, name: str) -> str:
-    error = relative_error(got, ref)
-    return "" if error <= TOLERANCE[dtype] else f"'{name}' updated with relative error {error:.3g} > {TOLERANCE[dtype]:g}"
+def _rows(inputs: list[object]) -> int:
+    """How many rows a sparse update may sum into one (its indices), 1 for a dense one."""
+    return max((a.size for a in inputs if isinstance(a, np.ndarray) and a.dtype.kind == "i"), default=1)
+
+
+def _compare_update(got: np.ndarray, ref: np.ndarray, before: np.ndarray, rows: int, name: str) -> str:
+    scale, length = update_scale(before, ref, rows)
+    problem = mismatch(got, ref, reduction_length=length, scale=scale)
+    return f"'{name}' updated with {problem}" if problem else ""
 
 
 def _run(impl: algoswap.ImplRecord, call: algoswap.OpCall, inputs: list[np.ndarray | None], updated: list[int]) -> object:
@@ -107,19 +118,16 @@ def _run(impl: algoswap.ImplRecord, call: algoswap.OpCall, inputs: list[np.ndarr
     return memory.download(out)
 
 
-def _compare(out: object, ref: np.ndarray, call: algoswap.OpCall, dtype: str) -> str:
+def _compare(out: object, ref: np.ndarray, call: algoswap.OpCall, dtype: str, scale: tuple[object, int]) -> str:
     if not isinstance(out, np.ndarray):
         return f"returned {type(out).__name__}, expected a numpy array"
     if out.shape != call.out_shape:
         return f"shape {out.shape}, expected {call.out_shape}"
-    expected = dtype if call.dtype == dtype and dtype in TOLERANCE else str(ref.dtype)
+    expected = dtype if call.dtype == dtype and dtype in UNIT_ROUNDOFF else str(ref.dtype)
     if str(out.dtype) != expected:
         return f"dtype {out.dtype}, expected {expected}"
-    tolerance = TOLERANCE.get(expected, 0.0)
-    error = relative_error(out, ref)
-    if not error <= tolerance:
-        return f"relative error {error:.3g} > {tolerance:g}"
-    return ""
+    magnitudes, length = scale
+    return mismatch(out, ref, reduction_length=length, scale=magnitudes)
 
 
 def test_every_op_has_cases() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import algoswap
-from helpers import relative_error
+from op_scales import assert_op_close
 from op_cases_ops import OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZERS
 
 algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is not installed")
@@ -23,20 +23,18 @@ algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is no
 _available = algoswap.registry().backends["dnnl"].availability() if "dnnl" in algoswap.registry().backends else "not loaded"
 pytestmark = pytest.mark.skipif(_available is not True, reason=f"dnnl backend unavailable: {_available}")
 
-TOLERANCE = 2e-5
-
-
 def ext() -> Any:
     from algoswap_dnnl._ext import dnnl
 
     return dnnl
 
 
-def _both(op: str, arrays: list[np.ndarray | None], algorithm: str = "direct", **attrs: Any) -> tuple[Any, Any]:
-    """The dnnl result and the float64 NumPy reference of one call."""
+def _check(op: str, arrays: list[np.ndarray | None], algorithm: str = "direct", **attrs: Any) -> None:
+    """The dnnl result of one call against the float64 NumPy reference (tests/op_scales.py's tolerance)."""
     got = algoswap.ops.call(op, *arrays, algorithm=f"dnnl:{algorithm}", **attrs)
     wide = [None if a is None else a.astype(np.float64) for a in arrays]
-    return got, algoswap.ops.call(op, *wide, algorithm=f"numpy:{algorithm}", **attrs)
+    ref = algoswap.ops.call(op, *wide, algorithm=f"numpy:{algorithm}", **attrs)
+    assert_op_close(op, got, ref, arrays, attrs)
 
 
 @pytest.mark.parametrize("shapes, attrs", [
@@ -46,14 +44,12 @@ def _both(op: str, arrays: list[np.ndarray | None], algorithm: str = "direct", *
 ])
 def test_batch_matmul_and_its_gradients_on_larger_shapes(shapes: Any, attrs: dict[str, Any], rng: np.random.Generator) -> None:
     a, b = (rng.standard_normal(s, dtype=np.float32) for s in shapes)
-    got, ref = _both("batch_matmul", [a, b], "gemm", **attrs)
-    assert relative_error(got, ref) < TOLERANCE
-    dy = rng.standard_normal(ref.shape, dtype=np.float32)
+    _check("batch_matmul", [a, b], "gemm", **attrs)
+    dy = rng.standard_normal(algoswap.ops.call("batch_matmul", a, b, **attrs).shape, dtype=np.float32)
     for grad, other, size in (("grad_a", b, {"a_size": a.shape}), ("grad_b", a, {"b_size": b.shape})):
         if not _full_batch(dy.shape, next(iter(size.values()))):
             continue  # a reduction over broadcast batch dimensions: refused (see the next test)
-        got, ref = _both(f"batch_matmul_{grad}", [dy, other], "gemm", **attrs, **size)
-        assert relative_error(got, ref) < TOLERANCE, grad
+        _check(f"batch_matmul_{grad}", [dy, other], "gemm", **attrs, **size)
 
 
 def _full_batch(out: tuple[int, ...], operand: tuple[int, ...]) -> bool:
@@ -74,8 +70,7 @@ def test_matmul_gradients_with_transposes(rng: np.random.Generator) -> None:
             dy = rng.standard_normal((50, 30), dtype=np.float32)
             flags = {"trans_a": trans_a, "trans_b": trans_b}
             for op, arrays in (("matmul", [a, b]), ("matmul_grad_a", [dy, b]), ("matmul_grad_b", [dy, a])):
-                got, ref = _both(op, arrays, "gemm", **flags)
-                assert relative_error(got, ref) < TOLERANCE, (op, flags)
+                _check(op, arrays, "gemm", **flags)
 
 
 def test_transpose_of_random_permutations(rng: np.random.Generator) -> None:
@@ -92,8 +87,7 @@ def test_instance_norm_and_gradients_on_a_larger_input(rng: np.random.Generator)
     dy = rng.standard_normal(x.shape, dtype=np.float32)
     for op, arrays in (("instance_norm", [x, w, bias]), ("instance_norm_grad_input", [dy, x, w]),
                        ("instance_norm_grad_weight", [dy, x])):
-        got, ref = _both(op, arrays)
-        assert relative_error(got, ref) < 1e-4, op
+        _check(op, arrays)
 
 
 def test_arith_predicates_say_why_onednn_cannot_run_a_call() -> None:
@@ -114,16 +108,14 @@ def test_arith_predicates_say_why_onednn_cannot_run_a_call() -> None:
 def test_a_broadcast_first_operand_is_swapped_and_turned_back_by_a_post_op(op: str, shapes: Any,
                                                                            rng: np.random.Generator) -> None:
     a, b = (rng.uniform(0.5, 2.0, s).astype(np.float32) for s in shapes)
-    got, ref = _both(op, [a, b])
-    assert relative_error(got, ref) < TOLERANCE
+    _check(op, [a, b])
     assert algoswap.select(op, list(shapes), algorithm="dnnl:direct").impl.backend == "dnnl"
 
 
 def test_div_grad_b_is_one_binary_primitive_with_post_ops(rng: np.random.Generator) -> None:
     dy, b = rng.standard_normal((2, 8, 6, 5), dtype=np.float32), rng.uniform(0.5, 2.0, (2, 8, 6, 5)).astype(np.float32)
     a = rng.standard_normal((8, 1, 1), dtype=np.float32)
-    got, ref = _both("div_grad_b", [dy, a, b], shape=b.shape)
-    assert relative_error(got, ref) < TOLERANCE
+    _check("div_grad_b", [dy, a, b], shape=b.shape)
     with pytest.raises(algoswap.NoImplementationError, match="reduction"):
         algoswap.select("div_grad_b", [(2, 8), (2, 8), (8,)], algorithm="dnnl:direct", shape=(8,))
 

@@ -16,7 +16,8 @@ import pytest
 
 import algoswap
 from algoswap import zoo
-from helpers import relative_error
+from helpers import assert_close, network_terms
+from op_scales import assert_op_close
 from op_cases import cases_for, reference_name
 
 torch = pytest.importorskip("torch")
@@ -45,7 +46,7 @@ def test_channels_last_inputs_match_the_reference(impl: algoswap.ImplRecord, rng
         out = impl.callable(*laid_out, **call.attrs)
         wide = [None if a is None else a.astype(np.float64) for a in inputs]
         ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
-        assert out.shape == ref.shape and relative_error(out, ref) <= 2e-5, (impl.qualified, shapes, attrs)
+        assert_op_close(impl.op, out, ref, inputs, attrs, context=f"{impl.qualified} on channels-last {shapes} {attrs}")
         if impl.layout == "channels_last" and out.ndim == 4 and out.shape[1] > 1 and out.shape[2] * out.shape[3] > 1:
             assert is_channels_last(out), f"{impl.qualified} should keep channels-last activations channels-last"
         ran += 1
@@ -73,7 +74,8 @@ def test_resnet18_chains_are_fused_on_dnnl_and_match_torch() -> None:
     unfused = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), fuse=False)
     with torch.no_grad():
         expected = model(x)
-    assert relative_error(fused(x), expected) <= 1e-4 and relative_error(unfused(x), expected) <= 1e-4
+    assert_close(fused(x), expected, **network_terms(model), context="fused")
+    assert_close(unfused(x), expected, **network_terms(model), context="unfused")
     labels = [step.label for step in fused.fused]
     assert labels.count("conv2d+add+relu") == 8 and labels.count("conv2d+relu") == 9  # every block, and the stem
     rows = [row for row in fused.explain() if "+" in row.op]
@@ -87,7 +89,7 @@ def test_a_pinned_relu_stays_out_of_its_chain() -> None:
     model, x = _resnet()
     converted = algoswap.swap_backend(model, {"relu": "numpy:direct"}, tuple(x.shape))
     with torch.no_grad():
-        assert relative_error(converted(x), model(x)) <= 1e-4
+        assert_close(converted(x), model(x), **network_terms(model))
     rows = {row.name: row for row in converted.explain()}
     assert rows["conv1"].op == "conv2d" and rows["relu"].implementation == "numpy:direct"
     assert rows["layer1_0_conv2"].op == "conv2d+add"  # its relu runs as asked; the add still fuses
@@ -101,7 +103,8 @@ def test_a_model_asked_for_one_backend_fuses_on_it() -> None:
     split = algoswap.swap_backend(model, {"conv2d": "numpy:default", "relu": "dnnl:default"}, tuple(x.shape))
     with torch.no_grad():
         expected = model(x)
-    assert relative_error(whole(x), expected) <= 1e-4 and relative_error(split(x), expected) <= 1e-4
+    assert_close(whole(x), expected, **network_terms(model), context="numpy:default")
+    assert_close(split(x), expected, **network_terms(model), context="split")
     chains = [row for row in whole.explain() if "+" in row.op]
     assert len(chains) == 17 and {row.implementation for row in chains} == {"numpy:smm"}
     assert {row.op for row in split.explain() if "+" in row.op} == {"conv2d+add"}
@@ -126,7 +129,7 @@ def test_a_conv_without_a_fused_twin_runs_unfused_and_says_why(conv_without_twin
     model, x = _resnet()
     converted = algoswap.swap_backend(model, {"conv2d": conv_without_twin}, tuple(x.shape))
     with torch.no_grad():
-        assert relative_error(converted(x), model(x)) <= 1e-4
+        assert_close(converted(x), model(x), **network_terms(model))
     stem = next(row for row in converted.explain() if row.name == "conv1")
     assert stem.implementation == conv_without_twin and "has no conv2d_fused" in stem.note
     assert all(step.last_selection is None for step in converted.fused)
@@ -139,4 +142,5 @@ def test_fused_models_pickle_and_run_again() -> None:
     converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
     expected = converted(x)
     again = pickle.loads(pickle.dumps(converted))
-    assert relative_error(again(x), expected) <= 1e-6 and len(again.fused) == 17
+    assert_close(again(x), expected, **network_terms(model))
+    assert len(again.fused) == 17

@@ -8,20 +8,13 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from algoswap_numpy import activation, elementwise, norm, shape, softmax  # noqa: E402
-from helpers import relative_error  # noqa: E402
+from op_scales import assert_op_close, check  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
-TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-12}
 
 
 def rand(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
     return np.asarray(rng.standard_normal(shape)).astype(dtype)
-
-
-def check(out: np.ndarray, ref: "torch.Tensor", dtype: type) -> None:
-    expected = ref.detach().numpy()
-    assert out.dtype == np.dtype(dtype) and out.shape == expected.shape
-    assert relative_error(out, expected) <= TOL[np.dtype(dtype)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -30,7 +23,7 @@ def check(out: np.ndarray, ref: "torch.Tensor", dtype: type) -> None:
 ])
 def test_add(rng, a_shape, b_shape, dtype):
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
-    check(elementwise.add(a, b), torch.from_numpy(a) + torch.from_numpy(b), dtype)
+    check(elementwise.add(a, b), torch.from_numpy(a) + torch.from_numpy(b), dtype, "add", (a, b))
 
 
 @pytest.mark.parametrize("dtype", DTYPES + [np.int64])
@@ -74,23 +67,14 @@ def test_batchnorm2d(rng, x_shape, eps, affine, dtype):
             module.weight.copy_(torch.from_numpy(weight))
             module.bias.copy_(torch.from_numpy(bias))
         ref = module(torch.from_numpy(x.astype(np.float64)))
-    check(norm.batchnorm2d(x, mean, var, weight, bias, eps=eps), ref, dtype)
+    inputs = (x, mean, var, weight, bias)
+    check(norm.batchnorm2d(*inputs, eps=eps), ref, dtype, "batchnorm2d", inputs, eps=eps)
     wide = [None if a is None else torch.from_numpy(a.astype(np.float64)) for a in (mean, var, weight, bias)]
     functional = F.batch_norm(torch.from_numpy(x.astype(np.float64)), *wide[:2], *wide[2:], training=False, eps=eps)
-    check(norm.batchnorm2d(x, mean, var, weight, bias, eps=eps), functional, dtype)
+    check(norm.batchnorm2d(*inputs, eps=eps), functional, dtype, "batchnorm2d", inputs, eps=eps)
 
 
 # ------------------------------------------- activations, softmax and norms: forward and autograd
-
-GRAD_TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
-
-
-def close(out: np.ndarray, ref: "torch.Tensor", dtype: type) -> None:
-    expected = ref.detach().numpy()
-    assert out.dtype == np.dtype(dtype) and out.shape == expected.shape, (out.dtype, out.shape, expected.shape)
-    error = relative_error(out, expected)
-    assert error <= GRAD_TOL[np.dtype(dtype)], f"relative error {error:.3g}"
-
 
 def wide(a: np.ndarray | None, grad: bool = True) -> "torch.Tensor | None":
     """A float64 torch tensor holding exactly the values of ``a`` (None stays None)."""
@@ -115,9 +99,9 @@ def test_activation_forward_and_grad(rng, name, slope, x_shape, dtype):
     yt = torch_fn(xt, *attrs.values())
     yt.backward(wide(dy, grad=False))
     y = getattr(activation, name)(x, **attrs)
-    close(y, yt, dtype)
+    check(y, yt, dtype, name, (x,), **attrs)
     second = x if name == "leaky_relu" else y
-    close(getattr(activation, f"{name}_grad")(dy, second, **attrs), xt.grad, dtype)
+    check(getattr(activation, f"{name}_grad")(dy, second, **attrs), xt.grad, dtype, f"{name}_grad", (dy, second), **attrs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -133,8 +117,8 @@ def test_softmax_forward_and_grad(rng, log, x_shape, axis, dtype):
     canonical = axis % len(x_shape)
     y = getattr(softmax, name)(x, axis=canonical)
     assert np.all(np.isfinite(y))
-    close(y, yt, dtype)
-    close(getattr(softmax, f"{name}_grad")(dy, y, axis=canonical), xt.grad, dtype)
+    check(y, yt, dtype, name, (x,), axis=canonical)
+    check(getattr(softmax, f"{name}_grad")(dy, y, axis=canonical), xt.grad, dtype, f"{name}_grad", (dy, y), axis=canonical)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -147,9 +131,8 @@ def test_softmax_of_extreme_inputs(rng, log, dtype):
     y = getattr(softmax, name)(x, axis=1)
     ref = (F.log_softmax if log else F.softmax)(torch.from_numpy(x.astype(np.float64)), dim=1).numpy()
     assert y.dtype == np.dtype(dtype) and not np.isnan(y).any()
-    finite = np.isfinite(ref)
-    np.testing.assert_array_equal(np.isfinite(y), finite)
-    assert relative_error(y[finite], ref[finite]) <= GRAD_TOL[np.dtype(dtype)]
+    np.testing.assert_array_equal(np.isfinite(y), np.isfinite(ref))
+    assert_op_close(name, y, ref, [x], {"axis": 1})
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("affine", ["both", "weight", "none"])
 @pytest.mark.parametrize("x_shape, ndim, eps", [((4, 7), 1, 1e-5), ((2, 3, 5), 1, 1e-3), ((3, 4, 5), 2, 1e-5), ((2, 3, 4, 3), 2, 0.0), ((3, 5), 2, 1e-5)])
@@ -161,12 +144,13 @@ def test_layer_norm_forward_and_grad(rng, x_shape, ndim, eps, affine, dtype):
     xt, wt, bt = wide(x), wide(weight), wide(bias)
     yt = F.layer_norm(xt, normalized, wt, bt, eps)
     yt.backward(wide(dy, grad=False))
-    close(norm.layer_norm(x, weight, bias, normalized_ndim=ndim, eps=eps), yt, dtype)
-    close(norm.layer_norm_grad_input(dy, x, weight, normalized_ndim=ndim, eps=eps), xt.grad, dtype)
+    attrs = {"normalized_ndim": ndim, "eps": eps}
+    check(norm.layer_norm(x, weight, bias, **attrs), yt, dtype, "layer_norm", (x, weight, bias), **attrs)
+    check(norm.layer_norm_grad_input(dy, x, weight, **attrs), xt.grad, dtype, "layer_norm_grad_input", (dy, x, weight), **attrs)
     if wt is not None:
-        close(norm.layer_norm_grad_weight(dy, x, normalized_ndim=ndim, eps=eps), wt.grad, dtype)
+        check(norm.layer_norm_grad_weight(dy, x, **attrs), wt.grad, dtype, "layer_norm_grad_weight", (dy, x), **attrs)
     if bt is not None:
-        close(norm.layer_norm_grad_bias(dy, normalized_ndim=ndim), bt.grad, dtype)
+        check(norm.layer_norm_grad_bias(dy, normalized_ndim=ndim), bt.grad, dtype, "layer_norm_grad_bias", (dy,), normalized_ndim=ndim)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -180,12 +164,12 @@ def test_batch_norm_train_forward_and_grad(rng, x_shape, eps, affine, dtype):
     xt, wt, bt = wide(x), wide(weight), wide(bias)
     yt = F.batch_norm(xt, None, None, wt, bt, training=True, eps=eps)
     yt.backward(wide(dy, grad=False))
-    close(norm.batch_norm_train(x, weight, bias, eps=eps), yt, dtype)
-    close(norm.batch_norm_train_grad_input(dy, x, weight, eps=eps), xt.grad, dtype)
+    check(norm.batch_norm_train(x, weight, bias, eps=eps), yt, dtype, "batch_norm_train", (x, weight, bias), eps=eps)
+    check(norm.batch_norm_train_grad_input(dy, x, weight, eps=eps), xt.grad, dtype, "batch_norm_train_grad_input", (dy, x, weight), eps=eps)
     if wt is not None:
-        close(norm.batch_norm_train_grad_weight(dy, x, eps=eps), wt.grad, dtype)
+        check(norm.batch_norm_train_grad_weight(dy, x, eps=eps), wt.grad, dtype, "batch_norm_train_grad_weight", (dy, x), eps=eps)
     if bt is not None:
-        close(norm.batch_norm_train_grad_bias(dy), bt.grad, dtype)
+        check(norm.batch_norm_train_grad_bias(dy), bt.grad, dtype, "batch_norm_train_grad_bias", (dy,))
 
 
 def test_batch_norm_train_matches_a_training_module(rng):
@@ -197,4 +181,4 @@ def test_batch_norm_train_matches_a_training_module(rng):
         module.bias.copy_(torch.from_numpy(rand(rng, (3,), np.float64)))
         ref = module(torch.from_numpy(x))
     w, b = module.weight.detach().numpy(), module.bias.detach().numpy()
-    close(norm.batch_norm_train(x, w, b, eps=module.eps), ref, np.float64)
+    check(norm.batch_norm_train(x, w, b, eps=module.eps), ref, np.float64, "batch_norm_train", (x, w, b), eps=module.eps)

@@ -5,6 +5,7 @@ against torch autograd. Dropout, whose mask is ours, is also checked for its def
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -14,13 +15,10 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import algoswap  # noqa: E402
-from helpers import relative_error  # noqa: E402
+from helpers import assert_close  # noqa: E402
 from op_cases import FORWARD, OPTIMIZER_ATTRS, Arg, draw, reference_name  # noqa: E402
-
-TOL = {"float32": 2e-6, "float64": 1e-11}
-
-
 from op_cases_ops import OPS_FORWARD  # noqa: E402
+from op_scales import assert_op_close, update_scale  # noqa: E402
 from torch_oracle import TORCH, to_torch  # noqa: E402
 
 CASES = [(op, i, dtype) for op in ("add", *OPS_FORWARD) if op in TORCH for i in range(len(FORWARD[op])) for dtype in ("float32", "float64")]
@@ -36,7 +34,7 @@ def test_forward_and_gradients_match_torch(rng, op, index, dtype):
     expected = TORCH[op](*tensors, **attrs)
     out = algoswap.ops.call(op, *inputs, algorithm=reference_name(op), **attrs)
     assert out.shape == tuple(expected.shape)
-    assert relative_error(out, expected.detach().numpy()) <= TOL[str(out.dtype)] if out.dtype.kind == "f" else np.array_equal(out, expected)
+    assert_op_close(op, out, expected, inputs, attrs)
     if not wanted:
         return
     dy = np.asarray(rng.standard_normal(out.shape)).astype(dtype)
@@ -52,7 +50,11 @@ def test_forward_and_gradients_match_torch(rng, op, index, dtype):
         else:
             got = algoswap.ops.call(rule.op, *(by_name[n] for n in rule.inputs), algorithm=reference_name(rule.op), **rule.attrs(call))
         assert got.dtype == np.dtype(dtype) and got.shape == tuple(tensor.shape), (rule.wrt, got.dtype, got.shape)
-        assert relative_error(got, tensor.grad.numpy()) <= TOL[dtype] * 10, rule.wrt
+        if rule.op is None:
+            assert_close(got, tensor.grad, context=f"gradient of {rule.wrt}")
+        else:
+            assert_op_close(rule.op, got, tensor.grad, [by_name[n] for n in rule.inputs], rule.attrs(call),
+                            context=f"gradient of {rule.wrt}: {rule.op}")
 
 
 # ------------------------------------------------------------------------------------- dropout
@@ -64,8 +66,8 @@ def test_dropout_is_reproducible_unbiased_and_its_gradient_uses_the_same_mask(rn
     assert np.array_equal(y, algoswap.ops.dropout(x, p=0.3, seed=11))
     assert not np.array_equal(y, algoswap.ops.dropout(x, p=0.3, seed=12))
     kept = y != 0
-    assert abs(kept.mean() - 0.7) < 0.005
-    np.testing.assert_allclose(y[kept], x[kept] / 0.7)
+    assert abs(kept.mean() - 0.7) < 0.005  # the mask is a function of seed=11 alone: not a matter of chance
+    assert_close(y[kept], x[kept] / 0.7)
     dy = rng.standard_normal(x.shape)
     np.testing.assert_array_equal(algoswap.ops.dropout_grad(dy, p=0.3, seed=11) != 0, kept)
     np.testing.assert_array_equal(algoswap.ops.dropout(x, p=0.3, seed=11, training=False), x)
@@ -77,10 +79,10 @@ def test_dropout2d_drops_whole_channels_with_dropouts_mask(rng):
     x = rng.standard_normal((40, 50, 3, 2))
     y = algoswap.ops.dropout2d(x, p=0.4, seed=9)
     kept = keep_mask((40, 50), 0.4, 9)
-    np.testing.assert_allclose(y, np.where(kept[:, :, None, None], x / 0.6, 0))
-    assert abs(kept.mean() - 0.6) < 0.03
+    assert_close(y, np.where(kept[:, :, None, None], x / 0.6, 0))
+    assert abs(kept.mean() - 0.6) < 0.03  # a function of seed=9 alone
     dy = rng.standard_normal(x.shape)
-    np.testing.assert_allclose(algoswap.ops.dropout2d_grad(dy, p=0.4, seed=9), np.where(kept[:, :, None, None], dy / 0.6, 0))
+    assert_close(algoswap.ops.dropout2d_grad(dy, p=0.4, seed=9), np.where(kept[:, :, None, None], dy / 0.6, 0))
 
 
 def test_dropout_mask_is_the_documented_hash():
@@ -114,6 +116,7 @@ OPTIMIZER_CASES = [(name, attrs) for name in TORCH_OPTIMIZERS for attrs in OPTIM
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_dense_updates_follow_torch_over_several_steps(rng, name, attrs, dtype):
     param = rng.standard_normal((5, 4)).astype(dtype)
+    initial = param.copy()
     state = [np.zeros_like(param) for _ in range(STATE[name])]
     weight = torch.nn.Parameter(torch.from_numpy(param.astype(np.float64)))
     options = {k: v for k, v in attrs.items() if k != "step"}
@@ -125,7 +128,8 @@ def test_dense_updates_follow_torch_over_several_steps(rng, name, attrs, dtype):
         assert returned is param
         weight.grad = torch.from_numpy(grad.astype(np.float64))
         optimizer.step()
-    assert relative_error(param, weight.detach().numpy()) <= TOL[dtype] * 10
+    scale, length = update_scale(initial, weight, steps=4)
+    assert_close(param, weight, reduction_length=length, scale=scale, context=f"{name} {attrs}")
 
 
 @pytest.mark.parametrize("name, attrs", OPTIMIZER_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(OPTIMIZER_CASES)])
@@ -141,7 +145,8 @@ def test_sparse_updates_are_the_dense_update_of_the_named_rows(rng, name, attrs)
     untouched = [a.copy() for a in [param] + state]
     algoswap.ops.call(f"{name}_update_sparse", param, indices, rows, *state, **attrs)
     for got, expected, before in zip([param] + state, [expected_param] + expected_state, untouched):
-        np.testing.assert_allclose(got[named], expected, rtol=1e-12)
+        scale, length = update_scale(before[named], expected, steps=indices.size)
+        assert_close(got[named], expected, reduction_length=length, scale=scale, context=f"{name} {attrs}")
         others = np.setdiff1d(np.arange(8), named)
         np.testing.assert_array_equal(got[others], before[others])
 
@@ -152,19 +157,22 @@ def test_sparse_adagrad_and_adam_follow_torch_sparse_optimizers(rng):
     indices = np.array([2, 7, 2, 0])
     for name, make, attrs in [
         ("adagrad", lambda p: torch.optim.Adagrad(p, lr=0.1), {"lr": 0.1}),
-        # SparseAdam adds eps before the bias correction, Adam (and adam_update_sparse) after: a tiny eps hides that
-        ("adam", lambda p: torch.optim.SparseAdam(p, lr=0.01, eps=1e-15), {"lr": 0.01, "eps": 1e-15}),
+        ("adam", lambda p: torch.optim.SparseAdam(p, lr=0.01, eps=1e-8), {"lr": 0.01}),
     ]:
         param, state = table.copy(), [np.zeros_like(table) for _ in range(STATE[name])]
         weight = torch.nn.Parameter(torch.from_numpy(table.copy()))
         optimizer = make([weight])
         for step in range(1, 4):
             rows = rng.standard_normal((4, 4))
-            extra = {"step": step} if name == "adam" else {}
+            # SparseAdam adds eps before the bias correction, Adam (and adam_update_sparse) after: the eps that
+            # makes them one formula is eps / sqrt(1 - beta2**step). (A tiny eps did not hide the difference
+            # where a summed gradient entry is small: it failed about one draw in 36.)
+            extra = {"step": step, "eps": 1e-8 / math.sqrt(1 - 0.999**step)} if name == "adam" else {}
             algoswap.ops.call(f"{name}_update_sparse", param, indices, rows, *state, **attrs, **extra)
             weight.grad = torch.sparse_coo_tensor(torch.from_numpy(indices)[None], torch.from_numpy(rows), table.shape)
             optimizer.step()
-        assert relative_error(param, weight.detach().numpy()) <= 1e-12, name
+        scale, length = update_scale(table, weight, steps=3 * indices.size)
+        assert_close(param, weight, reduction_length=length, scale=scale, context=name)
 
 
 def test_embedding_sparse_gradient_is_indices_and_grad_output(rng):
@@ -174,5 +182,5 @@ def test_embedding_sparse_gradient_is_indices_and_grad_output(rng):
     F.embedding(torch.from_numpy(indices), weight, sparse=True).backward(torch.from_numpy(dy))
     grad = weight.grad.coalesce()
     dense = algoswap.ops.embedding_grad(dy, indices, num_embeddings=6)
-    np.testing.assert_allclose(dense, grad.to_dense().numpy(), rtol=1e-12)
+    assert_op_close("embedding_grad", dense, grad.to_dense(), [dy, indices], {"num_embeddings": 6})
     assert Arg((1,), "int", 1).kind == "int"  # the case helpers draw the indices the same way

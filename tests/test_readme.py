@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import HANG_SECONDS
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 MODULE_HEADER = re.compile(r"^# (\w+)/__init__\.py\n")
 
@@ -27,7 +29,7 @@ def test_readme_examples_run(tmp_path: Path) -> None:
             script.append(block)
     assert len(script) >= 4, "the README lost its examples"
     (tmp_path / "readme_examples.py").write_text("\n".join(script))
-    done = subprocess.run([sys.executable, "readme_examples.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "readme_examples.py"], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "(2, 10)" in out and "['numpy']" in out

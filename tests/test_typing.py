@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import HANG_SECONDS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_core_passes_strict_mypy() -> None:
     pytest.importorskip("mypy", reason="mypy is installed by `make test`")
-    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=HANG_SECONDS)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -14,6 +14,7 @@ fx = pytest.importorskip("torch.fx")
 nn = torch.nn
 
 from algoswap import zoo  # noqa: E402
+from helpers import assert_close, network_terms  # noqa: E402
 
 # torchvision's parameter counts at num_classes=1000 (squeezenet is squeezenet1_1)
 TORCHVISION_PARAMS = {
@@ -82,7 +83,7 @@ def test_forward_and_fx_trace(name: str) -> None:
     assert torch.isfinite(out).all() and out.abs().max() < 1e3
     assert out.std() > 1e-2, "degenerate output"
     assert not torch.allclose(out[0], out[1]), "output does not depend on the input"
-    assert torch.allclose(again, out, rtol=1e-6, atol=1e-6)
+    assert_close(again, out, **network_terms(model(name)))
 
 
 @pytest.mark.parametrize("name", ["convnet", "alexnet", "squeezenet", "mobilenet", "resnet18"])

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import algoswap  # noqa: E402
 from algoswap import zoo  # noqa: E402
-from helpers import relative_error  # noqa: E402
+from helpers import assert_close, network_terms  # noqa: E402
 
 
 def conv_algorithms() -> list[str]:
@@ -39,7 +39,7 @@ def test_swap_conv2d_matches_pytorch(models: dict, name: str, algorithm: str) ->
     algoswap.swap_conv2d(swapped, algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
     with torch.no_grad():
         got = swapped(x)
-    assert relative_error(got, expected) <= 1e-4
+    assert_close(got, expected, **network_terms(model), context=f"{name} with {algorithm}")
     ran = {row.implementation for row in algoswap.explain(swapped)}
     assert algorithm in ran, f"{algorithm} ran on no layer of {name}: {ran}"
 
@@ -51,4 +51,4 @@ def test_swap_conv2d_float64(name: str) -> None:
     with torch.no_grad():
         expected = model(x)
         algoswap.swap_conv2d(model, "smm")
-        assert relative_error(model(x), expected) <= 1e-10
+        assert_close(model(x), expected, **network_terms(model), context=name)

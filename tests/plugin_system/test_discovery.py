@@ -16,7 +16,8 @@ import algoswap
 from algoswap import _global
 from algoswap._plugins import ENV_ALLOW, ENV_DENY, ENV_STRICT
 from algoswap._select import select
-from helpers import relative_error
+from helpers import assert_close
+from op_scales import assert_op_close
 
 from .conftest import DENY_FAILING, EXPECTED, FAILING, MODULES, NUMPY_OWNER, Installed, imported, plugin_records
 
@@ -30,10 +31,10 @@ def conv2d_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- in-process discovery
 
 
-def test_install_is_quick(installed: Installed) -> None:
+def test_the_test_plugins_install(installed: Installed) -> None:
+    # how long it took is not asserted: on CI's two shared cores, a time limit is a matter of chance
     assert sorted(p.name for p in installed.site.glob("*.dist-info")) == sorted(
         f"{EXPECTED[n][0].replace('-', '_')}-{EXPECTED[n][1]}.dist-info" for n in EXPECTED if n != "numpy")
-    assert installed.seconds < 30, f"installing the test plugins took {installed.seconds:.1f} s"
 
 
 def test_every_plugin_is_listed_with_its_status_and_error(discover: Any, import_log: Path) -> None:
@@ -82,10 +83,10 @@ def test_numpy_backend_still_works_next_to_failing_plugins(discover: Any, rng: n
     assert selection.backend.name == "numpy"
     out = selection.impl.callable(x, w, b, **selection.call.attrs)
     assert out.dtype == np.float32
-    assert relative_error(out, conv2d_reference(x, w, b)) < 1e-5
+    assert_op_close("conv2d", out, conv2d_reference(x, w, b), [x, w, b], {})
     relu = select(registry, "relu", [x.shape], ["float32"], algorithm="numpy:default")
     assert relu.impl.qualified == "numpy:direct"
-    assert relative_error(relu.impl.callable(x), np.maximum(x, 0)) < 1e-7
+    assert_close(relu.impl.callable(x), np.maximum(x, 0))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -97,7 +98,7 @@ def test_toy_relu_is_selectable_and_correct(discover: Any, rng: np.random.Genera
     assert selection.backend.distribution == "algoswap-test-good" and selection.backend.version == "1.2.0"
     out = selection.impl.callable(x, **selection.call.attrs)
     assert out.dtype == dtype
-    assert relative_error(out, np.maximum(x, 0)) <= 1e-12
+    assert_close(out, np.maximum(x, 0))
 
 
 def test_unavailable_backend_reports_its_reason(discover: Any) -> None:
@@ -161,7 +162,7 @@ def test_allow_list(discover: Any, import_log: Path, rng: np.random.Generator, a
     x = rng.standard_normal((16,)).astype(np.float32)
     selection = select(registry, "relu", [x.shape], ["float32"])
     assert selection.impl.qualified == "toy:direct"
-    assert relative_error(selection.impl.callable(x), np.maximum(x, 0)) <= 1e-12
+    assert_close(selection.impl.callable(x), np.maximum(x, 0))
 
 
 def test_allow_list_tolerates_spaces_after_commas(discover: Any) -> None:
@@ -218,7 +219,7 @@ def test_installing_and_removing_a_plugin_changes_the_registry(
     assert registry is algoswap.registry()
     assert "toy" in registry.backends
     assert [p.name for p in algoswap.plugins() if p.name.startswith("test_")] == ["test_good"]
-    assert relative_error(algoswap.ops.relu(x, algorithm="toy:direct"), np.maximum(x, 0)) <= 1e-12
+    assert_close(algoswap.ops.relu(x, algorithm="toy:direct"), np.maximum(x, 0))
 
     shutil.rmtree(next(site.glob("algoswap_test_good-*.dist-info")))  # "pip uninstall" (the module may linger)
     importlib.invalidate_caches()
