@@ -219,3 +219,33 @@ REFERENCE_ALGORITHM.update({op: "gemm" for op in GEMM_OPS})
 def reference_name(op: str) -> str:
     """The reference implementation of ``op``: the NumPy backend's plainest algorithm."""
     return f"numpy:{REFERENCE_ALGORITHM.get(op, 'direct')}"
+
+
+def _bfloat16_missing() -> str:
+    """Why bfloat16 arrays cannot be made here ("" if they can: ml_dtypes registers the dtype with numpy)."""
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        return "bfloat16 arrays need ml_dtypes (installed with algoswap-dnnl)"
+    return ""
+
+
+def implementation_params(dtypes: tuple[str, ...], integer_fallback: bool = False) -> list[Any]:
+    """One pytest param (impl, dtype) per registered implementation and each of its ``dtypes`` (or int64
+    when it has none of them and ``integer_fallback``), skipped with the reason where its backend is
+    unavailable or bfloat16 arrays cannot be made. Parametrized over the registry as installed."""
+    import pytest
+
+    import algoswap
+
+    registry = algoswap.registry()
+    params = []
+    for impl in registry.implementations():
+        chosen = sorted(set(impl.dtypes) & set(dtypes)) or (sorted(set(impl.dtypes) & {"int64"}) if integer_fallback else [])
+        available = registry.backends[impl.backend].availability()
+        for dtype in chosen:
+            skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
+            skip = skip or (_bfloat16_missing() if dtype == "bfloat16" else "")
+            marks = [pytest.mark.skip(reason=skip)] if skip else []
+            params.append(pytest.param(impl, dtype, id=f"{impl.op}-{impl.qualified}-{dtype}", marks=marks))
+    return params

@@ -11,34 +11,11 @@ import pytest
 
 import algoswap
 from helpers import UNIT_ROUNDOFF, fail, mismatch
-from op_cases import bind, cases_for, draw, reference_name
+from op_cases import bind, cases_for, draw, implementation_params, reference_name
 from op_scales import op_scale, update_scale
 
 
-def _bfloat16_missing() -> str:
-    """Why bfloat16 arrays cannot be made here ("" if they can: ml_dtypes registers the dtype with numpy)."""
-    try:
-        import ml_dtypes  # noqa: F401
-    except ImportError:
-        return "bfloat16 arrays need ml_dtypes (installed with algoswap-dnnl)"
-    return ""
-
-
-def _implementations() -> list[object]:
-    registry = algoswap.registry()
-    params = []
-    for impl in registry.implementations():
-        float_dtypes = sorted(set(impl.dtypes) & set(UNIT_ROUNDOFF)) or sorted(set(impl.dtypes) & {"int64"})
-        available = registry.backends[impl.backend].availability()
-        for dtype in float_dtypes:
-            skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
-            skip = skip or (_bfloat16_missing() if dtype == "bfloat16" else "")
-            marks = [pytest.mark.skip(reason=skip)] if skip else []
-            params.append(pytest.param(impl, dtype, id=f"{impl.op}-{impl.qualified}-{dtype}", marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("impl, dtype", _implementations())
+@pytest.mark.parametrize("impl, dtype", implementation_params(tuple(UNIT_ROUNDOFF), integer_fallback=True))
 def test_matches_reference(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Generator) -> None:
     cases = cases_for(impl.op)
     if not cases:

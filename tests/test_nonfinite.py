@@ -26,7 +26,8 @@ torch = pytest.importorskip("torch")
 import algoswap  # noqa: E402
 from conftest import SEED  # noqa: E402
 from nonfinite import Trial, compare, plantable, trials  # noqa: E402
-from op_cases import bind, cases_for, draw, reference_name  # noqa: E402
+from helpers import fail  # noqa: E402
+from op_cases import bind, cases_for, draw, implementation_params, reference_name  # noqa: E402
 from torch_oracle import TORCH, to_torch  # noqa: E402
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-11}
@@ -39,47 +40,16 @@ REFERENCE_ORACLE = {
 # Ops none of whose cases has a floating input to plant into.
 NO_FLOAT_INPUT = {"one_hot": "its only input is integer indices"}
 
-# oneDNN implementations that lose or invent non-finite values, and why (issue 12; the fixed ones are gone: see
-# tests/test_dnnl_nonfinite.py). Remove an entry when its fix lands: a strict xfail turns red as soon as it passes.
-DNNL_NAN_FIXES_PENDING: dict[tuple[str, str], tuple[str, bool]] = {}  # (op, implementation) -> (why, strict)
-
 # The algorithms that may mix many inputs into each intermediate, and so may declare nan="spreads".
 SPREADING_ALGORITHMS = ("fft", "fft_tiling", "winograd", "winograd_nonfused", "guess", "find")
 
 
-def _implementations() -> list[Any]:
-    registry = algoswap.registry()
-    params = []
-    for impl in registry.implementations():
-        available = registry.backends[impl.backend].availability()
-        pending = DNNL_NAN_FIXES_PENDING.get((impl.op, impl.qualified))
-        for dtype in sorted(set(impl.dtypes) & set(TOLERANCE)):
-            marks = [pytest.mark.skip(reason=f"{impl.backend} unavailable: {available}")] if available is not True else []
-            if dtype == "bfloat16" and _bfloat16_missing():
-                marks = [pytest.mark.skip(reason="bfloat16 arrays need ml_dtypes")]
-            if pending:
-                why, strict = pending
-                marks.append(pytest.mark.xfail(strict=strict, reason=f"dnnl NaN fixes in progress (issue 12): {why}"))
-            params.append(pytest.param(impl, dtype, id=f"{impl.op}-{impl.qualified}-{dtype}", marks=marks))
-    return params
-
-
-def _bfloat16_missing() -> bool:
-    try:
-        import ml_dtypes  # noqa: F401
-    except ImportError:
-        return True
-    return False
-
-
-@pytest.mark.parametrize("impl, dtype", _implementations())
-def test_nonfinite_inputs_follow_torch(impl: algoswap.ImplRecord, dtype: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("impl, dtype", implementation_params(tuple(TOLERANCE)))
+def test_nonfinite_inputs_follow_torch(impl: algoswap.ImplRecord, dtype: str) -> None:
     ran, failures = check_nonfinite(impl, dtype)
     assert ran, f"{impl.qualified} supports none of the cases of {impl.op} that have a floating input"
     if failures:
-        replay = f"ALGOSWAP_TEST_SEED={SEED} .venv/bin/python -m pytest '{request.node.nodeid}'"
-        header = f"{impl.op}, {impl.qualified} (nan={impl.nan!r}), {dtype}, seed {SEED}; replay: {replay}"
-        pytest.fail("\n".join([header] + failures), pytrace=False)
+        fail("\n".join([f"{impl.op}, {impl.qualified} (nan={impl.nan!r}), {dtype}"] + failures))
 
 
 @dataclass
@@ -234,7 +204,7 @@ KNOWN_CASES: dict[str, tuple[str, list[Any], dict[str, Any]]] = {
 
 def _known_cases() -> list[Any]:
     params = []
-    implementations = _implementations()
+    implementations = implementation_params(tuple(TOLERANCE))
     for name, (op, _, _) in KNOWN_CASES.items():
         for param in implementations:
             impl, dtype = param.values
@@ -286,11 +256,6 @@ def test_the_suite_catches_lost_and_invented_nan() -> None:
 
     assert check_nonfinite(_record("avgpool2d", all_nan), "float64")[1]
     assert not check_nonfinite(_record("avgpool2d", all_nan, nan="spreads"), "float64")[1]
-
-
-def test_the_pending_dnnl_fixes_name_registered_implementations() -> None:
-    registered = {(impl.op, impl.qualified) for impl in algoswap.registry().implementations()}
-    assert not set(DNNL_NAN_FIXES_PENDING) - registered
 
 
 def test_the_suite_catches_an_inf_turned_nan_or_finite() -> None:
