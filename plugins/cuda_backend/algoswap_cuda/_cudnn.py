@@ -30,6 +30,11 @@ Shape = tuple[int, ...]
 ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, "fft_tiling": 4,
            "winograd": 5, "winograd_nonfused": 6}
 # What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
+# Engines whose results turn NaN and inf into -FLT_MAX (measured on the H200, cuDNN 9.19: winograd_nonfused
+# gave -3.4e38 wherever torch's float64 convolution has NaN or ±inf). A plan of one scans its two
+# operands first (one device reduction each, and a read back) and runs implicit_gemm on non-finite data.
+SATURATING_ENGINES = frozenset({6})
+SATURATION_FALLBACK = ("implicit_gemm", "implicit_precomp_gemm", "gemm")
 EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
 TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
 _DTYPES = {"float32": "FLOAT", "float16": "HALF", "float64": "DOUBLE"}
@@ -66,7 +71,9 @@ class Plan:
 
     @property
     def label(self) -> str:
-        return f"cuDNN {cudnn.backend_version()} {self.name} (engine {self.engine}, workspace {self.workspace} B)"
+        scan = (f"; NaN/inf in an operand runs {SATURATION_FALLBACK[0]} instead (this engine saturates them)"
+                if self.engine in SATURATING_ENGINES else "")
+        return f"cuDNN {cudnn.backend_version()} {self.name} (engine {self.engine}, workspace {self.workspace} B{scan})"
 
 
 _lock = threading.RLock()  # find builds the legacy plans through plan() while holding it
@@ -175,7 +182,26 @@ def _finish(g: Geometry, graph: Any, tensors: tuple[Any, Any, Any], index: int, 
             pack = {tensors[0]: a.data.ptr, tensors[1]: b.data.ptr, tensors[2]: out.data.ptr}
             graph.execute_plan_at_index(pack, workspace(size), index, handle())
 
-    return Plan(g, engine, name, size, run)
+    return Plan(g, engine, name, size, _exact_on_non_finite(g, run) if engine in SATURATING_ENGINES else run)
+
+
+def _exact_on_non_finite(g: Geometry, run: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
+    def scanned(a: Any, b: Any, out: Any) -> None:
+        if bool(cp.isfinite(a).all()) and bool(cp.isfinite(b).all()):
+            run(a, b, out)
+        else:
+            _exact_plan(g).run(a, b, out)
+    return scanned
+
+
+def _exact_plan(g: Geometry) -> Plan:
+    for name in SATURATION_FALLBACK:
+        try:
+            return plan(g, name)
+        except NotServed:
+            continue
+    raise NotServed(f"none of {', '.join(SATURATION_FALLBACK)} builds for this {g.kind} layer, which has NaN or inf "
+                    "in an operand (its engine would saturate them)")
 
 
 def _engine_id(name: str) -> int:
