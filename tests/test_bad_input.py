@@ -266,6 +266,26 @@ def test_inputs_that_are_not_arrays_are_named(value: object, words: str) -> None
     assert caught.value.argument == "weight"
 
 
+@pytest.mark.parametrize("kind", ["constant", "parameter", "variable"])
+def test_graph_arrays_that_are_not_arrays_are_named(kind: str) -> None:
+    from algoswap import graph as g
+
+    make = g.constant if kind == "constant" else (lambda value: getattr(g, kind)("v", value))
+    for value, words in NOT_ARRAYS[:4] + NOT_ARRAYS[5:6]:
+        with pytest.raises(algoswap.OpArgumentError) as caught:
+            make(value)
+        assert str(caught.value).startswith(f"graph.{kind}: argument 'value' got ") and words in str(caught.value), str(caught.value)
+
+
+def test_graph_constants_keep_their_shape_and_their_values() -> None:
+    from algoswap import graph as g
+
+    source = np.arange(6.0).reshape(2, 3)
+    node = g.constant(source)
+    source[...] = -1.0  # the graph copied it: a later change does not reach the program
+    assert g.constant(2.0).shape == () and np.array_equal(node.host, np.arange(6.0).reshape(2, 3))
+
+
 def test_the_byte_order_is_refused_wherever_arrays_enter() -> None:
     from algoswap import graph as g
 

@@ -123,20 +123,30 @@ def placeholder(name: str, shape: Sequence[int], dtype: str = "float32") -> Node
 def parameter(name: str, value: Any, dtype: str | None = None) -> Node:
     """A trainable array, updated in place by optimizers (kept on the host, or in the device memory
     where its update runs: see ``Node.value``)."""
-    array = np.array(value, dtype=dtype or np.asarray(value).dtype, order="C", copy=True)
+    array = _owned_array(value, "parameter", dtype)
     return Node(name, "parameter", tuple(array.shape), str(array.dtype), host=array)
 
 
 def variable(name: str, value: Any) -> Node:
     """A non-trainable array the graph updates in place (optimizer state)."""
-    array = np.array(value, order="C", copy=True)
+    array = _owned_array(value, "variable")
     return Node(name, "variable", tuple(array.shape), str(array.dtype), host=array)
 
 
 def constant(value: Any, name: str | None = None) -> Node:
-    """A fixed array (numpy arrays given to op calls become constants)."""
-    array = np.ascontiguousarray(value)
+    """A fixed array (numpy arrays given to op calls become constants), copied: changing the array
+    given afterwards does not change the graph."""
+    array = _owned_array(value, "constant")
     return Node(name or unique_name("constant"), "constant", tuple(array.shape), str(array.dtype), host=array)
+
+
+def _owned_array(value: Any, kind: str, dtype: str | None = None) -> np.ndarray:
+    """A C-contiguous copy of ``value`` (its shape kept, 0-D too), or an OpArgumentError naming the
+    graph function for what is not an array of numbers (a str, a dict, a ragged list)."""
+    from .._inputs import host_array
+
+    array = host_array(value, f"graph.{kind}", lambda: "value")
+    return np.array(array, dtype=dtype or array.dtype, order="C", copy=True)
 
 
 def _as_node(value: Any) -> Node | None:
