@@ -256,6 +256,49 @@ def test_conv2d_fused_relu_keeps_nan_and_gives_positive_zeros(algorithm: str, rn
 
 
 @pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
+@pytest.mark.parametrize("case", ["finite", "nan input", "inf weight", "inf bias", "nan residual"])
+def test_conv2d_fused_relu_on_large_outputs(algorithm: str, case: str, rng: np.random.Generator, same: Any) -> None:
+    """From conv.FINITE_RELU_FROM outputs a fused relu runs oneDNN's own (NaN-dropping) relu post-op when the
+    sums cannot be NaN (finite inputs, no overflow possible), the NaN-keeping one otherwise."""
+    from algoswap_dnnl import conv
+
+    x = rng.standard_normal((1, 4, 130, 130)).astype(np.float32)  # 8 x 130 x 130 = 135,200 outputs
+    w, b = rng.standard_normal((8, 4, 3, 3)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    residual = rng.standard_normal((1, 8, 130, 130)).astype(np.float32)
+    assert 8 * 130 * 130 >= conv.FINITE_RELU_FROM
+    place = tuple(int(i) for i in rng.integers(1, 129, 2))
+    if case == "nan input":
+        x[(0, 2, *place)] = NAN
+    elif case == "inf weight":
+        w[5, 1, 1, 1] = INF
+    elif case == "inf bias":
+        b[3] = -INF
+    elif case == "nan residual":
+        residual[(0, 6, *place)] = NAN
+    wide = {name: torch.tensor(a, dtype=torch.float64) for name, a in (("x", x), ("w", w), ("b", b), ("r", residual))}
+    expected = F.relu(F.conv2d(wide["x"], wide["w"], wide["b"], padding=1) + wide["r"])
+    frozen_w, frozen_b = algoswap.freeze(w.copy()), algoswap.freeze(b.copy())
+    for weight, bias in ((w, b), (frozen_w, frozen_b)):
+        got = algoswap.ops.call("conv2d_fused", x, weight, bias, residual, padding=1, activation="relu", algorithm=algorithm)
+        same(got, expected, f"conv2d_fused, {case}, {'frozen' if weight is frozen_w else 'plain'} weights")
+        assert not np.signbit(got[got == 0]).any(), "relu gave -0"
+    chosen = conv._finite_activation("relu", 8 * 130 * 130, x, w, b, residual)
+    assert chosen == ("relu_finite" if case == "finite" else "relu"), chosen
+
+
+def test_conv2d_fused_relu_keeps_the_exact_post_op_where_sums_could_overflow(rng: np.random.Generator) -> None:
+    """Finite inputs whose products can overflow (inf - inf = NaN in some sum) take the NaN-keeping relu."""
+    from algoswap_dnnl import conv
+
+    x = rng.standard_normal((1, 4, 130, 130)).astype(np.float32)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    assert conv._finite_activation("relu", 8 * 130 * 130, x, w, None, None) == "relu_finite"
+    x[0, 0, 0, 0] = 1e37  # 36 terms * 1e37 * max|w| is beyond float32's 3.4e38
+    assert conv._finite_activation("relu", 8 * 130 * 130, x, w, None, None) == "relu"
+    assert conv._finite_activation("relu", conv.FINITE_RELU_FROM - 1, x, w, None, None) == "relu"
+
+
+@pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
 @pytest.mark.parametrize("frozen", [False, True])
 def test_conv2d_nonfinite_weights_meet_the_zero_padding(algorithm: str, frozen: bool, rng: np.random.Generator,
                                                         same: Any) -> None:

@@ -17,7 +17,7 @@ struct Conv {
     std::string algo_name, layout;
     bool channels_last = false;    // the caller's input, output and residual are in NHWC memory order
     bool residual = false;         // a residual of the output's shape is added (binary_add post-op)
-    std::string activation = "none";  // applied last ("relu": eltwise post-op)
+    std::string activation = "none";  // applied last ("relu": NaN-keeping post-ops; "relu_finite": oneDNN's relu)
     dt type = dt::f32;             // of input, weight, bias, residual and output (forward; f32 accumulation)
 
     std::string key(const char *op) const {
@@ -45,6 +45,10 @@ struct Conv {
         dnnl::post_ops ops;
         if (residual) ops.append_binary(dnnl::algorithm::binary_add, user_act(y));
         if (activation == "relu") append_exact_relu(ops);
+        if (activation == "relu_finite") {  // its relu gives -0 for negatives: x * 1 + 0 makes them +0, as torch's
+            ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+            ops.append_eltwise(dnnl::algorithm::eltwise_linear, 1.f, 0.f);
+        }
         attr.set_post_ops(ops);
         return attr;
     }
@@ -80,8 +84,9 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
            bool channels_last = false, bool residual = false, const std::string &activation = "none",
            dt type = dt::f32) {
     std::string where = std::string("algoswap_dnnl ") + op + ": ";
-    if (activation != "none" && activation != "relu")
-        throw py::value_error(where + "activation must be 'none' or 'relu', got '" + activation + "'");
+    if (activation != "none" && activation != "relu" && activation != "relu_finite")
+        throw py::value_error(where + "activation must be 'none', 'relu' or 'relu_finite' (oneDNN's relu, which drops NaN: for "
+                              "sums known to be finite), got '" + activation + "'");
     if (x.size() != 4 || w.size() != 4) throw py::value_error(where + "input and weight must be 4-D (NCHW, OIHW)");
     if (stride.size() != 2 || pad_l.size() != 2 || pad_r.size() != 2 || dilation.size() != 2)
         throw py::value_error(where + "stride, padding_l, padding_r and dilation must have 2 entries each");
@@ -277,7 +282,7 @@ void init_conv(py::module_ &m) {
     };
     def("conv2d_forward", &forward,
         "activation(conv2d(input, weight) + bias + residual): NCHW input (NHWC if channels_last) with OIHW weight; "
-        "bias and residual may be None; activation 'none' or 'relu'; dilation as in torch.",
+        "bias and residual may be None; activation 'none', 'relu' or 'relu_finite'; dilation as in torch.",
         fused(py::arg("input"), py::arg("weight"), py::arg("bias").none(true), py::arg("residual").none(true)));
     def("conv2d_pack_weights", &pack_weights,
         "The weight reordered once for the conv2d_forward primitive of these shapes (a PackedWeights), "
