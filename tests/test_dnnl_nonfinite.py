@@ -258,7 +258,7 @@ def test_conv2d_fused_relu_keeps_nan_and_gives_positive_zeros(algorithm: str, rn
 @pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
 @pytest.mark.parametrize("case", ["finite", "nan input", "inf weight", "inf bias", "nan residual"])
 def test_conv2d_fused_relu_on_large_outputs(algorithm: str, case: str, rng: np.random.Generator, same: Any) -> None:
-    """From conv.FINITE_RELU_FROM outputs a fused relu runs oneDNN's own (NaN-dropping) relu post-op when the
+    """From conv.FINITE_RELU_FROM outputs a fused relu runs a NaN-dropping clip post-op when the
     sums cannot be NaN (finite inputs, no overflow possible), the NaN-keeping one otherwise."""
     from algoswap_dnnl import conv
 

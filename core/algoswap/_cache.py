@@ -85,13 +85,16 @@ class LRUCache(Generic[V]):
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, default: Any = None) -> Any:
-        """The value under ``key`` (now the most recently used), or ``default``."""
-        with self._lock:
-            value = self._entries.get(key, _MISSING)
-            if value is _MISSING:
-                return default
+        """The value under ``key`` (now the most recently used), or ``default``. Without the lock: each of
+        the two OrderedDict calls is atomic, and an entry dropped in between is still a valid answer."""
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        try:
             self._entries.move_to_end(key)
-            return value
+        except KeyError:  # evicted by another thread meanwhile
+            pass
+        return value
 
     def put(self, key: Hashable, value: V) -> V:
         """Store ``value`` under ``key``, dropping the least recently used entries beyond the limit."""

@@ -17,30 +17,33 @@ std::string shape_text(const py::array &a) {
 }  // namespace
 
 F32 check_f32(const py::handle &obj, const char *op, const char *name) {
-    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
+    auto where = [&] { return std::string("algoswap_dnnl ") + op + ": argument '" + name + "' "; };
     if (!py::isinstance<py::array>(obj))
-        throw py::type_error(where + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+        throw py::type_error(where() + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
     auto array = py::reinterpret_borrow<py::array>(obj);
     if (!array.dtype().equal(py::dtype::of<float>()))
-        throw py::type_error(where + "must be float32, got " + std::string(py::str(array.dtype())) + " array of shape " + shape_text(array));
+        throw py::type_error(where() + "must be float32, got " + std::string(py::str(array.dtype())) + " array of shape " + shape_text(array));
     if (!(array.flags() & py::array::c_style))
-        throw py::value_error(where + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
+        throw py::value_error(where() + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
     dims shape(array.shape(), array.shape() + array.ndim());
     return F32{array, static_cast<float *>(const_cast<void *>(array.data())), shape};
 }
 
 Tensor check_float(const py::handle &obj, const char *op, const char *name) {
-    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
+    // The checks come first and the messages only on failure: this runs for every array of every call.
+    auto where = [&] { return std::string("algoswap_dnnl ") + op + ": argument '" + name + "' "; };
     if (!py::isinstance<py::array>(obj))
-        throw py::type_error(where + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+        throw py::type_error(where() + "must be a numpy.ndarray, got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
     auto array = py::reinterpret_borrow<py::array>(obj);
-    std::string dtype = py::str(array.dtype());
-    dt type;
-    if (array.dtype().equal(py::dtype::of<float>())) type = dt::f32;
-    else if (dtype == "bfloat16" && array.itemsize() == 2) type = dt::bf16;
-    else throw py::type_error(where + "must be float32 or bfloat16, got " + dtype + " array of shape " + shape_text(array));
+    dt type = dt::f32;
+    if (!array.dtype().equal(py::dtype::of<float>())) {
+        std::string dtype = py::str(array.dtype());
+        if (dtype != "bfloat16" || array.itemsize() != 2)
+            throw py::type_error(where() + "must be float32 or bfloat16, got " + dtype + " array of shape " + shape_text(array));
+        type = dt::bf16;
+    }
     if (!(array.flags() & py::array::c_style))
-        throw py::value_error(where + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
+        throw py::value_error(where() + "must be C-contiguous (pass numpy.ascontiguousarray(...)); got a strided array of shape " + shape_text(array));
     dims shape(array.shape(), array.shape() + array.ndim());
     return Tensor{array, const_cast<void *>(array.data()), shape, type};
 }
@@ -49,9 +52,9 @@ void *optional_like(const py::handle &obj, dt type, const char *op, const char *
                     const std::string &what) {
     if (obj.is_none()) return nullptr;
     Tensor t = check_float(obj, op, name);
-    std::string where = std::string("algoswap_dnnl ") + op + ": argument '" + name + "' ";
-    if (t.type != type) throw py::type_error(where + "must be " + type_name(type) + " like the input, got " + type_name(t.type));
-    if (t.shape != expected) throw py::value_error(where + "must have shape " + what);
+    auto where = [&] { return std::string("algoswap_dnnl ") + op + ": argument '" + name + "' "; };
+    if (t.type != type) throw py::type_error(where() + "must be " + type_name(type) + " like the input, got " + type_name(t.type));
+    if (t.shape != expected) throw py::value_error(where() + "must have shape " + what);
     return t.data;  // the caller's argument keeps the array alive
 }
 

@@ -1,4 +1,5 @@
 // conv2d forward, backward data and backward weights.
+#include <limits>
 #include "common.hpp"
 
 namespace algoswap_dnnl {
@@ -45,10 +46,8 @@ struct Conv {
         dnnl::post_ops ops;
         if (residual) ops.append_binary(dnnl::algorithm::binary_add, user_act(y));
         if (activation == "relu") append_exact_relu(ops);
-        if (activation == "relu_finite") {  // its relu gives -0 for negatives: x * 1 + 0 makes them +0, as torch's
-            ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-            ops.append_eltwise(dnnl::algorithm::eltwise_linear, 1.f, 0.f);
-        }
+        if (activation == "relu_finite")  // relu as a clip to [0, FLT_MAX]: +0 for negatives (its relu gives -0)
+            ops.append_eltwise(dnnl::algorithm::eltwise_clip, 0.f, std::numeric_limits<float>::max());
         attr.set_post_ops(ops);
         return attr;
     }
@@ -85,7 +84,7 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
            dt type = dt::f32) {
     std::string where = std::string("algoswap_dnnl ") + op + ": ";
     if (activation != "none" && activation != "relu" && activation != "relu_finite")
-        throw py::value_error(where + "activation must be 'none', 'relu' or 'relu_finite' (oneDNN's relu, which drops NaN: for "
+        throw py::value_error(where + "activation must be 'none', 'relu' or 'relu_finite' (a clip to [0, FLT_MAX], which drops NaN: for "
                               "sums known to be finite), got '" + activation + "'");
     if (x.size() != 4 || w.size() != 4) throw py::value_error(where + "input and weight must be 4-D (NCHW, OIHW)");
     if (stride.size() != 2 || pad_l.size() != 2 || pad_r.size() != 2 || dilation.size() != 2)
