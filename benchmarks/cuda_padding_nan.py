@@ -4,7 +4,8 @@ a kernel after each padded forward and weight-gradient convolution puts back the
 For every padded conv layer of ResNet-50 (batch 32, float32, cuda:guess), in one process: the forward
 and the weight gradient with the pass and with it replaced by nothing, timed in turns (GPU time per call,
 CUDA events as in cuda_conv_layers.py), and with one inf weight (or grad_output) at a border. Then the
-host time of one call on a tiny layer (1x64x8x8, where the host is the bottleneck), with and without.
+host time of one call on a tiny layer (1x64x8x8, where the host is the bottleneck), with and without, and
+with a frozen finite weight (as a swap_backend Model's), for which the forward pass is not launched.
 
     python benchmarks/cuda_padding_nan.py [--batch 32] [--reps 20]
 """
@@ -97,6 +98,18 @@ def host_cost(reps: int = 2000) -> None:
     for kind, (finite, _) in _calls(layer).items():
         without, with_pass = _in_turns(kind, lambda: _host_us(finite, reps))
         print(f"tiny layer 1x64x8x8, {kind}: {without:.1f} us a call without the pass, {with_pass:.1f} us with it")
+    # a swap_backend Model's weights: the GPU copy of a frozen finite array, for which no pass is launched
+    import numpy as np
+
+    from algoswap_cuda import _runtime
+
+    x = cp.random.standard_normal(layer["x"], dtype=cp.float32)
+    w = _runtime.from_host(algoswap.freeze(np.random.default_rng(0).standard_normal(layer["w"]).astype(np.float32)))
+    attrs = dict(algoswap.registry().spec("conv2d").bind([layer["x"], layer["w"], None], ["float32", "float32", None],
+                                                          {"padding": layer["padding"]}).attrs)
+    forward = algoswap.registry().impls[("conv2d", "guess", "cuda")].callable
+    frozen = _host_us(lambda: forward(x, w, None, **attrs), reps)
+    print(f"tiny layer 1x64x8x8, forward with a frozen finite weight (known finite: no pass): {frozen:.1f} us a call")
 
 
 def main() -> int:

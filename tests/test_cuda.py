@@ -310,6 +310,23 @@ def test_cudnn_convolutions_multiply_their_zero_padding(op: str, algorithm: str,
 
 
 @gpu
+def test_frozen_weights_known_finite_skip_the_padding_pass_and_others_keep_it(rng: np.random.Generator) -> None:
+    """The GPU copy of a frozen finite weight (a swap_backend Model's) is known finite: its convolutions launch no
+    padding NaN pass. A frozen weight with an inf, or any other weight, still gets it."""
+    from algoswap_cuda import _runtime
+
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    assert _runtime.known_finite(_runtime.from_host(algoswap.freeze(w)))
+    assert not _runtime.known_finite(_runtime.from_host(w))
+    w[2, 1, 0, 0] = np.inf
+    frozen = algoswap.freeze(w)
+    assert not _runtime.known_finite(_runtime.from_host(frozen))
+    x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
+    problem = _against_torch("conv2d", [x, frozen, None], "guess", CUDNN_TOLERANCE, padding=1)
+    assert not problem, problem
+
+
+@gpu
 def test_cudnn_weight_gradient_multiplies_its_zero_padding(rng: np.random.Generator) -> None:
     """A non-finite grad_output whose window reaches the padding makes dW[o, :, i, j] NaN in PyTorch for
     each tap (i, j) there (0 * inf); cuDNN's engines skipped those taps and left them finite or ±inf."""

@@ -57,6 +57,25 @@ def _forget(key: int, ref: weakref.ref[np.ndarray]) -> None:
         _uploaded.pop(key)
 
 
+# id -> weak reference of the GPU copies of frozen arrays that are all finite (scanned once, on the host, at
+# upload): kernels whose NaN repair only matters for a non-finite operand skip it for these.
+_known_finite: dict[int, weakref.ref[Any]] = {}
+
+
+def known_finite(device: Any) -> bool:
+    """Whether ``device`` is the GPU copy of a frozen host array with no NaN or infinity."""
+    ref = _known_finite.get(id(device))
+    return ref is not None and ref() is device
+
+
+def _remember_finite(array: np.ndarray, device: Any) -> None:
+    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
+        if not np.isfinite(array).all():
+            return
+    key = id(device)
+    _known_finite[key] = weakref.ref(device, lambda ref: _known_finite.pop(key, None) if _known_finite.get(key) is ref else None)
+
+
 def from_host(array: Any) -> Any:
     """A host array on the GPU; frozen numpy arrays are uploaded once and the copy reused; a
     scipy.sparse CSR matrix becomes a cupyx.scipy.sparse one."""
@@ -71,6 +90,7 @@ def from_host(array: Any) -> Any:
         if entry is not None and entry[0]() is array:
             return entry[1]
         device = cp.ascontiguousarray(cp.asarray(array))
+        _remember_finite(array, device)
         key = id(array)
 
         def forget(ref: weakref.ref[np.ndarray]) -> None:

@@ -103,9 +103,10 @@ def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadH
 
 def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
     """NaN where a zero-padding tap meets a non-finite weight, as in PyTorch (cuDNN skips those taps).
-    Asynchronous: one thread per weight, which does nothing more when the weight is finite."""
+    Asynchronous: one thread per weight, which does nothing more when the weight is finite; not launched
+    for the GPU copy of a frozen weight known to be finite (a swap_backend Model's)."""
     (top, bottom), (left, right) = padding
-    if top or bottom or left or right:
+    if (top or bottom or left or right) and not _runtime.known_finite(w):
         _kernels.launch(_kernels.PADDING_NAN, "padding_nan_forward", y.dtype.name, w.size, (w, y), None, y.shape[0],
                         *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation)
 
