@@ -85,8 +85,10 @@ class LRUCache(Generic[V]):
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, default: Any = None) -> Any:
-        """The value under ``key`` (now the most recently used), or ``default``. Without the lock: each of
-        the two OrderedDict calls is atomic, and an entry dropped in between is still a valid answer."""
+        """The value under ``key`` (now the most recently used), or ``default``. A hit takes no lock: it is
+        read on every call of every front end, each OrderedDict method is one C call, atomic under the
+        GIL (keys are tuples of builtins, types and dtypes, hashed and compared in C), and an entry
+        evicted between the two calls is still a right answer."""
         value = self._entries.get(key, _MISSING)
         if value is _MISSING:
             return default

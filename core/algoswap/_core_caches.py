@@ -14,12 +14,11 @@ so each is an ``LRUCache`` of one of these kinds, bounded by its size:
 
 from __future__ import annotations
 
-from typing import Any, Hashable, TypeVar
+from typing import Any
 
-from ._cache import _MISSING, LRUCache, cache_limits, declare_cache, set_cache_limit
+from ._cache import LRUCache, cache_limits, declare_cache, set_cache_limit
 
-__all__ = ["HotCache", "SelectionCache", "cache_limits", "set_cache_limit"]
-V = TypeVar("V")
+__all__ = ["SelectionCache", "cache_limits", "set_cache_limit"]
 
 SELECTIONS = declare_cache("selections", 4096, "the registry's validated calls and the implementation chosen for each")
 OPS_CALLS = declare_cache("ops_calls", 1024, "algoswap.ops calls ready to run (per op, request, input types and attributes)")
@@ -28,26 +27,7 @@ MODEL_STEPS = declare_cache("model_steps", 64, "per step of a swap_backend Model
 GRAPH_PROGRAMS = declare_cache("graph_programs", 32, "per graph Executor: its planned program for each set of input shapes")
 
 
-class HotCache(LRUCache[V]):
-    """An LRUCache read on every call (selections, the front ends' calls, Model steps): a hit takes no
-    lock. Each OrderedDict method is one C call, atomic under the GIL (keys are tuples of builtins,
-    types and dtypes, hashed and compared in C); an entry evicted between the two calls is a miss."""
-
-    __slots__ = ()
-
-    def get(self, key: Hashable, default: Any = None) -> Any:
-        entries = self._entries
-        value = entries.get(key, _MISSING)
-        if value is _MISSING:
-            return default
-        try:
-            entries.move_to_end(key)
-        except KeyError:  # evicted by another thread meanwhile: the value is still right
-            pass
-        return value
-
-
-class SelectionCache(HotCache[Any]):
+class SelectionCache(LRUCache[Any]):
     """The registry's selections, with the front ends' calls ready to run (``ops``, ``torch``), which
     hold selections too: ``clear()`` (when a plugin registers) empties all three."""
 
@@ -55,8 +35,8 @@ class SelectionCache(HotCache[Any]):
 
     def __init__(self) -> None:
         super().__init__(SELECTIONS)
-        self.ops: HotCache[Any] = HotCache(OPS_CALLS)
-        self.torch: HotCache[Any] = HotCache(TORCH_CALLS)
+        self.ops: LRUCache[Any] = LRUCache(OPS_CALLS)
+        self.torch: LRUCache[Any] = LRUCache(TORCH_CALLS)
 
     def clear(self) -> None:
         super().clear()

@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core_caches import MODEL_STEPS, HotCache
+from .._cache import LRUCache
+from .._core_caches import MODEL_STEPS
 from .._errors import AlgoswapError
 from .._global import get_registry
 from .._runner import Runner
@@ -35,7 +36,7 @@ class FusedStep:
     residual: int | None  # the add's other operand
     free: tuple[int, ...] = ()
     last_key: tuple[Any, ...] | None = None
-    _cache: HotCache[Runner | str] = field(default_factory=lambda: HotCache(MODEL_STEPS), repr=False)
+    _cache: LRUCache[Runner | str] = field(default_factory=lambda: LRUCache(MODEL_STEPS), repr=False)
 
     kind = "fused"
 
@@ -125,7 +126,7 @@ class FusedStep:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _cache=HotCache(MODEL_STEPS))
+        self.__dict__.update(state, _cache=LRUCache(MODEL_STEPS))
 
 
 @dataclass(frozen=True)

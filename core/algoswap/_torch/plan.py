@@ -21,7 +21,8 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 import torch
 
-from .._core_caches import MODEL_STEPS, HotCache
+from .._cache import LRUCache
+from .._core_caches import MODEL_STEPS
 from .._errors import NoImplementationError
 from .._global import get_registry
 from .._records import MemorySpace
@@ -80,7 +81,7 @@ class OpStep:
     params: tuple[int, ...] = ()  # positions of inputs that are weights (kept in their own layout)
     free: tuple[int, ...] = ()
     last_shapes: tuple[Any, ...] | None = None
-    _cache: HotCache[Runner] = field(default_factory=lambda: HotCache(MODEL_STEPS), repr=False, compare=False)
+    _cache: LRUCache[Runner] = field(default_factory=lambda: LRUCache(MODEL_STEPS), repr=False, compare=False)
 
     kind = "op"
 
@@ -151,7 +152,7 @@ class OpStep:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _cache=HotCache(MODEL_STEPS))
+        self.__dict__.update(state, _cache=LRUCache(MODEL_STEPS))
 
 
 @dataclass
