@@ -10,13 +10,15 @@ steps give PyTorch's gradients.
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
 import algoswap
-from helpers import assert_close, network_terms, relative_error
+from helpers import HANG_SECONDS, assert_close, network_terms, relative_error
 
 pytest.importorskip("algoswap_cuda", reason="algoswap-cuda is not installed")
 
@@ -36,6 +38,21 @@ def test_plugin_loads_and_says_why_it_is_unavailable_or_runs() -> None:
     names = {i.algorithm for i in _registry.implementations("conv2d", backend="cuda")}
     assert set(ENGINES) | {"guess", "find", "direct", "smm"} <= names
     assert ("conv2d", "winograd", "cuda") in _registry.unsupported
+
+
+def _driver_loads() -> bool:
+    from algoswap_cuda import _driver_missing
+
+    return not _driver_missing()
+
+
+@pytest.mark.skipif(_driver_loads(), reason="a CUDA driver is installed here: the probe asks CuPy")
+def test_without_a_driver_the_probe_imports_no_cupy() -> None:
+    """Without a CUDA driver the probe is a failed dlopen: CuPy (half a second to import) is never imported."""
+    code = ("import sys, algoswap; print(algoswap.registry().backends['cuda'].availability()); "
+            "assert not [m for m in sys.modules if m.startswith('cupy')], 'cupy imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert done.returncode == 0 and "no CUDA driver" in done.stdout, done.stdout + done.stderr
 
 
 def test_host_arrays_never_go_to_the_gpu_unasked() -> None:

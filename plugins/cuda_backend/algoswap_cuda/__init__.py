@@ -2,14 +2,17 @@
 through CuPy, and our own CuPy raw kernels, on CuPy arrays in GPU memory.
 
 Implementations are registered as "module:attribute" strings: discovery imports neither CuPy nor
-cuDNN. The availability probe imports CuPy, once, when the backend is first considered; without a
-GPU it answers "no CUDA GPU is visible" and nothing else runs. Torch CUDA tensors cross zero-copy
+cuDNN. The availability probe first loads the CUDA driver library (a dlopen: without a driver it
+answers in well under a millisecond, and CuPy is never imported), then asks CuPy, once, when the
+backend is first considered; without a GPU it answers "no CUDA GPU is visible" and nothing else runs. Torch CUDA tensors cross zero-copy
 through DLPack. TF32 is off for float32 unless ``set_tf32(True)`` or ALGOSWAP_CUDA_TF32=1.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import sys
 from typing import Any, Callable
 
 from algoswap import MemorySpace
@@ -55,7 +58,22 @@ def _lazy(module: str, name: str, *args: Any) -> Callable[[Any], Any]:
     return call
 
 
+def _driver_missing() -> str:
+    """Why the CUDA driver library does not load ("" if it does): checked before CuPy is imported."""
+    if sys.platform == "darwin":
+        return "macOS has no CUDA driver"
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        ctypes.CDLL(name)
+    except OSError as exc:
+        return f"no CUDA driver: {name} does not load ({exc})"
+    return ""
+
+
 def probe() -> bool | str:
+    missing = _driver_missing()
+    if missing:
+        return missing
     try:
         from ._runtime import probe as run_probe
     except ImportError as exc:
