@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 from ._errors import PluginError
 from ._faults import FaultLog
 from ._guard import Guard, TimedOut
+from ._log import plugin_failed
 from ._ownership import refused_claims
 from ._records import PluginRecord, exception_trace, format_exception
 from ._registry import Registrar, Registry
@@ -200,6 +201,8 @@ class PluginLoader:
             outcome.record, status=outcome.status, error=outcome.error, backends=declared if outcome.status == "loaded" else (),
             trace=exception_trace(outcome.exc) if outcome.exc is not None else "")
         self.registry._record(record, declared)
+        if record.status in FAILED:
+            plugin_failed(record.name, record.owner, record.status, record.error)
         if record.status in FAILED and self.strict:
             raise PluginError(f"plugin {record.name!r} ({record.owner}) is {record.status}: {record.error}") from outcome.exc
         return record

@@ -240,7 +240,7 @@ class ImplRecord:
         except TimedOut as exc:
             reason = (f"timed out: supports() of {self.op} {self.qualified} ({self.owner}) did not answer within "
                       f"{exc.seconds:g} s ({ENV_TIMEOUT}); backend {self.backend!r} is out of selection in this process")
-            health.take_out("timed out", reason)
+            health.take_out(self.backend, "timed out", reason)
             return reason
 
     def import_problem(self) -> str | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ._errors import NoImplementationError, OpArgumentError
+from ._log import selected
 from ._records import BackendRecord, ImplRecord
 from ._registry import Registry, suggest
 from ._spec import OpCall, Shape
@@ -88,7 +89,9 @@ def choose(registry: Registry, call: OpCall, request: str = "default", memory: s
     for impl in sorted(matching, key=lambda impl: _rank(registry, impl)):
         reason = _reject_reason(registry, impl, call, memory)
         if reason is None:
-            return Selection(impl, registry.backends[impl.backend], call, request, tuple(rejected))
+            chosen = Selection(impl, registry.backends[impl.backend], call, request, tuple(rejected))
+            selected(chosen)
+            return chosen
         rejected.append((impl.qualified, reason))
     lines = "\n".join(f"  {name}: {reason}" for name, reason in rejected)
     raise NoImplementationError(

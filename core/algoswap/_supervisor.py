@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from ._faults import Fault, FaultLog
 from ._guard import Frame, Guard, TimedOut, named_frame
+from ._log import backend_out
 
 if TYPE_CHECKING:
     from ._records import Available, BackendRecord
@@ -89,12 +90,15 @@ class BackendHealth:
         with self._lock:
             if self.answer is None:
                 self.status, self.answer = self._probe(backend)
+                if self.status in ("timed out", "crashed"):
+                    backend_out(backend.name, self.status, str(self.answer))
             return self.answer
 
-    def take_out(self, status: str, reason: str) -> None:
-        """Take the backend out of selection for the rest of the process."""
+    def take_out(self, backend: str, status: str, reason: str) -> None:
+        """Take ``backend`` (this health's) out of selection for the rest of the process."""
         with self._lock:
             self.status, self.answer = status, reason
+        backend_out(backend, status, reason)
 
     def _probe(self, backend: "BackendRecord") -> tuple[str, bool | str]:
         if backend.probe is None:

@@ -22,6 +22,7 @@ import numpy as np
 from ._errors import OpArgumentError
 from ._global import get_registry
 from ._inputs import host_array, shown
+from ._log import moved as moved_log
 from ._runner import Runner
 from ._select import attrs_key, select
 from ._trace import record
@@ -122,6 +123,7 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
     if moves is None:
         arrays = tuple(a if type(a) is not np.ndarray or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays)
         return runner.run(arrays)
+    moved_log(op, "host", moves.name, sum(a is not None for a in arrays))
     moved = tuple(None if a is None else moves.upload(a) for a in arrays)
     result = runner.run(moved)
     for position in updated:

@@ -4,6 +4,7 @@ environment, the throwaway plugins (see conftest.py) on ``sys.path``."""
 from __future__ import annotations
 
 import importlib
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -228,3 +229,19 @@ def test_installing_and_removing_a_plugin_changes_the_registry(
     assert not [p for p in algoswap.plugins() if p.name.startswith("test_")]
     with pytest.raises(algoswap.NoImplementationError):
         algoswap.ops.relu(x, algorithm="toy:direct")
+
+
+def test_each_failed_plugin_is_logged_once_as_a_warning(discover: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from algoswap import _log
+
+    _log._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="algoswap"):
+        discover()
+        discover()  # a second discovery in the same process warns of nothing new
+    warned = [r.getMessage() for r in caplog.records if r.name == "algoswap" and r.levelno == logging.WARNING]
+    for name in FAILING:
+        status = EXPECTED[name][2]
+        mine = [m for m in warned if m.startswith(f"plugin {name!r} ")]
+        assert len(mine) == 1 and f" is {status} and was skipped: " in mine[0], (name, warned)
+    loaded = [name for name, (_, _, status, _) in EXPECTED.items() if status == "loaded"]
+    assert not [m for m in warned if any(m.startswith(f"plugin {name!r} ") for name in loaded)], warned

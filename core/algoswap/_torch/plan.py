@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import operator
 from dataclasses import dataclass, field
+from logging import DEBUG
 from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ from .._cache import LRUCache
 from .._core_caches import MODEL_STEPS
 from .._errors import NoImplementationError
 from .._global import get_registry
+from .._log import LOG, moved
 from .._records import MemorySpace
 from .._runner import Runner, bfloat16, numpy_dtype
 from .._select import Selection, select, typed_key
@@ -272,9 +274,17 @@ def invoke(runner: Runner, arrays: list[Any], params: tuple[int, ...]) -> Any:
     space = selection.backend.memory
     if space.is_host:
         return runner.run(arrange([on_host(a) for a in arrays], selection.impl.layout, params))
+    if LOG.isEnabledFor(DEBUG):
+        _log_moves(selection.call.op, arrays, params, space)
     moved = [None if a is None else a.array if isinstance(a, Resident) and a.space == space else space.upload(on_host(a))
              for a in arrays]
     return Resident(runner.run(moved), space)
+
+
+def _log_moves(op: str, arrays: list[Any], params: tuple[int, ...], space: MemorySpace) -> None:
+    for i, a in enumerate(arrays):
+        if a is not None and i not in params and not (isinstance(a, Resident) and a.space == space):
+            moved(op, a.space.name if isinstance(a, Resident) else "host", space.name, 1)
 
 
 def is_channels_last(array: np.ndarray) -> bool:
