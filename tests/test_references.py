@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import algoswap
-from algoswap._records import resolve_ref
+from algoswap import Ref
+from algoswap._ref import resolve_ref
 
 
-def _references() -> Iterator[tuple[str, str]]:
+def _references() -> Iterator[tuple[str, str | Ref]]:
     registry = algoswap.registry()
     for impl in registry.implementations():
-        for field in ("fn", "supports"):
+        for field in ("fn", "supports", "kernel"):
             ref = getattr(impl, field)
-            if isinstance(ref, str):
+            if isinstance(ref, Ref) or (isinstance(ref, str) and field != "kernel"):  # a str kernel is its name
                 yield f"{impl.qualified} ({impl.op}) {field}", ref
     for name, backend in registry.backends.items():
         if isinstance(backend.probe, str):
@@ -29,9 +30,9 @@ def _references() -> Iterator[tuple[str, str]]:
                 yield f"backend {name} memory {field}", ref
 
 
-def _problem(ref: str) -> str:
+def _problem(ref: str | Ref) -> str:
     try:
-        value: Any = resolve_ref(ref)
+        value: Any = ref.resolve() if isinstance(ref, Ref) else resolve_ref(ref)
     except Exception as exc:  # noqa: BLE001 - every failure is reported
         return f"{type(exc).__name__}: {exc}"
     return "" if callable(value) else f"resolves to a {type(value).__name__}, not a callable"
@@ -48,3 +49,12 @@ def test_a_reference_that_does_not_resolve_is_named() -> None:
     assert "AttributeError" in _problem("algoswap_numpy:no_such_function")
     assert "ModuleNotFoundError" in _problem("algoswap_no_such_module:f")
     assert "not a callable" in _problem("algoswap:__all__")
+    assert "AttributeError" in _problem(Ref("algoswap_numpy:no_such_function", 1))
+
+
+def test_a_ref_imports_at_its_first_call_and_passes_its_arguments_after_the_call_s() -> None:
+    ref = Ref("operator:sub", 1)
+    assert ref(10) == 9 and repr(ref) == "Ref('operator:sub', 1)" and ref == Ref("operator:sub", 1)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(ref))(5) == 4

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     )
     from ._global import reload_plugins
     from ._records import HOST, Available, BackendRecord, ImplRecord, MemorySpace, PluginRecord
+    from ._ref import Ref
     from ._registry import Registrar, Registry
     from ._select import Selection
     from ._spec import Attr, GradRule, Input, OpCall, OpSpec
@@ -72,6 +73,7 @@ _LAZY = {
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
     "GradRule": ("._spec", "GradRule"),
     "MemorySpace": ("._records", "MemorySpace"),
+    "Ref": ("._ref", "Ref"),
     "HOST": ("._records", "HOST"),
     "Available": ("._records", "Available"),
     "BackendRecord": ("._records", "BackendRecord"),

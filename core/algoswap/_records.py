@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import re
 import traceback
@@ -10,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from ._errors import PluginError, RegistrationError
+from ._ref import Ref as LazyRef
+from ._ref import resolve_ref
 from ._guard import Frame, TimedOut
 from ._spec import OpCall
 from ._settings import ENV_TIMEOUT
@@ -26,17 +27,6 @@ def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise RegistrationError(f"{kind} name {name!r} must be a lower-case identifier ([a-z][a-z0-9_]*)")
     return name
-
-
-def resolve_ref(ref: Any) -> Any:
-    """A callable, or 'module:attribute' imported on first use (keeps heavy imports lazy)."""
-    if not isinstance(ref, str):
-        return ref
-    module, _, attribute = ref.partition(":")
-    value: Any = importlib.import_module(module)
-    for part in attribute.split(".") if attribute else ():
-        value = getattr(value, part)
-    return value
 
 
 def _identity(array: Any) -> Any:
@@ -251,7 +241,7 @@ class ImplRecord:
             return state.problem
         found = state.health.found_modules if state.health is not None else set()
         for what, ref in (("supports() predicate", self.supports), ("implementation", self.fn)):
-            module = ref.partition(":")[0] if isinstance(ref, str) else None
+            module = ref.partition(":")[0] if isinstance(ref, str) else ref.module if isinstance(ref, LazyRef) else None
             if module is not None and module not in found:
                 if not _module_exists(module):
                     return unresolvable(what, str(ref), self.owner, ModuleNotFoundError(f"No module named {module!r}"))

@@ -120,7 +120,8 @@ class BackendHealth:
 
 def _ask(backend: "BackendRecord") -> "Literal[True] | str | Available":
     """The probe's answer; any failure but KeyboardInterrupt is a reason, never a crash."""
-    from ._records import Available, resolve_ref
+    from ._records import Available
+    from ._ref import resolve_ref
 
     try:
         probe = resolve_ref(backend.probe)

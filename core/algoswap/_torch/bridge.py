@@ -20,7 +20,7 @@ import torch.utils.dlpack
 
 from .._errors import NoImplementationError
 from .._global import get_registry
-from .._records import resolve_ref
+from .._ref import resolve_ref
 from .._runner import Runner
 from .._select import Selection, select
 from .._spec import GradRule, OpCall

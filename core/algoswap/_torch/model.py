@@ -13,7 +13,8 @@ from .fusion import AnyStep, FusedStep
 from .._frozen import freeze
 from .._global import get_registry
 from .._inputs import host_array
-from .._records import MemorySpace, resolve_ref
+from .._records import MemorySpace
+from .._ref import resolve_ref
 from .._select import Selection
 from .._runner import bfloat16
 from .plan import OpStep, Resident, TorchStep, array_to_tensor, resolve, tensor_to_array

@@ -11,11 +11,10 @@ through DLPack. TF32 is off for float32 unless ``set_tf32(True)`` or ALGOSWAP_CU
 from __future__ import annotations
 
 import ctypes
-import importlib
 import sys
-from typing import Any, Callable
+from typing import Any
 
-from algoswap import MemorySpace
+from algoswap import MemorySpace, Ref
 
 __version__ = "0.1.0"
 __all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register", "set_tf32"]
@@ -47,15 +46,6 @@ def set_tf32(enabled: bool | None) -> None:
     from ._runtime import set_tf32 as set_
 
     set_(enabled)
-
-
-def _lazy(module: str, name: str, *args: Any) -> Callable[[Any], Any]:
-    """A function of the call that imports algoswap_cuda.<module> only when first called."""
-    def call(op_call: Any) -> Any:
-        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(op_call, *args)
-
-    call.__name__ = f"{module}.{name}"
-    return call
 
 
 def _driver_missing() -> str:
@@ -98,9 +88,9 @@ def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
-        add(op, "guess", BACKEND, f"{conv}:{op}", dtypes=F32, priority=20, supports=_lazy("conv", "supports_cudnn", "guess"),
-            kernel=_lazy("conv", "kernel_cudnn", "guess"), description="cuDNN's heuristic pick." + _TF32_NOTE, nan=SPREADS)
-        add(op, "smm", BACKEND, f"{conv}:{op}_smm", dtypes=OWN, priority=5, kernel=_lazy("conv", "kernel_smm"),
+        add(op, "guess", BACKEND, f"{conv}:{op}", dtypes=F32, priority=20, supports=Ref(f"{__name__}.conv:supports_cudnn", "guess"),
+            kernel=Ref(f"{__name__}.conv:kernel_cudnn", "guess"), description="cuDNN's heuristic pick." + _TF32_NOTE, nan=SPREADS)
+        add(op, "smm", BACKEND, f"{conv}:{op}_smm", dtypes=OWN, priority=5, kernel=Ref(f"{__name__}.conv:kernel_smm"),
             description="cuBLAS batched GEMM with im2col / col2im as a gather / scatter-add." + _TF32_NOTE)
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=OWN, kernel="CuPy sum reduction")
 
@@ -117,11 +107,11 @@ def _register_forward(registry: Any, op: str) -> None:
         return f"{conv}:conv2d_{name}_fused" if fused else f"{conv}:conv2d_{name}"
 
     add(op, "guess", BACKEND, function("guess"), dtypes=F32, priority=20,
-        supports=_lazy("conv", "supports_cudnn", "guess"), kernel=_lazy("conv", "kernel_cudnn", "guess"),
+        supports=Ref(f"{__name__}.conv:supports_cudnn", "guess"), kernel=Ref(f"{__name__}.conv:kernel_cudnn", "guess"),
         description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE + then,
         nan=SPREADS)
     add(op, "find", BACKEND, function("find"), dtypes=F32, priority=15,
-        supports=_lazy("conv", "supports_cudnn", "find"), kernel=_lazy("conv", "kernel_cudnn", "find"),
+        supports=Ref(f"{__name__}.conv:supports_cudnn", "find"), kernel=Ref(f"{__name__}.conv:kernel_cudnn", "find"),
         description="cuDNN's first sixteen qualifying ranked engines timed once per layer, the fastest kept (like cudnnFind)."
         + _TF32_NOTE + then, nan=SPREADS)
     for name, engine in ENGINES.items():
@@ -129,26 +119,26 @@ def _register_forward(registry: Any, op: str) -> None:
             registry.declare_unsupported(op, name, BACKEND, FUSED_WINOGRAD_REASON)
             continue
         add(op, name, BACKEND, function(name), dtypes=F32, priority=10,
-            supports=_lazy("conv", "supports_cudnn", name), kernel=_lazy("conv", "kernel_cudnn", name),
+            supports=Ref(f"{__name__}.conv:supports_cudnn", name), kernel=Ref(f"{__name__}.conv:kernel_cudnn", name),
             description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)" + then,
             nan=SPREADS if name.startswith(("fft", "winograd")) else "exact")
     add(op, "smm", BACKEND, function("smm"), dtypes=OWN, priority=5,
-        kernel=_lazy("conv", "kernel_fused" if fused else "kernel_smm"),
+        kernel=Ref(f"{__name__}.conv:{'kernel_fused' if fused else 'kernel_smm'}"),
         description="im2col gather + cuBLAS batched GEMM." + _TF32_NOTE + then)
     direct = "CuPy raw kernel conv2d_direct (one thread per output)"
     add(op, "direct", BACKEND, function("direct"), dtypes=OWN, priority=0,
-        kernel=_lazy("conv", "kernel_fused", direct) if fused else direct,
+        kernel=Ref(f"{__name__}.conv:kernel_fused", direct) if fused else direct,
         description="our direct-convolution CUDA kernel" + then)
 
 
 def _register_others(registry: Any) -> None:
     add = registry.add_implementation
     for op in ("linear", "linear_grad_input", "linear_grad_weight"):
-        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=OWN, kernel=_lazy("linear", "kernel"),
+        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=OWN, kernel=Ref(f"{__name__}.linear:kernel"),
             description="cuBLAS GEMM." + _TF32_NOTE)
     add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=OWN, kernel="CuPy sum reduction")
     for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad", "adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=OWN, kernel=_lazy("pool", "kernel"))
+        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=OWN, kernel=Ref(f"{__name__}.pool:kernel"))
     for op in ("relu", "relu_grad", "sigmoid", "sigmoid_grad", "tanh", "tanh_grad", "leaky_relu", "leaky_relu_grad"):
         add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=OWN, kernel="CuPy element-wise kernel")
     for op in ("batchnorm2d", "batch_norm_train", "batch_norm_train_grad_input", "batch_norm_train_grad_weight",

@@ -8,8 +8,9 @@ considered. Primitives are made once per shape and attributes, cached, and share
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Callable
+from typing import Any
+
+from algoswap import Ref
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
@@ -27,15 +28,6 @@ REDUCTION_REASON = (
     "measured 1316 ms vs numpy.sum 17 ms over (N, H, W) of 64x256x56x56, 155 vs 1.2 ms over the rows of 4096x1024; "
     "its jit kernel for innermost axes was still slower (2.4 vs 0.8 ms, 18 vs 15 ms; benchmarks/dnnl_reduction.cpp)")
 WINOGRAD_REASON = "oneDNN 3.2 has no f32 Winograd convolution on CPU (the primitive descriptor is refused)"
-
-
-def _lazy(module: str, name: str) -> Callable[[Any], Any]:
-    """A function of the call that imports algoswap_dnnl.<module> only when first called."""
-    def call(op_call: Any) -> Any:
-        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(op_call)
-
-    call.__name__ = f"{module}.{name}"
-    return call
 
 
 def probe() -> bool | str:
@@ -82,13 +74,13 @@ def _register_conv(registry: Any) -> None:
     conv = f"{__name__}.conv"
     for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and relu as post-ops")):
         add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=BF16, priority=20, supports=f"{conv}:supports_auto",
-            kernel=_lazy("conv", "kernel_auto"), layout="channels_last",
+            kernel=Ref(f"{__name__}.conv:kernel_auto"), layout="channels_last",
             description=f"oneDNN convolution_auto (the library picks the algorithm){what}")
         add(op, "direct", BACKEND, f"{conv}:{op}_direct", dtypes=BF16, priority=10, supports=f"{conv}:supports",
-            kernel=_lazy("conv", "kernel"), layout="channels_last", description=f"oneDNN convolution_direct{what}")
+            kernel=Ref(f"{__name__}.conv:kernel"), layout="channels_last", description=f"oneDNN convolution_direct{what}")
         registry.declare_unsupported(op, "winograd", BACKEND, WINOGRAD_REASON)
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
-        add(op, "direct", BACKEND, f"{conv}:{op}", dtypes=F32, supports=f"{conv}:supports", kernel=_lazy("conv", "kernel"))
+        add(op, "direct", BACKEND, f"{conv}:{op}", dtypes=F32, supports=f"{conv}:supports", kernel=Ref(f"{__name__}.conv:kernel"))
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
 
 
@@ -96,34 +88,34 @@ def _register_others(registry: Any) -> None:
     add = registry.add_implementation
     for op in ("linear", "linear_grad_input", "linear_grad_weight"):
         add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.linear:supports",
-            kernel=_lazy("linear", "kernel"))
+            kernel=Ref(f"{__name__}.linear:kernel"))
     add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
     for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad"):
         add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.pool:supports",
-            kernel=_lazy("pool", "kernel"), layout=_any_if_forward(op))
+            kernel=Ref(f"{__name__}.pool:kernel"), layout=_any_if_forward(op))
     for op in ("adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
         add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.pool:supports_adaptive",
-            kernel=_lazy("pool", "kernel"), layout=_any_if_forward(op))
-    add("relu", "direct", BACKEND, f"{__name__}.activation:relu", dtypes=BF16, kernel=_lazy("activation", "kernel"),
+            kernel=Ref(f"{__name__}.pool:kernel"), layout=_any_if_forward(op))
+    add("relu", "direct", BACKEND, f"{__name__}.activation:relu", dtypes=BF16, kernel=Ref(f"{__name__}.activation:kernel"),
         supports=f"{__name__}.activation:supports_relu", layout="any")
-    add("relu_grad", "direct", BACKEND, f"{__name__}.activation:relu_grad", dtypes=F32, kernel=_lazy("activation", "kernel"))
+    add("relu_grad", "direct", BACKEND, f"{__name__}.activation:relu_grad", dtypes=F32, kernel=Ref(f"{__name__}.activation:kernel"))
 
 
 def _register_more(registry: Any) -> None:
     add = registry.add_implementation
     for op in ("sigmoid", "sigmoid_grad", "tanh", "tanh_grad", "leaky_relu", "leaky_relu_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=_lazy("activation", "kernel"))
+        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=Ref(f"{__name__}.activation:kernel"))
     norm = f"{__name__}.norm"
     for op in ("batchnorm2d", "batch_norm_train", "batch_norm_train_grad_input", "batch_norm_train_grad_weight",
                "layer_norm", "layer_norm_grad_input", "layer_norm_grad_weight"):
-        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=_lazy("norm", "kernel"))
+        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=Ref(f"{__name__}.norm:kernel"))
     for op in ("batch_norm_train_grad_bias", "layer_norm_grad_bias"):
         add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, kernel=BIAS_KERNEL)
     for op in ("softmax", "softmax_grad", "log_softmax", "log_softmax_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=F32, kernel=_lazy("softmax", "kernel"))
+        add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=F32, kernel=Ref(f"{__name__}.softmax:kernel"))
     add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=BF16, supports=f"{__name__}.elementwise:supports",
-        kernel=_lazy("elementwise", "kernel"), layout="any")
-    add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=_lazy("shape", "kernel"))
+        kernel=Ref(f"{__name__}.elementwise:kernel"), layout="any")
+    add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=Ref(f"{__name__}.shape:kernel"))
 
 
 _ARITH = ("sub mul div sub_grad_b mul_grad div_grad_a div_grad_b neg sqrt sqrt_grad rsqrt rsqrt_grad add_scalar mul_scalar "
@@ -135,15 +127,15 @@ def _register_ops(registry: Any) -> None:
     add = registry.add_implementation
     for op in _ARITH:
         add(op, "direct", BACKEND, f"{__name__}.arith:{op}", dtypes=F32, supports=f"{__name__}.arith:supports",
-            kernel=_lazy("arith", "kernel"))
+            kernel=Ref(f"{__name__}.arith:kernel"))
     for op in _MATMUL:
         add(op, "gemm", BACKEND, f"{__name__}.matmul:{op}", dtypes=F32, supports=f"{__name__}.matmul:supports",
-            kernel=_lazy("matmul", "kernel"))
-    add("transpose", "direct", BACKEND, f"{__name__}.slicing:transpose", dtypes=F32, kernel=_lazy("slicing", "kernel"),
+            kernel=Ref(f"{__name__}.matmul:kernel"))
+    add("transpose", "direct", BACKEND, f"{__name__}.slicing:transpose", dtypes=F32, kernel=Ref(f"{__name__}.slicing:kernel"),
         description="oneDNN reorder from the input's permuted strides")
     norm = f"{__name__}.norm"
     for op in ("instance_norm", "instance_norm_grad_input", "instance_norm_grad_weight"):
-        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=_lazy("norm", "kernel"),
+        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=Ref(f"{__name__}.norm:kernel"),
             description="oneDNN batch normalization of the input seen as (1, N*C, H, W)")
     add("instance_norm_grad_bias", "direct", BACKEND, f"{norm}:instance_norm_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
 

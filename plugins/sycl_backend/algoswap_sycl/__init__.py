@@ -9,8 +9,9 @@ built once per device and dtype, on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Callable
+from typing import Any
+
+from algoswap import Ref
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register", "use_device", "USM", "SyclArray"]
@@ -19,15 +20,6 @@ BACKEND = "sycl"
 DTYPES = ("float32", "float64")  # float64 only where the device has it: supports() says so otherwise
 ANY_DTYPE = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
 SUPPORTS = f"{__name__}._launch:supports_dtype_and_size"
-
-
-def _lazy(module: str, name: str) -> Callable[[Any], Any]:
-    """A function of the call that imports algoswap_sycl.<module> only when first called."""
-    def call(op_call: Any) -> Any:
-        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(op_call)
-
-    call.__name__ = f"{module}.{name}"
-    return call
 
 
 def use_device(name: str | None) -> None:
@@ -78,31 +70,31 @@ def _register_conv(registry: Any) -> None:
     conv = f"{__name__}.conv"
     for op, suffix, then in (("conv2d", "", ""), ("conv2d_fused", "_fused", ", then the residual and relu in one pass")):
         add(op, "smm", BACKEND, f"{conv}:conv2d_smm{suffix}", dtypes=DTYPES, priority=10, supports=SUPPORTS,
-            kernel=_lazy("conv", f"kernel{suffix}"), description="im2col in panels + the tiled matrix product" + then)
+            kernel=Ref(f"{__name__}.conv:kernel{suffix}"), description="im2col in panels + the tiled matrix product" + then)
         add(op, "direct", BACKEND, f"{conv}:conv2d_direct{suffix}", dtypes=DTYPES, priority=20, supports=SUPPORTS,
-            kernel=_lazy("conv", f"kernel_direct{suffix}"),
+            kernel=Ref(f"{__name__}.conv:kernel_direct{suffix}"),
             description="the tiled matrix product reading the padded input in place (no im2col)" + then)
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
-        add(op, "smm", BACKEND, f"{conv}:{op}", dtypes=DTYPES, supports=SUPPORTS, kernel=_lazy("conv", "kernel"))
+        add(op, "smm", BACKEND, f"{conv}:{op}", dtypes=DTYPES, supports=SUPPORTS, kernel=Ref(f"{__name__}.conv:kernel"))
     add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=DTYPES, supports=SUPPORTS,
-        kernel=_lazy("conv", "kernel"))
+        kernel=Ref(f"{__name__}.conv:kernel"))
 
 
 def _register_others(registry: Any) -> None:
     add = registry.add_implementation
     for op in ("linear", "linear_grad_input", "linear_grad_weight"):
         add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=DTYPES, supports=SUPPORTS,
-            kernel=_lazy("linear", "kernel"))
+            kernel=Ref(f"{__name__}.linear:kernel"))
     add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=DTYPES,
-        supports=SUPPORTS, kernel=_lazy("linear", "kernel"))
+        supports=SUPPORTS, kernel=Ref(f"{__name__}.linear:kernel"))
     for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad", "adaptiveavgpool2d",
                "adaptiveavgpool2d_grad"):
         add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=DTYPES, supports=SUPPORTS,
-            kernel=_lazy("pool", "kernel"))
+            kernel=Ref(f"{__name__}.pool:kernel"))
     for op in ("relu", "relu_grad"):
         add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=DTYPES, supports=SUPPORTS,
-            kernel=_lazy("activation", "kernel"))
+            kernel=Ref(f"{__name__}.activation:kernel"))
     add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=DTYPES, supports=f"{__name__}.elementwise:supports_add",
-        kernel=_lazy("elementwise", "kernel"))
+        kernel=Ref(f"{__name__}.elementwise:kernel"))
     add("flatten", "direct", BACKEND, f"{__name__}.shape:flatten", dtypes=ANY_DTYPE,
         kernel="a reshape of the same memory (no kernel)")
