@@ -22,8 +22,9 @@ __all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register"
 BACKEND = "cuda"
 F32 = ("float32",)
 OWN = ("float32", "float64")
-# Legacy cuDNN algorithm name -> cuDNN engine id of a forward convolution graph (kept in sync with _cudnn.ENGINES;
-# here so that listing them imports nothing).
+# Legacy cudnnConvolutionFwdAlgo_t name -> cuDNN 9 engine global index of a forward convolution graph (DIRECT
+# was never implemented, so the engines after GEMM are the legacy values minus one); here, so that listing them
+# imports nothing, and read by _cudnn.
 ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, "fft_tiling": 4,
            "winograd": 5, "winograd_nonfused": 6}
 CUDA_MEMORY = MemorySpace(

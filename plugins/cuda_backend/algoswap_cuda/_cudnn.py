@@ -21,19 +21,15 @@ import cupy as cp
 
 from algoswap import LRUCache, declare_cache
 
-from . import _runtime
+from . import ENGINES, _runtime
 
 Shape = tuple[int, ...]
 
-# Legacy cudnnConvolutionFwdAlgo_t names -> cuDNN 9 engine global index of a forward convolution
-# graph. DIRECT was never implemented, so the engines after GEMM are the legacy values minus one.
-ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, "fft_tiling": 4,
-           "winograd": 5, "winograd_nonfused": 6}
 # What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
 # Engines whose results turn NaN and inf into -FLT_MAX (measured on the H200, cuDNN 9.19: winograd_nonfused
 # gave -3.4e38 wherever torch's float64 convolution has NaN or ±inf). A plan of one scans its two
 # operands first (one device reduction each, and a read back) and runs implicit_gemm on non-finite data.
-SATURATING_ENGINES = frozenset({6})
+SATURATING_ENGINES = frozenset({ENGINES["winograd_nonfused"]})
 SATURATION_FALLBACK = ("implicit_gemm", "implicit_precomp_gemm", "gemm")
 EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
 TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
