@@ -218,13 +218,18 @@ def test_resnet18_swap_backend_runs_add_on_dnnl_and_matches_torch() -> None:
     assert all("jit" in row.kernel for row in adds), [row.kernel for row in adds]
 
 
-def test_layout_setting_is_read_when_the_primitive_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layout_setting_is_read_when_the_primitive_is_made() -> None:
+    import algoswap_dnnl
+
     x = np.ones((1, 64, 28, 28), dtype=np.float32)
     w = np.ones((64, 64, 3, 3), dtype=np.float32)
     kernels = {}
-    for layout in ("plain", "any"):
-        monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", layout)
-        kernels[layout] = algoswap.select("conv2d", [x.shape, w.shape, None], "float32", "dnnl:direct", padding=1).kernel
+    try:
+        for layout in ("plain", "any"):
+            algoswap_dnnl.set_layout(layout)
+            kernels[layout] = algoswap.select("conv2d", [x.shape, w.shape, None], "float32", "dnnl:direct", padding=1).kernel
+    finally:
+        algoswap_dnnl.set_layout(None)
     # "plain" forces plain OIHW weights too: oneDNN falls back to its reference kernel
     assert kernels["plain"].startswith("ref") and kernels["any"].startswith("brgconv"), kernels
 
@@ -261,3 +266,19 @@ def test_one_channel_convolutions_do_not_corrupt_memory() -> None:
     done = subprocess.run([sys.executable, "-c", ONE_CHANNEL_CONVS, str(derived_seed()), tests], capture_output=True, text=True,
                           timeout=HANG_SECONDS)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
+def test_the_layout_variable_is_read_once_and_set_layout_checks_its_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    import algoswap_dnnl
+    from algoswap_dnnl import _settings
+
+    try:
+        algoswap_dnnl.set_layout(None)
+        monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "any")
+        assert _settings.conv_layout() == "any"
+        monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "plain")
+        assert _settings.conv_layout() == "any"  # read once: not looked up at every call
+        with pytest.raises(ValueError, match="layout must be one of auto, plain, any, nhwc or None, got 'blocked'"):
+            algoswap_dnnl.set_layout("blocked")
+    finally:
+        algoswap_dnnl.set_layout(None)

@@ -42,15 +42,19 @@ def _conv_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> n
 
 
 @pytest.fixture
-def blocked_weights(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def blocked_weights() -> Iterator[Any]:
     """oneDNN's blocked layouts forced (its weights are reordered: there is something to cache); the
     packed-weight caches empty before and after."""
+    import algoswap_dnnl
     from algoswap_dnnl import conv
 
-    monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "any")
+    algoswap_dnnl.set_layout("any")
     conv.packed_weights_clear()
-    yield conv
-    conv.packed_weights_clear()
+    try:
+        yield conv
+    finally:
+        conv.packed_weights_clear()
+        algoswap_dnnl.set_layout(None)
 
 
 @pytest.fixture

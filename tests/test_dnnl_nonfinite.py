@@ -315,9 +315,12 @@ def test_conv2d_nonfinite_weights_meet_the_zero_padding(algorithm: str, frozen: 
 
 @pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
 def test_bfloat16_conv2d_with_nonfinite_weights_and_inputs(algorithm: str, rng: np.random.Generator, same: Any,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           request: pytest.FixtureRequest) -> None:
     """oneDNN's bfloat16 kernels multiply channel pairs padded with zeros: an infinity met a 0 there (NaN)."""
-    monkeypatch.setenv("ALGOSWAP_DNNL_LAYOUT", "nhwc")  # a kernel that pairs channels (auto picks one by timing)
+    import algoswap_dnnl
+
+    algoswap_dnnl.set_layout("nhwc")  # a kernel that pairs channels (auto picks one by timing)
+    request.addfinalizer(lambda: algoswap_dnnl.set_layout(None))
     x, w = rng.standard_normal((2, 5, 9, 7)).astype(np.float32), rng.standard_normal((4, 5, 1, 1)).astype(np.float32)
     w[3, 4, 0, 0] = INF  # the odd last input channel: paired with a padding zero
     x, w = _bfloat16(x), _bfloat16(w)

@@ -12,8 +12,10 @@ from typing import Any
 
 from algoswap import Ref
 
+from ._settings import set_layout
+
 __version__ = "0.1.0"
-__all__ = ["algoswap_api_version", "algoswap_register"]
+__all__ = ["algoswap_api_version", "algoswap_register", "set_layout"]
 
 BACKEND = "dnnl"
 F32 = ("float32",)

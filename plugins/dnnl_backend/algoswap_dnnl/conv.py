@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import os
 from typing import Any
 
 import numpy as np
@@ -15,15 +14,9 @@ from ._derived import Derived
 from ._ext import dnnl, refusal
 from ._layout import from_memory_order, is_channels_last, to_memory_order
 from ._padding import NO_PADDING, PadHW, fold, pad, padded_size
+from ._settings import conv_layout
 
 Pair = tuple[int, int]
-
-def layout() -> str:
-    """ALGOSWAP_DNNL_LAYOUT, read at each call: "auto" (per primitive, oneDNN's blocked layouts,
-    reordered per call, or plain NCHW, whichever measured faster when the primitive was made),
-    "plain" or "any" (forced)."""
-    return os.environ.get("ALGOSWAP_DNNL_LAYOUT", "auto")
-
 
 def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, dilation: Pair,
               groups: int) -> tuple[tuple[int, ...], dict[str, Any]]:
@@ -32,7 +25,7 @@ def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, di
         size, padding = padded_size(size, padding), NO_PADDING
     (top, bottom), (left, right) = padding
     return size, {"stride": list(stride), "padding_l": [top, left], "padding_r": [bottom, right],
-                  "dilation": list(dilation), "groups": groups, "layout": layout()}
+                  "dilation": list(dilation), "groups": groups, "layout": conv_layout()}
 
 
 # Frozen weights (algoswap.is_frozen: nothing can write them; swap_backend Models freeze theirs) are
