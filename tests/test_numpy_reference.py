@@ -211,6 +211,16 @@ def test_pool_output_size(args):
     assert pool.pool_output_size(*args) == ref
 
 
+@pytest.mark.parametrize("args", [(9, 3, 2, 1, 1, 1), (10, 3, 3, 0, 2, 2), (7, 1, 1, 0, 0, 1), (8, 5, 2, 3, 1, 2), (5, 5, 1, 0, 0, 1)])
+def test_conv_output_size(args):
+    """algoswap.conv_output_size, which the spec and the backends share, is torch's conv1d output size."""
+    import algoswap
+
+    size, k, s, before, after, d = args
+    x = F.pad(torch.zeros(1, 1, size), (before, after))
+    assert algoswap.conv_output_size(*args) == F.conv1d(x, torch.zeros(1, 1, k), stride=s, dilation=d).shape[-1]
+
+
 # ----------------------------------------------------------------------------- misc
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -31,3 +31,8 @@ def pool_output_size(size: int, kernel: int, stride: int, pad: int, dilation: in
     if ceil_mode and (out - 1) * stride >= size + pad:
         out -= 1
     return out
+
+
+def conv_output_size(size: int, kernel: int, stride: int, pad_before: int, pad_after: int, dilation: int) -> int:
+    """A convolution's output size along one axis (PyTorch's), < 1 where the dilated kernel does not fit."""
+    return (size + pad_before + pad_after - dilation * (kernel - 1) - 1) // stride + 1

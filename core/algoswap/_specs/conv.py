@@ -7,7 +7,7 @@ from typing import Any
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import choice, conv_padding, integer, pair
-from ._geometry import shape_attr
+from ._geometry import conv_output_size, shape_attr
 
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -54,10 +54,9 @@ def conv_geometry(x: Shape, w: Shape, attrs: dict[str, Any]) -> tuple[dict[str, 
         _check_padding_mode(x[2:], pads, attrs["padding_mode"])
     out = [x[0], w[0]]
     for extent, (before, after), k, s, d in zip(x[2:], pads, w[2:], attrs["stride"], attrs["dilation"]):
-        span = extent + before + after - d * (k - 1)
-        if span < 1:
+        if extent + before + after < d * (k - 1) + 1:
             raise InvalidSpec("input", f"shape {x}", f"spatial size (with padding) of at least the dilated kernel ({d * (k - 1) + 1})")
-        out.append((span - 1) // s + 1)
+        out.append(conv_output_size(extent, k, s, before, after, d))
     return {**attrs, "padding": pads}, tuple(out)
 
 

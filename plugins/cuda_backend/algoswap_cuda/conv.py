@@ -8,7 +8,7 @@ from typing import Any
 
 import cupy as cp
 
-from algoswap import LRUCache, declare_cache
+from algoswap import LRUCache, conv_output_size, declare_cache
 
 from . import _blas, _epilogue, _gather, _kernels, _runtime
 
@@ -123,10 +123,8 @@ def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: Pa
 
 
 def _out_shape(x: tuple[int, ...], w: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair) -> tuple[int, ...]:
-    out = [x[0], w[0]]
-    for extent, pads, k, s, d in zip(x[2:], padding, w[2:], stride, dilation):
-        out.append((extent + sum(pads) - d * (k - 1) - 1) // s + 1)
-    return tuple(out)
+    return (x[0], w[0], *(conv_output_size(extent, k, s, *pads, d)
+                          for extent, pads, k, s, d in zip(x[2:], padding, w[2:], stride, dilation)))
 
 
 def _cudnn_conv2d(algorithm: str) -> Any:
