@@ -9,14 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from ._errors import PluginError, RegistrationError
-from ._ref import Ref as LazyRef
-from ._ref import resolve_ref
 from ._guard import Frame, TimedOut
+from ._ref import Ref, resolve_ref
 from ._spec import OpCall
 from ._settings import ENV_TIMEOUT
 from ._supervisor import BackendHealth, owner_label, reason_of, unresolvable
 
-Ref = Union[Callable[..., Any], str]
+RefLike = Union[Callable[..., Any], str]  # a callable (a Ref too) or "module:attribute"
 Probe = Callable[[], Union[bool, str]]
 Supports = Callable[[OpCall], Union[bool, str]]
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -55,10 +54,10 @@ class MemorySpace:
 
     name: str
     array_type: str
-    to_host: Ref = _identity
-    from_host: Ref = _host_array
+    to_host: RefLike = _identity
+    from_host: RefLike = _host_array
     description: str = ""
-    from_dlpack: Ref | None = None
+    from_dlpack: RefLike | None = None
     accepts_host: bool = False
 
     @property
@@ -96,7 +95,7 @@ class BackendRecord:
     name: str
     device: str = "cpu"
     memory: MemorySpace = HOST
-    probe: Ref | None = None
+    probe: RefLike | None = None
     priority: int = 0
     description: str = ""
     plugin: str = ""
@@ -164,9 +163,9 @@ class ImplRecord:
     op: str
     algorithm: str
     backend: str
-    fn: Ref
+    fn: RefLike
     dtypes: frozenset[str] = frozenset({"float32", "float64"})
-    supports: Ref | None = None
+    supports: RefLike | None = None
     priority: int = 0
     kernel: str | Callable[[OpCall], str] | None = None
     description: str = ""
@@ -241,7 +240,7 @@ class ImplRecord:
             return state.problem
         found = state.health.found_modules if state.health is not None else set()
         for what, ref in (("supports() predicate", self.supports), ("implementation", self.fn)):
-            module = ref.partition(":")[0] if isinstance(ref, str) else ref.module if isinstance(ref, LazyRef) else None
+            module = ref.partition(":")[0] if isinstance(ref, str) else ref.module if isinstance(ref, Ref) else None
             if module is not None and module not in found:
                 if not _module_exists(module):
                     return unresolvable(what, str(ref), self.owner, ModuleNotFoundError(f"No module named {module!r}"))

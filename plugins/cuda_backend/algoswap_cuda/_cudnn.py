@@ -25,12 +25,12 @@ from . import ENGINES, _runtime
 
 Shape = tuple[int, ...]
 
-# What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
 # Engines whose results turn NaN and inf into -FLT_MAX (measured on the H200, cuDNN 9.19: winograd_nonfused
 # gave -3.4e38 wherever torch's float64 convolution has NaN or ±inf). A plan of one scans its two
 # operands first (one device reduction each, and a read back) and runs implicit_gemm on non-finite data.
 SATURATING_ENGINES = frozenset({ENGINES["winograd_nonfused"]})
 SATURATION_FALLBACK = ("implicit_gemm", "implicit_precomp_gemm", "gemm")
+# What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
 EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
 TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
 _DTYPES = {"float32": "FLOAT", "float16": "HALF", "float64": "DOUBLE"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np
@@ -108,8 +107,12 @@ def _finite_activation(activation: str, out_size: int, x: np.ndarray, w: np.ndar
     return "relu_finite" if bound < LARGEST[_dtype_name(w)] else activation
 
 
+def _is_bfloat16(a: np.ndarray) -> bool:
+    return a.dtype.char != "f" and a.dtype.name == "bfloat16"  # .char first: .name is a Python-level property
+
+
 def _dtype_name(a: np.ndarray) -> str:
-    return "float32" if a.dtype.char == "f" or a.dtype.name != "bfloat16" else "bfloat16"  # .char is the cheap one
+    return "bfloat16" if _is_bfloat16(a) else "float32"
 
 
 def packed_weights_count() -> int:
@@ -141,7 +144,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
              padding_mode: str) -> np.ndarray:
     """activation(conv2d + bias + residual); a channels-last input gives a channels-last output."""
     w = np.ascontiguousarray(w)
-    if w.dtype.char != "f" and _dtype_name(w) == "bfloat16" and not (_all_finite(w) and _all_finite(to_memory_order(x, is_channels_last(x)))):
+    if _is_bfloat16(w) and not (_all_finite(w) and _all_finite(to_memory_order(x, is_channels_last(x)))):
         return _in_float32(x, w, b, residual, activation, algorithm, stride, padding, dilation, groups, padding_mode)
     padding_mode = _padded_here(padding, padding_mode, w)
     _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
@@ -154,7 +157,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
     out_size = x.size // max(x.shape[1], 1) * w.shape[0] // (stride[0] * stride[1])  # about
     activation = _finite_activation(activation, out_size, src, w, bias, res)
     kwargs.update(algorithm=algorithm, activation=activation, channels_last=channels_last)
-    if is_frozen(w) and (w.dtype.char == "f" or w.dtype.name == "bfloat16") and w.ndim == 4 and x.ndim == 4:
+    if is_frozen(w) and (w.dtype.char == "f" or _is_bfloat16(w)) and w.ndim == 4 and x.ndim == 4:
         fusion = {"bias": bias is not None, "residual": res is not None}
         packed = _packed_weight(src, w, fusion, kwargs)
         if packed is not None:

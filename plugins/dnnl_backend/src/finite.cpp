@@ -43,10 +43,10 @@ inline Signed special_in(const Bits *bits, int64_t count, bool nan_only) {
 }
 
 #define ALGOSWAP_CLONES __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
-ALGOSWAP_CLONES int32_t special_in_f32(const uint32_t *bits, int64_t count, bool nan_only) {
+ALGOSWAP_CLONES int32_t special_block(const uint32_t *bits, int64_t count, bool nan_only) {
     return special_in<uint32_t, int32_t>(bits, count, nan_only);
 }
-ALGOSWAP_CLONES int16_t special_in_bf16(const uint16_t *bits, int64_t count, bool nan_only) {
+ALGOSWAP_CLONES int16_t special_block(const uint16_t *bits, int64_t count, bool nan_only) {
     return special_in<uint16_t, int16_t>(bits, count, nan_only);
 }
 ALGOSWAP_CLONES int32_t largest_magnitude_bits(const uint32_t *bits, int64_t count) {
@@ -61,8 +61,6 @@ ALGOSWAP_CLONES int16_t largest_magnitude_bits(const uint16_t *bits, int64_t cou
     for (int64_t i = 0; i < count; ++i) largest = std::max(largest, static_cast<int16_t>(bits[i] & 0x7fffu));
     return largest;
 }
-inline auto special_block(const uint32_t *bits, int64_t count, bool nan_only) { return special_in_f32(bits, count, nan_only); }
-inline auto special_block(const uint16_t *bits, int64_t count, bool nan_only) { return special_in_bf16(bits, count, nan_only); }
 
 template <typename Bits>
 bool any_special(const Bits *bits, int64_t count, bool nan_only) {
