@@ -51,7 +51,7 @@ def _entries(model: Any = None) -> dict[str, int]:
     cache = algoswap.registry().selection_cache
     counts = {"selections": len(cache), "ops_calls": len(cache.ops), "torch_calls": len(cache.torch)}
     if model is not None:
-        counts["model_steps"] = sum(len(step._cache) for step in model.steps if hasattr(step, "_cache"))
+        counts["graph_programs"] = len(model.executor.programs)
     return counts
 
 

@@ -13,7 +13,7 @@ import pytest
 import algoswap
 from algoswap import graph as g
 
-CORE_KINDS = ("selections", "ops_calls", "torch_calls", "model_steps", "graph_programs")
+CORE_KINDS = ("selections", "ops_calls", "torch_calls", "graph_programs")
 LIMIT = 5
 SHAPES = 3 * LIMIT
 
@@ -74,13 +74,11 @@ def test_swapped_layers_calls_stay_bounded(small_caches: None) -> None:
     assert len(algoswap.registry().selection_cache.torch) == LIMIT
 
 
-def test_model_step_caches_stay_bounded(small_caches: None) -> None:
+def test_a_models_programs_stay_bounded(small_caches: None) -> None:
     model = algoswap.swap_backend(_tiny())
     for n in range(1, SHAPES + 1):
         model(torch.randn(1, 2, n + 2, 4))
-    for step in model.steps:
-        assert len(getattr(step, "_cache", ())) <= LIMIT, step
-    assert max(len(step._cache) for step in model.steps if hasattr(step, "_cache")) == LIMIT
+    assert len(model.executor.programs) == LIMIT
 
 
 def test_graph_programs_stay_bounded(small_caches: None, rng: np.random.Generator) -> None:

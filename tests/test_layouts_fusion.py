@@ -22,7 +22,7 @@ from op_cases import cases_for, reference_name
 
 torch = pytest.importorskip("torch")
 
-from algoswap._torch.plan import arrange, is_channels_last  # noqa: E402  (needs torch)
+from algoswap._layout import arrange, is_channels_last  # noqa: E402
 
 
 def _layout_impls() -> list[Any]:
@@ -132,7 +132,7 @@ def test_a_conv_without_a_fused_twin_runs_unfused_and_says_why(conv_without_twin
         assert_close(converted(x), model(x), **network_terms(model))
     stem = next(row for row in converted.explain() if row.name == "conv1")
     assert stem.implementation == conv_without_twin and "has no conv2d_fused" in stem.note
-    assert all(step.last_selection is None for step in converted.fused)
+    assert all(converted.fused_step(chain) is None for chain in converted.fused)
 
 
 def test_fused_models_pickle_and_run_again() -> None:

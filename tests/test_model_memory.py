@@ -16,6 +16,7 @@ from helpers import assert_close, network_terms
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
+from algoswap._torch.errors import ConversionError  # noqa: E402  (needs torch)
 
 
 @pytest.fixture
@@ -40,7 +41,8 @@ class Block(nn.Module):
 def test_values_stay_in_the_backends_memory_between_its_steps(boxed: None) -> None:
     module = Block().eval()
     x = torch.randn(2, 3, 6, 6)
-    model = algoswap.swap_backend(module, {op: "boxed:default" for op in ("conv2d", "relu", "add")}, tuple(x.shape))
+    requests = {**{op: "boxed:default" for op in ("conv2d", "relu", "add")}, "flatten": "numpy:default"}
+    model = algoswap.swap_backend(module, requests, tuple(x.shape))
     with torch.no_grad():
         expected = module(x)
     MOVES.update(up=0, down=0)
@@ -66,10 +68,32 @@ def test_backends_lists_what_ran_in_fused_chains(boxed: None) -> None:
     backends their sample-input preselection named are not among the model's backends."""
     module = Block().eval()
     x = torch.randn(2, 3, 6, 6)
-    model = algoswap.swap_backend(module, {"conv2d": "boxed:default"}, tuple(x.shape))
+    model = algoswap.swap_backend(module, {"conv2d": "boxed:default", "flatten": "numpy:default"}, tuple(x.shape))
     with torch.no_grad():
         expected = module(x)
     assert_close(model(x), expected, **network_terms(module))
     rows = list(model.explain())
     assert [row.implementation for row in rows if "+" in row.op] == ["boxed:smm", "boxed:smm"]
     assert model.backends() == sorted({row.implementation.split(":")[0] for row in rows})
+
+
+def test_a_default_request_stays_in_the_memory_of_its_inputs(boxed: None) -> None:
+    """The placement policy: flatten has no boxed implementation, and its input is in boxed memory.
+    A default request never moves it to a host backend: without a fallback the conversion names the
+    node; with fallback="torch" it runs in PyTorch and its result goes back into boxed memory."""
+    module = Block().eval()
+    x = torch.randn(2, 3, 6, 6)
+    requests = {"conv2d": "boxed:default"}
+    with pytest.raises(ConversionError, match=r"(?s)node 'head' \(flatten, input \(2, 8, 6, 6\)\).*in boxed memory"):
+        algoswap.swap_backend(module, requests, tuple(x.shape))
+    model = algoswap.swap_backend(module, requests, tuple(x.shape), fallback="torch")
+    with torch.no_grad():
+        expected = module(x)
+    MOVES.update(up=0, down=0)
+    assert_close(model(x), expected, **network_terms(module))
+    rows = {row.name: row for row in model.explain()}
+    assert rows["head"].implementation == "torch (fallback) (via host, for boxed)", rows["head"]
+    assert "no implementation in boxed memory" in rows["head"].note
+    assert model.backends() == ["boxed"]  # every registry op of the model ran there
+    # up: 4 weights and the input, flatten's result back; down: flatten's input for torch, the output
+    assert MOVES == {"up": 6, "down": 2}, MOVES

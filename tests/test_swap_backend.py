@@ -22,7 +22,6 @@ from algoswap._torch.convert import convert as convert_alias  # noqa: E402
 from algoswap._torch.errors import ConversionError, UnsupportedModelError  # noqa: E402
 from algoswap._torch.explain import explain  # noqa: E402
 from algoswap._torch.model import Model  # noqa: E402
-from algoswap._torch.plan import OpStep, TorchStep  # noqa: E402
 from algoswap._torch.selectors import SelectorError  # noqa: E402
 from algoswap._torch.swap import swap_conv2d  # noqa: E402
 from helpers import assert_close, network_terms  # noqa: E402
@@ -61,7 +60,7 @@ def test_zoo_model_matches_pytorch(name: str) -> None:
     out = model(zoo.sample_input(name, 2, small=True))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == reference(name).shape
     close(out, reference(name), zoo_model(name))
-    assert not any(isinstance(step, TorchStep) for step in model.steps)
+    assert not any(node.kind == "torch" for node in model.nodes)
 
 
 @pytest.mark.parametrize("name", ["resnet18", "squeezenet"])
@@ -165,7 +164,7 @@ def test_functional_calls_match_pytorch_at_any_batch_size() -> None:
     model = swap_backend(module)
     counts = model.op_counts()
     assert counts["batchnorm2d"] == 2 and counts["concat"] == 1 and counts["add"] == 3 and "torch" not in counts
-    assert [s for s in model.steps if isinstance(s, OpStep) and s.dynamic]  # view(x.size(0), -1)
+    assert [n for n in model.nodes if n.kind == "op" and n.needs]  # view(x.size(0), -1)
     for batch in (2, 5):
         x = torch.randn(batch, 3, 8, 8)
         with torch.no_grad():
@@ -190,8 +189,8 @@ def test_numpy_in_numpy_out_and_pickle_round_trip() -> None:
 def test_intermediate_values_are_freed() -> None:
     model = converted("resnet50")
     live = max_live = 0
-    alive: set[int] = set(model.inputs)
-    for step in model.steps:
+    alive: set[int] = set()
+    for step in model.plan((1, 3, 224, 224)).steps:
         alive.add(step.output)
         max_live = max(max_live, len(alive))
         alive -= set(step.free)
@@ -270,7 +269,7 @@ def test_dict_list_and_function_selectors() -> None:
     assert rows["layer1_0_conv1"].request == "default" and rows["fc"].request == "numpy:gemm"
     requests = ["direct"] * 10 + ["smm"] * 10
     listed = swap_backend(resnet, {"conv2d": requests})
-    assert [s.request for s in listed.op_steps() if s.op == "conv2d"] == requests
+    assert [s.request for s in listed.op_nodes() if s.op == "conv2d"] == requests
     with pytest.raises(SelectorError, match="got 3 algorithms for 20 conv2d steps"):
         swap_backend(resnet, {"conv2d": ["direct", "smm", "fft"]})
 
@@ -287,7 +286,7 @@ def test_dict_list_and_function_selectors() -> None:
     everywhere = swap_backend(convnet, "numpy:default", zoo.input_shape("convnet", 1))  # one request for every op
     assert all(row.request == "numpy:default" and row.implementation.startswith("numpy:") for row in everywhere.explain())
     swapped = swap_conv2d(zoo.build("convnet"), "direct")  # layers swapped before keep their request
-    assert {s.request for s in swap_backend(swapped).op_steps() if s.op == "conv2d"} == {"direct"}
+    assert {s.request for s in swap_backend(swapped).op_nodes() if s.op == "conv2d"} == {"direct"}
 
 
 def test_selector_errors_name_the_node() -> None:

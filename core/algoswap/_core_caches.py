@@ -8,8 +8,8 @@ so each is an ``LRUCache`` of one of these kinds, bounded by its size:
 - ``ops_calls`` and ``torch_calls``: calls ready to run for ``algoswap.ops`` and for swapped torch
   layers, keyed on what those front ends see before validation; cleared with the selections whenever
   the registry changes;
-- ``model_steps``: per step of a swap_backend Model, its implementation for each input shape;
-- ``graph_programs``: per graph Executor, its planned program for each set of input shapes.
+- ``graph_programs``: per graph Executor (a swap_backend Model has one), its planned program for each
+  set of input shapes and memory spaces.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ __all__ = ["SelectionCache", "cache_limits", "set_cache_limit"]
 SELECTIONS = declare_cache("selections", 4096, "the registry's validated calls and the implementation chosen for each")
 OPS_CALLS = declare_cache("ops_calls", 1024, "algoswap.ops calls ready to run (per op, request, input types and attributes)")
 TORCH_CALLS = declare_cache("torch_calls", 1024, "swapped torch layers' calls ready to run (per op, request, tensor shapes)")
-MODEL_STEPS = declare_cache("model_steps", 64, "per step of a swap_backend Model: its implementation for each input shape")
 GRAPH_PROGRAMS = declare_cache("graph_programs", 32, "per graph Executor: its planned program for each set of input shapes")
 
 

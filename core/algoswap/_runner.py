@@ -138,6 +138,16 @@ def array_type(space: MemorySpace) -> type | None:
     return _TYPES[name]
 
 
+def holds(space: MemorySpace, value: Any) -> bool:
+    """Whether ``value`` is an array of ``space`` (of its array type, or named as it where the type
+    cannot be imported)."""
+    kind = array_type(space)
+    if kind is not None:
+        return isinstance(value, kind)
+    named = type(value)
+    return space.array_type in (named.__qualname__, f"{named.__module__}.{named.__qualname__}")
+
+
 def _import_type(name: str) -> type | None:
     module, _, attribute = name.rpartition(".")
     while module:

@@ -56,12 +56,17 @@ def _rank(registry: Registry, impl: ImplRecord) -> tuple[int, int, str, str]:
     return (-backend.priority, -impl.priority, impl.backend, impl.algorithm)
 
 
+def serves_memory(backend: BackendRecord, memory: str | None) -> bool:
+    """Whether ``backend`` serves inputs in ``memory`` (None: any) without being asked to move them."""
+    return memory is None or backend.memory.name == memory or (memory == "host" and backend.memory.accepts_host)
+
+
 def _reject_reason(registry: Registry, impl: ImplRecord, call: OpCall, memory: str | None) -> str | None:
     backend = registry.backends[impl.backend]
     available = backend.availability()
     if available is not True:
         return f"backend unavailable: {available}"
-    if memory is not None and backend.memory.name != memory and not (memory == "host" and backend.memory.accepts_host):
+    if not serves_memory(backend, memory):
         return f"works on {backend.memory.name} memory; the inputs are in {memory} memory (pass transfer=True to move them)"
     answer = impl.check(call)
     return None if answer is True else str(answer)

@@ -24,7 +24,7 @@ from .._ref import resolve_ref
 from .._runner import Runner
 from .._select import Selection, select
 from .._spec import GradRule, OpCall
-from .plan import array_to_tensor, tensor_to_array
+from .tensors import array_to_tensor, tensor_to_array
 
 REFERENCE_BACKEND = "numpy"
 _TORCH_DTYPES = {

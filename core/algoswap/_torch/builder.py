@@ -1,5 +1,5 @@
-"""From a traced model to a plan: lower every node, fold batch norms, number the value slots,
-turn weights into numpy arrays once, and free each value after its last reader."""
+"""From a traced model to the graph a Model runs: lower every node, fold batch norms, turn
+weights into frozen numpy arrays once, and make the nodes no registry op serves torch nodes."""
 
 from __future__ import annotations
 
@@ -8,20 +8,21 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 from torch import fx, nn
 
 from .._frozen import freeze
+from .._global import get_registry
+from .._runner import bfloat16
+from ..graph._node import Call, Node, Origin
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .lowering import Alias, Lowered, Lowerer, LoweredOp, PythonCall, Unsupported, target_name
-from .._runner import bfloat16
-from .plan import NamedFunction, OpStep, PythonStep, Slot, Step, TorchStep, slots_in
+from .tensors import NamedFunction
 
 
 @dataclass(frozen=True)
 class FunctionalCall:
-    """What a function selector receives for a step that calls no module (``F.relu``, ``torch.cat``,
+    """What a function selector receives for a node that calls no module (``F.relu``, ``torch.cat``,
     ``x.view``, ``+``): the fx node name, the fx target (the function, or the method name), the op
     and its attributes as written in the model (``call.attrs["kernel_size"]``, or ``call.kernel_size``)."""
 
@@ -40,37 +41,33 @@ class FunctionalCall:
 
 
 @dataclass
-class Plan:
-    """What the Model runs (steps, constants, slots) and what conversion needs to choose requests."""
+class ModelGraph:
+    """The graph of a converted model and what conversion needs to choose requests."""
 
-    steps: list[Any]
-    constants: dict[int, np.ndarray]
-    slot_count: int
-    inputs: list[int]
+    inputs: list[Node]
     input_names: list[str]
     output: Any
+    nodes: list[Node]
     unsupported: list[UnsupportedNode]
-    subjects: dict[str, Any] = field(default_factory=dict)
-    slot_nodes: dict[int, fx.Node] = field(default_factory=dict)
+    subjects: dict[str, Any] = field(default_factory=dict)  # op node name -> its module or FunctionalCall
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # op node name -> its first input's shape
 
 
-class PlanBuilder:
-    """Builds the plan of one traced model, computing in ``dtype`` (float32, float64 or bfloat16)."""
+class ModelBuilder:
+    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16)."""
 
     def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool) -> None:
         self.caller, self.traced, self.dtype, self.fallback = caller, traced, dtype, fallback
         self.lowerer = Lowerer(traced)
         self.lowered: dict[fx.Node, Lowered | UnsupportedNode] = {}
-        self.slot_of: dict[fx.Node, int] = {}
+        self.node_of: dict[fx.Node, Node] = {}
         self.literals: dict[fx.Node, Any] = {}
-        self.constants: dict[int, np.ndarray] = {}
-        self.const_slots: dict[int, int] = {}
+        self.consts: dict[int, Node] = {}
         self.keep_alive: list[torch.Tensor] = []
         self.fallback_modules: dict[int, nn.Module] = {}
-        self.slot_count = 0
-        self.plan = Plan([], {}, 0, [], [], None, [])
+        self.graph = ModelGraph([], [], None, [], [])
 
-    def build(self) -> Plan:
+    def build(self) -> ModelGraph:
         nodes = list(self.traced.graph.nodes)
         for node in nodes:
             self._lower(node)
@@ -83,11 +80,8 @@ class PlanBuilder:
                 self._fold(node, entry)
         for node in nodes:
             self._emit(node)
-        self.plan.unsupported = unsupported
-        self.plan.constants = self.constants
-        self.plan.slot_count = self.slot_count
-        set_free_lists(self.plan)
-        return self.plan
+        self.graph.unsupported = unsupported
+        return self.graph
 
     # --------------------------------------------------------------- lowering and folding
 
@@ -122,57 +116,58 @@ class PlanBuilder:
         conv.folded += [str(node.target) if node.op == "call_module" else node.name]
         self.lowered[node] = Alias(source)
 
-    # --------------------------------------------------------------- emitting steps
+    # --------------------------------------------------------------- emitting nodes
 
     def _emit(self, node: fx.Node) -> None:
         entry = self.lowered.get(node)
         if node.op == "placeholder":
-            self.slot_of[node] = slot = self._new_slot()
-            self.plan.inputs.append(slot)
-            self.plan.input_names.append(str(node.target))
-            self.plan.slot_nodes[slot] = node
+            self.node_of[node] = placeholder = Node(str(node.target), "placeholder", (), "")
+            self.graph.inputs.append(placeholder)
+            self.graph.input_names.append(str(node.target))
         elif node.op == "get_attr":
             value = self._attr(node)
             if isinstance(value, torch.Tensor):
-                self.slot_of[node] = self._const(value)
+                self.node_of[node] = self._const(value, str(node.target))
             else:
                 self.literals[node] = value
         elif node.op == "output":
-            self.plan.output = self._ref(node.args[0])
+            self.graph.output = self._ref(node.args[0])
         elif isinstance(entry, Alias):
             ref = self._ref(entry.source)
-            if isinstance(ref, Slot):
-                self.slot_of[node] = ref.index
+            if isinstance(ref, Node):
+                self.node_of[node] = ref
             else:
                 self.literals[node] = ref
         elif isinstance(entry, LoweredOp):
             self._emit_op(node, entry)
         elif isinstance(entry, PythonCall):
-            self._add(node, PythonStep(node.name, entry.function, self._ref(entry.args), self._output(node)))
+            self._add(node, Node(node.name, "python", (), "", source=Call(entry.function, self._ref(entry.args), {})))
         elif isinstance(entry, UnsupportedNode):
-            self._emit_fallback(node, entry)
+            self._add(node, Node(node.name, "torch", (), "", source=self._torch_call(node, entry.target, entry.reason)))
 
     def _emit_op(self, node: fx.Node, lowered: LoweredOp) -> None:
-        attrs = self._ref(lowered.attrs)
         module = str(node.target) if node.op == "call_module" else None
         request = getattr(lowered.module, "algoswap_request", "default")  # a layer swapped before keeps its choice
-        step = OpStep(
-            node.name, lowered.op, str(request), attrs, tuple(self._input(v) for v in lowered.inputs), self._output(node),
-            module=module, target=_describe(self.traced, node), folded=tuple(lowered.folded), dynamic=bool(slots_in(attrs)),
-            params=tuple(i for i, value in enumerate(lowered.inputs) if isinstance(value, torch.Tensor)),
-        )
-        self.plan.subjects[node.name] = lowered.module if lowered.module is not None else FunctionalCall(node.name, node.target, lowered.op, dict(lowered.attrs))
-        self._add(node, step)
+        label = _describe(self.traced, node)
+        twin = None if lowered.folded or not _parameterless(node, self.traced) else self._torch_call(node, label)
+        names = [f"{module or node.name}.{name}" for name in get_registry().spec(lowered.op).flat_input_names(len(lowered.inputs))]
+        inputs = tuple(self._input(v, name) for v, name in zip(lowered.inputs, names))
+        op = Node(node.name, "op", (), "", lowered.op, inputs, self._ref(lowered.attrs), request=str(request),
+                  source=Origin(module, label, twin, tuple(lowered.folded)))
+        self.graph.subjects[node.name] = lowered.module if lowered.module is not None else FunctionalCall(node.name, node.target, lowered.op, dict(lowered.attrs))
+        first = lowered.inputs[0] if lowered.inputs else None
+        shape = getattr(first.meta.get("tensor_meta"), "shape", None) if isinstance(first, fx.Node) else None
+        if shape is not None:  # known after shape propagation (a sample input)
+            self.graph.input_shapes[node.name] = tuple(int(s) for s in shape)
+        self._add(node, op)
 
-    def _emit_fallback(self, node: fx.Node, unsupported: UnsupportedNode) -> None:
+    def _torch_call(self, node: fx.Node, label: str, reason: str = "") -> Call:
         target: Any = node.target
         if node.op == "call_module":
             target = self._fallback_module(self.traced.get_submodule(str(node.target)))
         elif node.op == "call_function":
             target = _picklable(target)
-        step = TorchStep(node.name, target, self._ref(tuple(node.args)), self._ref(dict(node.kwargs)), self._output(node),
-                         unsupported.reason, unsupported.target)
-        self._add(node, step)
+        return Call(target, self._ref(tuple(node.args)), self._ref(dict(node.kwargs)), label, reason)
 
     def _fallback_module(self, module: nn.Module) -> nn.Module:
         """A copy of the module in the compute dtype (converted once, however often it is called)."""
@@ -181,29 +176,22 @@ class PlanBuilder:
             self.fallback_modules[id(module)] = copy.deepcopy(module).to(dtype).eval()
         return self.fallback_modules[id(module)]
 
-    def _add(self, node: fx.Node, step: Step) -> None:
-        self.plan.steps.append(step)
-        self.plan.slot_nodes[step.output] = node
+    def _add(self, fx_node: fx.Node, node: Node) -> None:
+        node.needs = tuple(_nodes_in((node.source.args, node.source.kwargs) if isinstance(node.source, Call) else node.attrs))
+        self.graph.nodes.append(node)
+        self.node_of[fx_node] = node
 
-    # --------------------------------------------------------------- slots and constants
+    # --------------------------------------------------------------- constants
 
-    def _new_slot(self) -> int:
-        self.slot_count += 1
-        return self.slot_count - 1
-
-    def _output(self, node: fx.Node) -> int:
-        self.slot_of[node] = slot = self._new_slot()
-        return slot
-
-    def _const(self, tensor: torch.Tensor) -> int:
-        """The slot of a weight as a frozen (``algoswap.freeze``), contiguous numpy array in the compute
-        dtype (made once).
+    def _const(self, tensor: torch.Tensor, name: str) -> Node:
+        """A weight as a constant node holding a frozen (``algoswap.freeze``), contiguous numpy array in
+        the compute dtype (made once).
 
         Always a copy that nothing can write: the Model owns its weights, so training the torch model
         afterwards changes neither its results nor what backends derive from them and keep (reordered
         weights, device copies: backends may cache those for frozen arrays only)."""
-        if id(tensor) in self.const_slots:
-            return self.const_slots[id(tensor)]
+        if id(tensor) in self.consts:
+            return self.consts[id(tensor)]
         data = tensor.detach().cpu()
         if data.is_floating_point():
             data = data.to(torch.float64 if self.dtype == "float64" else torch.float32)
@@ -211,26 +199,25 @@ class PlanBuilder:
         if self.dtype == "bfloat16" and array.dtype.kind == "f":
             array = array.astype(bfloat16())
         array = freeze(array)
-        slot = self.const_slots[id(tensor)] = self._new_slot()
-        self.constants[slot] = array
+        node = self.consts[id(tensor)] = Node(name, "constant", tuple(array.shape), str(array.dtype), host=array)
         self.keep_alive.append(tensor)  # ids stay unique while building
-        return slot
+        return node
 
-    def _input(self, value: Any) -> int | None:
+    def _input(self, value: Any, name: str) -> Node | None:
         if value is None:
             return None
         if isinstance(value, torch.Tensor):
-            return self._const(value)
-        if isinstance(value, fx.Node) and value in self.slot_of:
-            return self.slot_of[value]
+            return self._const(value, name)
+        if isinstance(value, fx.Node) and value in self.node_of:
+            return self.node_of[value]
         raise ConversionError(f"{self.caller}: an op input is not a tensor: {value!r}")
 
     def _ref(self, value: Any) -> Any:
-        """``value`` with nodes replaced by their slots (or Python values) and tensors by constant slots."""
+        """``value`` with fx nodes replaced by graph nodes (or Python values) and tensors by constants."""
         if isinstance(value, fx.Node):
-            return self.literals[value] if value in self.literals else Slot(self.slot_of[value])
+            return self.literals[value] if value in self.literals else self.node_of[value]
         if isinstance(value, torch.Tensor):
-            return Slot(self._const(value))
+            return self._const(value, f"constant_{len(self.consts)}")
         if isinstance(value, (list, tuple)):
             items = [self._ref(v) for v in value]
             return items if isinstance(value, list) else tuple(items)
@@ -245,18 +232,23 @@ class PlanBuilder:
         return value
 
 
-def set_free_lists(plan: Plan) -> None:
-    """Give each step the slots whose last reader it is (constants and outputs are never freed)."""
-    keep = set(plan.constants) | slots_in(plan.output)
-    last: dict[int, int] = {}
-    for index, step in enumerate(plan.steps):
-        for slot in step.reads():
-            last[slot] = index
-    for index, step in enumerate(plan.steps):
-        done = {slot for slot in step.reads() if last[slot] == index}
-        if step.output not in last:
-            done.add(step.output)  # never read: drop it at once
-        step.free = tuple(sorted(done - keep))
+def _nodes_in(value: Any) -> list[Node]:
+    """The distinct graph nodes inside ``value`` (through lists, tuples, dicts), in order."""
+    if isinstance(value, Node):
+        return [value]
+    found: list[Node] = []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        found += [n for n in _nodes_in(item) if all(n is not f for f in found)]
+    return found
+
+
+def _parameterless(node: fx.Node, root: fx.GraphModule) -> bool:
+    """Whether a node's torch call holds no weights of its own (a twin of it costs no copy)."""
+    if node.op != "call_module":
+        return True
+    module = root.get_submodule(str(node.target))
+    return not any(True for _ in module.parameters()) and not any(True for _ in module.buffers())
 
 
 def _describe(root: fx.GraphModule, node: fx.Node) -> str:

@@ -17,18 +17,16 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .._errors import AlgoswapError
+from .._errors import AlgoswapError, OpArgumentError
 from .._global import get_registry
 from .._registry import suggest
 from .._select import check_known
-from .bridge import _DTYPE_NAMES
-from .builder import FunctionalCall, Plan, PlanBuilder, set_free_lists
-from .fusion import FusedStep
-from .fusion import fuse as fuse_chains
+from ..graph._fusion import find_chains
+from ..graph._node import GraphError, Node, Origin
+from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
-from .model import Model
+from .model import Model, _output_nodes
 from .modules import SwappedModule
-from .plan import OpStep, resolve
 from .selectors import SelectorError, _positional_count
 
 CALLER = "swap_backend"
@@ -76,17 +74,17 @@ def swap_backend(
     traced = _trace(module)
     if sample_input_shape is not None:
         _propagate(traced, module, tuple(sample_input_shape))
-    plan = PlanBuilder(CALLER, traced, compute, fallback == "torch").build()
-    _assign_requests(plan, algos, sample_input_shape is not None)
+    graph = ModelBuilder(CALLER, traced, compute, fallback == "torch").build()
+    _assign_requests(graph, algos, sample_input_shape is not None)
+    chains = find_chains(_outputs(graph)) if fuse else []
+    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch")
     if sample_input_shape is not None:
-        _preselect(plan, compute)
-    if fuse:
-        plan.steps = fuse_chains(plan.steps, plan.output)
-        set_free_lists(plan)
-        for step in plan.steps:
-            if isinstance(step, FusedStep):
-                step.preselect()
-    return Model(plan.steps, plan.constants, plan.slot_count, plan.inputs, plan.input_names, plan.output, compute)
+        _preselect(model, graph, tuple(sample_input_shape))
+    return model
+
+
+def _outputs(graph: ModelGraph) -> list[Node]:
+    return _output_nodes(graph.output)
 
 
 convert = swap_backend
@@ -158,49 +156,53 @@ def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]
 # ---------------------------------------------------------------------------- requests
 
 
-def _assign_requests(plan: Plan, algos: dict[str, Any] | str | None, shapes_known: bool) -> None:
-    steps = [s for s in plan.steps if isinstance(s, OpStep)]
+def _assign_requests(graph: ModelGraph, algos: dict[str, Any] | str | None, shapes_known: bool) -> None:
+    steps = [n for n in graph.nodes if n.kind == "op"]
     if algos is None:
         return
     if isinstance(algos, str):
-        algos = {op: algos for op in dict.fromkeys(s.op for s in steps)}
+        algos = {op: algos for op in dict.fromkeys(str(s.op) for s in steps)}
     if not isinstance(algos, dict):
         raise SelectorError(f"{CALLER}: algos must be a dict from op name to selector (or one request string); got {type(algos).__name__}")
     ops = get_registry().ops
     for op, selector in algos.items():
         if op not in ops:
-            raise SelectorError(f"{CALLER}: algos names no op {op!r}{suggest(str(op), ops)} (ops of this model: {', '.join(sorted({s.op for s in steps}))})")
+            raise SelectorError(f"{CALLER}: algos names no op {op!r}{suggest(str(op), ops)} (ops of this model: {', '.join(sorted({str(s.op) for s in steps}))})")
         chosen = [s for s in steps if s.op == op]
-        for step, request in zip(chosen, _requests(op, chosen, selector, plan, shapes_known)):
-            _check(op, step, request, _input_shape(plan, step))
+        for step, request in zip(chosen, _requests(op, chosen, selector, graph, shapes_known)):
+            _check(op, step, request, graph.input_shapes.get(step.name))
             step.request = request
 
 
-def _requests(op: str, steps: list[OpStep], selector: Any, plan: Plan, shapes_known: bool) -> list[Any]:
+def _module_of(node: Node) -> str | None:
+    return node.source.module if isinstance(node.source, Origin) else None
+
+
+def _requests(op: str, steps: list[Node], selector: Any, graph: ModelGraph, shapes_known: bool) -> list[Any]:
     if selector is None or isinstance(selector, str):
         return [selector or "default"] * len(steps)
     if isinstance(selector, dict):
-        known = {s.module for s in steps if s.module} | {s.name for s in steps}
+        known = {m for s in steps if (m := _module_of(s))} | {s.name for s in steps}
         unknown = [name for name in selector if name not in known]
         if unknown:
             raise SelectorError(f"{CALLER}: no {op} step named {', '.join(map(repr, unknown))}; {op} steps (module or node names): {', '.join(sorted(known))}")
-        return [next((selector[key] for key in (s.module, s.name) if key in selector), s.request) for s in steps]
+        return [next((selector[key] for key in (_module_of(s), s.name) if key in selector), s.request) for s in steps]
     if isinstance(selector, (list, tuple)):
         if len(selector) != len(steps):
-            names = ", ".join(s.module or s.name for s in steps)
+            names = ", ".join(_module_of(s) or s.name for s in steps)
             raise SelectorError(f"{CALLER}: got {len(selector)} algorithms for {len(steps)} {op} steps (in forward order: {names})")
         return list(selector)
     if callable(selector):
-        return [_from_function(op, s, selector, plan, shapes_known) for s in steps]
+        return [_from_function(op, s, selector, graph, shapes_known) for s in steps]
     raise SelectorError(f"{CALLER}: the {op} selector must be a string, a list, a dict or a function; got {type(selector).__name__}")
 
 
-def _from_function(op: str, step: OpStep, function: Callable[..., Any], plan: Plan, shapes_known: bool) -> Any:
-    subject = plan.subjects[step.name]
-    where = f"{CALLER}: {op} step {step.module or step.name!r}"
+def _from_function(op: str, step: Node, function: Callable[..., Any], graph: ModelGraph, shapes_known: bool) -> Any:
+    subject = graph.subjects[step.name]
+    where = f"{CALLER}: {op} step {_module_of(step) or step.name!r}"
     args: tuple[Any, ...] = (subject,)
     if _positional_count(function) >= 2:
-        shape = _input_shape(plan, step)
+        shape = graph.input_shapes.get(step.name)
         if not shapes_known or shape is None:
             raise SelectorError(f"{where}: the selector takes the input shape; pass sample_input_shape (batch included)")
         args = (subject, shape)
@@ -212,12 +214,13 @@ def _from_function(op: str, step: OpStep, function: Callable[..., Any], plan: Pl
         raise SelectorError(f"{where}: the selector raised {type(exc).__name__}: {exc}") from exc
 
 
-def _where(op: str, step: OpStep, shape: Any) -> str:
-    name = f"{step.name!r}" + (f" (module {step.module!r})" if step.module and step.module.replace(".", "_") != step.name else "")
+def _where(op: str, step: Node, shape: Any) -> str:
+    module = _module_of(step)
+    name = f"{step.name!r}" + (f" (module {module!r})" if module and module.replace(".", "_") != step.name else "")
     return f"{CALLER}: node {name} ({op}" + (f", input {shape})" if shape else ")")
 
 
-def _check(op: str, step: OpStep, request: Any, shape: Any) -> None:
+def _check(op: str, step: Node, request: Any, shape: Any) -> None:
     if not isinstance(request, str):
         raise SelectorError(f"{_where(op, step, shape)}: the selector returned {request!r}; expected a string such as 'default' or 'numpy:smm'")
     try:
@@ -226,45 +229,20 @@ def _check(op: str, step: OpStep, request: Any, shape: Any) -> None:
         raise SelectorError(f"{_where(op, step, shape)}: {exc}") from None
 
 
-def _input_shape(plan: Plan, step: OpStep) -> tuple[int, ...] | None:
-    first = step.inputs[0]
-    return None if first is None else _slot_shape(plan, first)
-
-
-def _slot_shape(plan: Plan, slot: int) -> tuple[int, ...] | None:
-    if slot in plan.constants:
-        return tuple(plan.constants[slot].shape)
-    node = plan.slot_nodes.get(slot)
-    meta = None if node is None else node.meta.get("tensor_meta")
-    shape = getattr(meta, "shape", None)
-    return None if shape is None else tuple(int(s) for s in shape)
-
-
-def _slot_dtype(plan: Plan, slot: int, compute: str) -> str | None:
-    if slot in plan.constants:
-        return str(plan.constants[slot].dtype)
-    meta = plan.slot_nodes[slot].meta.get("tensor_meta")
-    dtype = getattr(meta, "dtype", None)
-    if dtype is None or dtype.is_floating_point:
-        return compute
-    return _DTYPE_NAMES.get(dtype, str(dtype))
-
-
-def _preselect(plan: Plan, compute: str) -> None:
-    """Select every step's implementation for the sample input now; an error names the node."""
-    values: list[Any] = [None] * plan.slot_count
-    for slot, node in plan.slot_nodes.items():
-        values[slot] = node.meta.get("algoswap_value")
-    for step in plan.steps:
-        if not isinstance(step, OpStep):
-            continue
-        shapes = [None if i is None else _slot_shape(plan, i) for i in step.inputs]
-        dtypes = [None if i is None else _slot_dtype(plan, i, compute) for i in step.inputs]
-        try:
-            step.preselect(shapes, dtypes, resolve(step.attrs, values) if step.dynamic else step.attrs)
-        except AlgoswapError as exc:
-            error = ConversionError if step.request in ("default", "auto") else SelectorError
-            raise error(f"{_where(step.op, step, shapes[0])}: {exc}") from None
+def _preselect(model: Model, graph: ModelGraph, shape: tuple[int, ...]) -> None:
+    """Plan (select every node's implementation) for host inputs of the sample shape now; an error
+    names the node (SelectorError where it asked for something, ConversionError otherwise)."""
+    try:
+        model.plan(shape)
+    except (GraphError, OpArgumentError) as exc:
+        text = str(exc) if isinstance(exc, GraphError) else f"node {getattr(exc, 'node', '?')!r} ({exc.op}): {exc}"
+        node = next((n for n in graph.nodes if text.startswith(f"node {n.name!r}")), None)
+        explicit = node is not None and node.request not in ("default", "auto")
+        error = SelectorError if explicit else ConversionError
+        if node is not None and node.kind == "op":
+            detail = text.split("): ", 1)[1] if "): " in text else text
+            raise error(f"{_where(str(node.op), node, graph.input_shapes.get(node.name))}: {detail}") from None
+        raise error(f"{CALLER}: {text}") from None
 
 
 __all__ = ["ConversionError", "FunctionalCall", "Model", "UnsupportedModelError", "UnsupportedNode", "convert", "swap_backend"]

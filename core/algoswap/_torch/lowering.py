@@ -28,7 +28,6 @@ from torch import fx, nn
 from .._errors import OpArgumentError
 from .._global import get_registry
 from .modules import binding_for
-from .plan import PYTHON_OPERATORS, ndim_of, shape_of, size_of
 
 
 class Unsupported(Exception):
@@ -54,6 +53,30 @@ class PythonCall:
     function: Callable[..., Any]
     args: tuple[Any, ...]
     python_result: bool = True  # False: the result may be a tensor (an item of a fallback node's tuple)
+
+
+# Python-value functions of python nodes (module-level, so that models pickle).
+
+
+def size_of(array: Any, dim: int | None = None) -> Any:
+    """``Tensor.size(dim)`` of an array: its shape as a tuple, or one size."""
+    return tuple(array.shape) if dim is None else int(array.shape[dim])
+
+
+def shape_of(array: Any) -> tuple[int, ...]:
+    """``Tensor.shape`` of an array."""
+    return tuple(array.shape)
+
+
+def ndim_of(array: Any) -> int:
+    """``Tensor.dim()`` / ``Tensor.ndim`` of an array."""
+    return int(array.ndim)
+
+
+PYTHON_OPERATORS: dict[Any, Callable[..., Any]] = {
+    f: f for f in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
+                   operator.neg, operator.getitem, operator.iadd, operator.imul)
+}
 
 
 Lowered = LoweredOp | Alias | PythonCall
@@ -336,3 +359,4 @@ METHODS: dict[str, Handler] = {
     "contiguous": _method_alias,
     "detach": _method_alias,
 }
+

@@ -1,84 +1,91 @@
-"""``algoswap.Model``: a torch model converted by ``swap_backend``, run through the registry on numpy arrays."""
+"""``algoswap.Model``: a torch model converted by ``swap_backend``, the torch-facing wrapper of one
+executor program (torch tensors in and out, pickling, explain)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
+import torch.utils.dlpack
 
-from .explain import Explanation, Row
-from .fusion import AnyStep, FusedStep
 from .._frozen import freeze
 from .._global import get_registry
 from .._inputs import host_array
 from .._records import MemorySpace
 from .._ref import resolve_ref
-from .._select import Selection
 from .._runner import bfloat16
-from .plan import OpStep, Resident, TorchStep, array_to_tensor, resolve, tensor_to_array
+from ..graph._executor import Executor, space_of
+from ..graph._fusion import Chain
+from ..graph._node import Node, Origin, Shaped, topological
+from ..graph._plan import PlanOptions
+from ..graph._program import Program, Step
+from .explain import Explanation, Row
+from .fallback import TorchRunner, reaches
+from .tensors import array_to_tensor, tensor_to_array
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+SUBGRAPH = "forward"
+WAITING = "not run yet: call the model or pass sample_input_shape"
 
 
 class Model:
-    """The plan of a converted model and the loop that runs it.
+    """A converted model: its graph, and the executor that plans and runs it per input signature.
 
-    Call it with torch tensors (it returns tensors on the first tensor's device) or numpy arrays
-    (it returns arrays); floating inputs are cast to ``dtype``, the dtype of its weights and computation.
-    It is for inference: no gradients flow through it. ``steps`` (alias ``plan``) lists what runs.
+    Call it with torch tensors (it returns tensors on the first tensor's device: CUDA tensors stay
+    on the GPU throughout) or numpy arrays (it returns arrays); floating inputs are cast to
+    ``dtype``, the dtype of its weights and computation. It is for inference: no gradients flow
+    through it. ``nodes`` lists the graph's nodes; ``program`` is the plan of the latest call.
     """
 
-    def __init__(
-        self,
-        steps: list[AnyStep],
-        constants: dict[int, np.ndarray],
-        slot_count: int,
-        inputs: list[int],
-        input_names: list[str],
-        output: Any,
-        dtype: str,
-    ) -> None:
-        self.steps = steps
-        self.constants = constants
-        self.slot_count = slot_count
-        self.inputs = inputs
-        self.input_names = input_names
-        self.output = output
-        self.dtype = dtype
-        self._template = self._make_template()
+    def __init__(self, inputs: list[Node], input_names: list[str], output: Any, nodes: list[Node], dtype: str,
+                 chains: Sequence[Chain] = (), fallback: bool = False) -> None:
+        self.inputs, self.input_names, self.output = inputs, input_names, output
+        self.nodes, self.dtype, self.chains, self.fallback = nodes, dtype, list(chains), fallback
+        self._outputs = _output_nodes(output)
+        self.executor = self._executor()
 
-    @property
-    def plan(self) -> list[AnyStep]:
-        """The steps, in the order they run (the same list as ``steps``)."""
-        return self.steps
+    def _executor(self) -> Executor:
+        options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
+        return Executor({SUBGRAPH: self._outputs or self.inputs[:1]}, options=options)
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return _TORCH_DTYPES[self.dtype]
 
     @property
-    def folded_batchnorms(self) -> list[str]:
-        """The batch norms folded into the convolution before them."""
-        return [name for step in self.op_steps() for name in step.folded]
+    def program(self) -> Program | None:
+        """The program of the latest call (or of the sample input), None before any."""
+        return self.executor.last
 
     @property
-    def fused(self) -> list[FusedStep]:
+    def folded_batchnorms(self) -> list[str]:
+        """The batch norms folded into the convolution before them."""
+        return [name for node in self.op_nodes() if isinstance(node.source, Origin) for name in node.source.folded]
+
+    @property
+    def fused(self) -> list[Chain]:
         """The conv2d chains (conv2d+add+relu, conv2d+relu, ...) that may run as one conv2d_fused call."""
-        return [step for step in self.steps if isinstance(step, FusedStep)]
+        return self.chains
+
+    def fused_step(self, chain: Chain) -> Step | None:
+        """The conv2d_fused step of a chain in the latest program, None if it ran unfused (or none ran)."""
+        program = self.program
+        return None if program is None else next((s for s in program.steps if s.members and s.members[0] is chain.conv), None)
+
+    @property
+    def constants(self) -> dict[str, np.ndarray]:
+        """The model's weights: frozen numpy arrays in its dtype, by name."""
+        return {n.name: n.host for n in topological(self._outputs) if n.kind == "constant"}
+
+    def op_nodes(self) -> list[Node]:
+        """Every registry-op node, in graph order."""
+        return [node for node in self.nodes if node.kind == "op"]
 
     def op_counts(self) -> dict[str, int]:
-        """How many steps run each registry op (members of fused chains included; fallback steps count under "torch")."""
-        counted = [step.op for step in self.op_steps()] + ["torch" for step in self.steps if isinstance(step, TorchStep)]
-        return dict(Counter(counted))
-
-    def op_steps(self) -> list[OpStep]:
-        """Every op step in plan order, the members of fused chains included."""
-        steps: list[OpStep] = []
-        for step in self.steps:
-            steps += step.members if isinstance(step, FusedStep) else [step] if isinstance(step, OpStep) else []
-        return steps
+        """How many nodes run each registry op (fallback nodes count under "torch")."""
+        return dict(Counter(str(n.op) if n.kind == "op" else "torch" for n in self.nodes if n.kind in ("op", "torch")))
 
     # ------------------------------------------------------------------ running
 
@@ -90,122 +97,131 @@ class Model:
         arrays = [self._to_array(x, name) for x, name in zip(inputs, self.input_names)]
         return _wrap(self.run(*arrays), like)
 
-    def run(self, *arrays: np.ndarray) -> Any:
-        """Run the plan on numpy arrays already in ``dtype``; returns the output structure of numpy arrays."""
-        values = list(self._template)
-        for slot, array in zip(self.inputs, arrays):
-            values[slot] = array
-        for step in self.steps:
-            step.run(values)
-            for slot in step.free:
-                values[slot] = None
-        return resolve(self.output, values)
+    def run(self, *arrays: Any) -> Any:
+        """Run on arrays already in ``dtype`` (numpy arrays, or a device backend's arrays); returns the
+        output structure of arrays, each in the memory space where it was produced."""
+        results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
+        values = {id(node): value for node, value in zip(self._outputs, results)}
+        return _filled(self.output, values)
+
+    def plan(self, *shapes: Sequence[int]) -> Program:
+        """The program for host inputs of these shapes (planned, and cached, now)."""
+        feed = {node: Shaped(tuple(shape), self.dtype) for node, shape in zip(self.inputs, shapes)}
+        program = self.executor.last = self.executor.plan(SUBGRAPH, feed)
+        return program
 
     def _to_array(self, value: Any, name: str) -> Any:
-        """An input as a contiguous numpy array; floating inputs in the model's dtype, others as they are."""
+        """An input as an array: a tensor on a device a backend's memory space holds stays there (no
+        copy); others become contiguous numpy arrays; floating inputs in the model's dtype."""
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
             tensor = (tensor.to(self.torch_dtype) if tensor.is_floating_point() else tensor).contiguous()
             space = _device_space(tensor.device.type)
-            if space is not None and space.from_dlpack is not None:  # stays on its device, not copied
-                return Resident(resolve_ref(space.from_dlpack)(tensor), space)
+            if space is not None and space.from_dlpack is not None:
+                return resolve_ref(space.from_dlpack)(tensor)
             return tensor_to_array(tensor.cpu())
         array = host_array(value, "algoswap.Model", lambda: name)
         floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
         dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
         return np.ascontiguousarray(array, dtype=dtype)
 
-    def _make_template(self) -> list[Any]:
-        """The slots a run starts from: the weights, frozen (again, after unpickling), in theirs."""
-        self.constants = {slot: freeze(array) for slot, array in self.constants.items()}
-        template: list[Any] = [None] * self.slot_count
-        for slot, array in self.constants.items():
-            template[slot] = array
-        return template
-
     # ------------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_template"]
+        del state["executor"]  # programs hold registry records: planned again after unpickling
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._template = self._make_template()
+        for node in topological(self._outputs):
+            if node.kind == "constant":
+                node.host = freeze(node.host)  # frozen again: backends keep what they derive from frozen arrays only
+        self.executor = self._executor()
 
     # ------------------------------------------------------------------ explaining
 
     def explain(self) -> Explanation:
-        """One row per op step and per fallback node: what runs it, its kernel, the rejected candidates."""
+        """One row per op, fused chain and torch node of the latest program: what ran it, its kernel,
+        the rejected candidates, and every move between memory spaces."""
+        program = self.program
+        if program is None:
+            return Explanation(Row(n.name, str(n.op) if n.kind == "op" else "torch", None, n.request, note=WAITING)
+                               for n in self.nodes if n.kind in ("op", "torch"))
         rows = Explanation()
-        for step in self.steps:
-            if isinstance(step, OpStep):
+        for step in program.steps:
+            if step.kind in ("op", "fused"):
                 rows.append(_op_row(step))
-            elif isinstance(step, FusedStep):
-                rows.extend(_fused_rows(step))
-            elif isinstance(step, TorchStep):
-                rows.append(Row(step.name, step.label, step.last_shape, "-", "torch (fallback)", "PyTorch", note=f"not in the registry: {step.reason}"))
+            elif step.kind == "torch":
+                rows.append(_torch_row(step))
         return rows
 
     def backends(self) -> list[str]:
-        """The backends of the implementations selected so far (empty before the first call without a sample input)."""
-        return sorted({chosen.backend.name for chosen in self._selections_that_ran() if chosen is not None})
-
-    def _selections_that_ran(self) -> list[Selection | None]:
-        """Each step's latest selection; a fused chain's members count only where the chain ran unfused
-        (their own selections may be stale preselections for host inputs)."""
-        selections: list[Selection | None] = []
-        for step in self.steps:
-            if isinstance(step, FusedStep):
-                fused = step.last_selection
-                selections += [fused] if fused is not None else [m.last_selection for m in step.members]
-            elif isinstance(step, OpStep):
-                selections.append(step.last_selection)
-        return selections
+        """The backends of the latest program's implementations (empty before the first call without a sample input)."""
+        program = self.program
+        return [] if program is None else sorted({s.backend for s in program.steps if s.backend})
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {op}" for op, n in sorted(self.op_counts().items(), key=lambda item: (-item[1], item[0])))
         backends = ", ".join(self.backends()) or "none selected yet (selection happens at the first call)"
-        parts = [f"{len(self.steps)} steps: {counts}" if counts else f"{len(self.steps)} steps"]
+        parts = [f"{len(self.nodes)} nodes: {counts}" if counts else f"{len(self.nodes)} nodes"]
         folded = len(self.folded_batchnorms)
         if folded:
             parts.append(f"{folded} batch norm{'s' if folded != 1 else ''} folded")
-        if self.fused:
-            parts.append(f"{len(self.fused)} conv2d chain{'s' if len(self.fused) != 1 else ''} fusable")
-        fallbacks = sum(isinstance(s, TorchStep) for s in self.steps)
+        if self.chains:
+            parts.append(f"{len(self.chains)} conv2d chain{'s' if len(self.chains) != 1 else ''} fusable")
+        fallbacks = sum(n.kind == "torch" for n in self.nodes)
         if fallbacks:
             parts.append(f"{fallbacks} node{'s' if fallbacks != 1 else ''} in torch (fallback)")
         parts += [f"backends: {backends}", f"dtype {self.dtype}"]
         return f"algoswap.Model({'; '.join(parts)})"
 
 
-def _fused_rows(step: FusedStep) -> list[Row]:
-    """One conv2d_fused row, or the members' rows with the reason they ran unfused."""
-    selection = step.last_selection
-    if selection is None:
-        rows = [_op_row(member) for member in step.members]
-        reason = step.unfused_reason or "not run yet: call the model or pass sample_input_shape"
-        rows[0].note = "; ".join(filter(None, [rows[0].note, f"{step.label}: {reason}"]))
-        return rows
-    row = Row.from_selection(step.name, selection, step.conv.request, selection.call.shapes[0], backward=False)
-    row.op = step.label
-    fused = [f"{member.op} {member.name!r}" for member in step.members[1:]]
-    notes = [f"batch norm {', '.join(step.conv.folded)} folded"] if step.conv.folded else []
-    notes.append(f"one {selection.call.op} call: bias, {', '.join(fused)} fused into the convolution")
-    row.note = "; ".join(filter(None, [*notes, step.transfers()]))
-    return [row]
-
-
-def _op_row(step: OpStep) -> Row:
-    note = f"batch norm {', '.join(step.folded)} folded" if step.folded else ""
-    selection = step.last_selection
-    if selection is None:
-        waiting = "not run yet: call the model or pass sample_input_shape"
-        return Row(step.name, step.op, None, step.request, note=f"{note}; {waiting}" if note else waiting)
-    row = Row.from_selection(step.name, selection, step.request, selection.call.shapes[0], backward=False)
-    row.note = "; ".join(filter(None, [note, step.transfers()]))
+def _op_row(step: Step) -> Row:
+    selection = step.selection
+    assert selection is not None
+    row = Row.from_selection(step.name, selection, step.request, step.input_shape, backward=False)
+    row.op = step.op
+    node = step.members[0] if step.members else step.node
+    folded = node.source.folded if node is not None and isinstance(node.source, Origin) else ()
+    notes = [f"batch norm {', '.join(folded)} folded"] if folded else []
+    if step.members:
+        fused = [f"{m.op} {m.name!r}" for m in step.members[1:]]
+        notes.append(f"one {selection.call.op} call: bias, {', '.join(fused)} fused into the convolution")
+    row.note = "; ".join(filter(None, [*notes, step.note]))
     return row
+
+
+def _torch_row(step: Step) -> Row:
+    op = step.node.op if step.node is not None and step.node.kind == "op" else step.op
+    where = "" if step.memory.is_host else f" on {step.memory.name}" if reaches(step.memory) else f" (via host, for {step.memory.name})"
+    reason = step.note if step.node is not None and step.node.kind == "op" else f"not in the registry: {step.note}"
+    return Row(step.name, str(op), step.input_shape, "-", f"torch (fallback){where}", "PyTorch", note=reason)
+
+
+def _output_nodes(output: Any) -> list[Node]:
+    found: list[Node] = []
+    stack = [output]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, Node):
+            if all(item is not f for f in found):
+                found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack[:0] = list(item)
+        elif isinstance(item, dict):
+            stack[:0] = list(item.values())
+    return found
+
+
+def _filled(value: Any, values: dict[int, Any]) -> Any:
+    if isinstance(value, Node):
+        return values[id(value)]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_filled(v, values) for v in value)
+    if isinstance(value, dict):
+        return {k: _filled(v, values) for k, v in value.items()}
+    return value
 
 
 def _device_space(device_type: str) -> MemorySpace | None:
@@ -217,11 +233,8 @@ def _device_space(device_type: str) -> MemorySpace | None:
 
 
 def _wrap(value: Any, like: torch.Tensor | None) -> Any:
-    """Output arrays as tensors on ``like``'s device (or as arrays when the inputs were arrays)."""
-    if isinstance(value, Resident):
-        if like is not None and like.device.type == value.space.name and hasattr(value.array, "__dlpack__"):
-            return torch.utils.dlpack.from_dlpack(value.array)  # stays on the device
-        return _wrap(value.host(), like)
+    """Output arrays as tensors on ``like``'s device (or as host arrays when the inputs were arrays);
+    a device's arrays go to a tensor on that device through DLPack, without a copy."""
     if isinstance(value, np.ndarray):
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
         array = np.ascontiguousarray(array)  # channels-last activations come out NCHW
@@ -230,4 +243,9 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
         return type(value)(_wrap(v, like) for v in value)
     if isinstance(value, dict):
         return {k: _wrap(v, like) for k, v in value.items()}
-    return value
+    space = space_of(value) if hasattr(value, "shape") and hasattr(value, "dtype") else None
+    if space is None or space.is_host:
+        return value
+    if like is not None and like.device.type == space.name and hasattr(value, "__dlpack__"):
+        return torch.utils.dlpack.from_dlpack(value)
+    return _wrap(space.download(value), like)

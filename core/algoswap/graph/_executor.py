@@ -10,11 +10,13 @@ import numpy as np
 from .._cache import LRUCache
 from .._core_caches import GRAPH_PROGRAMS
 from .._global import get_registry
+from .._records import HOST, MemorySpace
+from .._runner import holds
 from .._select import check_known
-from .._spec import Shape
-from ._node import GraphError, Node, topological
+from ._node import GraphError, Node, Shaped, topological
 from ._explain import PlanText, explain_program
-from ._program import MemoryReport, Program, build_program, homes
+from ._plan import PlanOptions, build_program, homes
+from ._program import MemoryReport, Program
 from ._residence import Residence
 
 Override = Mapping[Any, str]
@@ -36,6 +38,7 @@ class Executor:
         algorithms: Override | None = None,
         backends: Sequence[str] | None = None,
         plan_memory: bool = True,
+        options: PlanOptions | None = None,
     ) -> None:
         self.subgraphs = dict(subgraphs) if isinstance(subgraphs, Mapping) else {"default": list(subgraphs)}
         for name, outputs in self.subgraphs.items():
@@ -44,6 +47,8 @@ class Executor:
         self.algorithms = dict(algorithms or {})
         self.backends = list(backends) if backends is not None else None
         self.plan_memory = plan_memory
+        self.options = options or PlanOptions()
+        self.last: Program | None = None  # the program of the latest run
         self.programs: LRUCache[Program] = LRUCache(GRAPH_PROGRAMS)
         self.residence = Residence()
         self._homes: dict[int, Any] | None = None
@@ -75,14 +80,15 @@ class Executor:
     # ------------------------------------------------------------------ planning
 
     def plan(self, subgraph: str | None = None, feed: Mapping[Any, Any] | None = None) -> Program:
-        """The program of ``subgraph`` for inputs shaped like ``feed`` (default: the placeholders' shapes)."""
+        """The program of ``subgraph`` for inputs like ``feed`` (default: the placeholders' shapes,
+        in host memory): arrays, or ``Shaped`` stand-ins for host arrays of that shape and dtype."""
         name = self._subgraph_name(subgraph)
         outputs = self.subgraphs[name]
-        shapes = self._source_shapes(name, outputs, feed or {})
-        key = (name, tuple(sorted((k, v) for k, v in shapes.items())))
+        fed = self._fed(name, outputs, feed or {})
+        key = (name, tuple(sorted((k, v[0], v[1].name) for k, v in fed.items())))
         program: Program | None = self.programs.get(key)
         if program is None:
-            program = self.programs.put(key, build_program(name, outputs, shapes, self.requests, self.homes()))
+            program = self.programs.put(key, build_program(name, outputs, fed, self.requests, self.homes(), self.options))
             if not self.plan_memory:
                 for step in program.steps:
                     step.free = ()
@@ -104,19 +110,19 @@ class Executor:
             raise GraphError(f"Executor: no subgraph named {subgraph!r} (have {', '.join(self.subgraphs)})")
         return subgraph
 
-    def _source_shapes(self, name: str, outputs: Sequence[Node], feed: Mapping[Any, Any]) -> dict[int, tuple[Shape, str]]:
-        shapes: dict[int, tuple[Shape, str]] = {}
+    def _fed(self, name: str, outputs: Sequence[Node], feed: Mapping[Any, Any]) -> dict[int, tuple[Shaped, MemorySpace]]:
+        """The shape, dtype and memory space of every placeholder and data node, by id."""
+        fed: dict[int, tuple[Shaped, MemorySpace]] = {}
         for node in topological(outputs):
             if node.kind == "data" and name not in node.loaders:
                 raise GraphError(f"data node {node.name!r} has no DataLoader for subgraph {name!r} (has {', '.join(node.loaders)})")
             if node.kind in ("placeholder", "data"):
                 value = _lookup(feed, node)
-                shapes[id(node)] = (node.shape, node.dtype) if value is None else (tuple(np.shape(value)), str(np.asarray(value).dtype))
-                if shapes[id(node)][1] != node.dtype:
-                    raise GraphError(f"{node.kind} {node.name!r}: fed dtype {shapes[id(node)][1]}; expected {node.dtype}")
-            elif node.kind != "op" and node.kind != "group":
-                shapes[id(node)] = (node.shape, node.dtype)
-        return shapes
+                known = Shaped(node.shape, node.dtype) if value is None else _shaped(value)
+                if node.dtype and known.dtype != node.dtype:
+                    raise GraphError(f"{node.kind} {node.name!r}: fed dtype {known.dtype}; expected {node.dtype}")
+                fed[id(node)] = (known, HOST if value is None or isinstance(value, (Shaped, np.ndarray)) else space_of(value))
+        return fed
 
     # ------------------------------------------------------------------ running
 
@@ -126,7 +132,7 @@ class Executor:
         name = self._subgraph_name(subgraph)
         feed = dict(feed or {})
         batches = self._next_batches(name)
-        program = self.plan(name, {**feed, **{k: v for k, v in batches.items()}})
+        program = self.last = self.plan(name, {**feed, **{k: v for k, v in batches.items()}})
         values: list[Any] = [None] * program.slot_count
         for slot, node in program.sources:
             space = program.kept.get(slot)
@@ -155,7 +161,7 @@ class Executor:
         value = _lookup(feed, node)
         if value is None:
             raise GraphError(f"placeholder {node.name!r} {node.shape} {node.dtype} was not fed (feed={{node: array}})")
-        return np.ascontiguousarray(value)
+        return np.ascontiguousarray(value) if type(value) is not np.ndarray or not value.flags.c_contiguous else value
 
     def batches(self, subgraph: str) -> int:
         """Batches per epoch of the subgraph's data loader."""
@@ -174,6 +180,29 @@ class Executor:
         """The plan as a table: node, op, backend:algorithm, device, output shape, bytes; then the
         transfers between memory spaces and the memory report."""
         return explain_program(self.plan(subgraph, feed))
+
+
+def _shaped(value: Any) -> Shaped:
+    if isinstance(value, Shaped):
+        return value
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        array = np.asarray(value)
+        shape, dtype = array.shape, array.dtype
+    return Shaped(tuple(int(s) for s in shape), str(np.dtype(dtype)))
+
+
+def space_of(value: Any) -> MemorySpace:
+    """The memory space of a fed array: host for numpy arrays (and what numpy converts), else the
+    available backend's whose array type it is."""
+    for backend in get_registry().backends.values():
+        space = backend.memory
+        if space.is_host or backend.availability() is not True:
+            continue
+        if holds(space, value):
+            return space
+    return HOST
 
 
 def _lookup(feed: Mapping[Any, Any], node: Node) -> Any:

@@ -15,14 +15,14 @@ _COLUMNS = ("node", "op", "implementation", "device", "memory", "output shape", 
 
 
 def _row(step: Step, names: dict[int, str]) -> tuple[str, ...]:
-    implementation = step.note if step.is_transfer else f"{step.backend}:{step.algorithm}"
+    implementation = step.note if step.is_transfer else f"{step.backend}:{step.algorithm}" if step.backend else step.kind
     inputs = ", ".join("-" if slot is None else names.get(slot, "?") for slot in step.inputs)
     size = "in place" if step.alias else f"{step.nbytes:,}"
     return (step.name, step.op, implementation, step.device, step.memory.name, str(step.shape), size, inputs)
 
 
 def explain_program(program: Program) -> PlanText:
-    names = {slot: node.name for slot, node in program.sources}
+    names = {slot: node.name for slot, node in program.sources} | {slot: "(planned)" for slot, _ in program.fixed}
     rows = []
     for step in program.steps:
         rows.append(_row(step, names))

@@ -17,11 +17,50 @@ from .._global import get_registry
 from .._spec import OpCall, Shape
 
 SOURCE_KINDS = ("placeholder", "parameter", "variable", "constant", "data")
+STORED_KINDS = ("parameter", "variable", "constant")
 _counter = itertools.count()
 
 
 class GraphError(AlgoswapError, ValueError):
     """A graph cannot be built, differentiated, planned or run; the message names the node and its op."""
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """An array known by its shape and dtype only: what planning computes with."""
+
+    shape: Shape
+    dtype: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass
+class Call:
+    """What a node that is not a registry op runs: ``target`` called on ``args`` and ``kwargs``, whose
+    ``Node`` items stand for those nodes' values. For a "torch" node ``target`` is a module, a function
+    or a method name (called on the first argument) and ``reason`` says why no registry op serves it;
+    for a "python" node it is a function of Python values (``x.size(0)``, shape arithmetic)."""
+
+    target: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    label: str = ""
+    reason: str = ""
+
+
+@dataclass
+class Origin:
+    """Where an op node of an imported model came from: its module (if any), the torch call it
+    lowers (its ``twin``, run in PyTorch where no implementation serves the node; None where it has
+    none, e.g. a convolution with a batch norm folded in), and the batch norms folded into it."""
+
+    module: str | None
+    label: str
+    twin: Call | None = None
+    folded: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)
@@ -48,6 +87,8 @@ class Node:
     loaders: Any = None
     component: int = 0
     holder: Any = field(default=None, repr=False)  # the Executor residence keeping a device copy, if any
+    source: Call | Origin | None = None  # a "torch" or "python" node's call; an imported op node's origin
+    needs: tuple[Node, ...] = ()  # nodes whose Python values the attributes need (an imported reshape's sizes)
 
     @property
     def value(self) -> Any:
@@ -63,6 +104,11 @@ class Node:
             holder, self.holder = self.holder, None
             holder.forget(self)
         self.host = array
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.value  # a newer device copy comes home first
+        state = dict(self.__dict__)
+        return state
 
     def __repr__(self) -> str:
         what = self.op if self.kind == "op" else self.kind
@@ -197,9 +243,10 @@ def topological(outputs: Sequence[Node]) -> list[Node]:
             node, index = stack.pop()
             if index == 0 and id(node) in seen:
                 continue
-            if index < len(node.inputs):
+            deps = node.inputs + node.needs if node.needs else node.inputs
+            if index < len(deps):
                 stack.append((node, index + 1))
-                child = node.inputs[index]
+                child = deps[index]
                 if child is not None and id(child) not in seen:
                     stack.append((child, 0))
             else:

@@ -1,9 +1,9 @@
 """Import a torch model into a graph through swap_backend's tracing.
 
-An adapter: ``swap_backend`` traces and lowers the model (``torch.fx``; batch norms folded into the
-convolution before them, as in inference), and its plan's steps become graph nodes here: weights
-become parameters (named after their module), the model's inputs placeholders, Python bookkeeping
-steps (``x.size(0)``) are evaluated on the static shapes, and op steps keep their requests.
+``swap_backend``'s lowering (``torch.fx``; batch norms folded into the convolution before them, as
+in inference) gives the graph; here it gets static shapes: weights become parameters (named after
+their module), the model's inputs placeholders, Python bookkeeping (``x.size(0)``) is evaluated on
+the static shapes, and op nodes keep their requests.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._node import GraphError, Node, constant, op, parameter, placeholder
+from ._node import Call, GraphError, Node, Origin, constant, op, parameter, placeholder
 
 
 @dataclass
@@ -30,43 +30,45 @@ def from_torch(module: Any, sample_input_shape: Sequence[int], *, algos: Any = N
     in PyTorch (``fallback="torch"``) cannot be imported: the error names them.
     """
     from .._torch.convert import swap_backend
-    from .._torch.plan import OpStep, PythonStep, resolve
 
     module.eval()
     model = swap_backend(module, algos, sample_input_shape, dtype=dtype, fuse=False)
-    values: list[Any] = [None] * model.slot_count
+    values: dict[int, Any] = {}
     inputs = []
-    for index, (slot, name) in enumerate(zip(model.inputs, model.input_names)):
+    for index, (node, name) in enumerate(zip(model.inputs, model.input_names)):
         shape = tuple(sample_input_shape) if index == 0 else ()
-        values[slot] = placeholder(name, shape, model.dtype)
-        inputs.append(values[slot])
+        values[id(node)] = placeholder(name, shape, model.dtype)
+        inputs.append(values[id(node)])
     params: dict[str, Node] = {}
-    for step in model.steps:
-        if isinstance(step, PythonStep):
-            values[step.output] = step.function(*resolve(step.args, values))
-        elif isinstance(step, OpStep):
-            values[step.output] = _op_node(step, values, model.constants, params, resolve)
+    for node in model.nodes:
+        if node.kind == "python" and isinstance(node.source, Call):
+            values[id(node)] = node.source.target(*_mapped(node.source.args, values), **_mapped(node.source.kwargs, values))
+        elif node.kind == "op":
+            values[id(node)] = _op_node(node, values, params)
         else:
-            raise GraphError(f"from_torch: step {getattr(step, 'name', step)!r} ({type(step).__name__}) has no registry op")
-    return ImportedModel(inputs, resolve(model.output, values), params)
+            label = node.source.label if isinstance(node.source, Call) else node.kind
+            raise GraphError(f"from_torch: node {node.name!r} ({label}) runs in PyTorch; it has no registry op")
+    return ImportedModel(inputs, _mapped(model.output, values), params)
 
 
-def _op_node(step: Any, values: list[Any], constants: dict[int, Any], params: dict[str, Node], resolve: Any) -> Node:
-    from .._global import get_registry
+def _mapped(value: Any, values: dict[int, Any]) -> Any:
+    if isinstance(value, Node):
+        return values[id(value)]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mapped(v, values) for v in value)
+    if isinstance(value, dict):
+        return {k: _mapped(v, values) for k, v in value.items()}
+    return value
 
-    names = get_registry().spec(step.op).flat_input_names(len(step.inputs))
+
+def _op_node(node: Node, values: dict[int, Any], params: dict[str, Node]) -> Node:
+    module = node.source.module if isinstance(node.source, Origin) else None
     arrays: list[Node | None] = []
-    for position, slot in enumerate(step.inputs):
-        if slot is None:
-            arrays.append(None)
-        elif values[slot] is None and slot in constants:
-            label = f"{step.module or step.name}.{names[position]}"
-            if position in step.params or step.module is not None:  # a module's weight: trainable
-                values[slot] = params[label] = parameter(label, constants[slot])
+    for source in node.inputs:
+        if source is not None and source.kind == "constant" and id(source) not in values:
+            if module is not None:  # a module's weight: trainable
+                values[id(source)] = params[source.name] = parameter(source.name, source.value)
             else:
-                values[slot] = constant(constants[slot], label)
-            arrays.append(values[slot])
-        else:
-            arrays.append(values[slot])
-    attrs = resolve(step.attrs, values) if step.dynamic else step.attrs
-    return op(step.op, *arrays, name=step.name, algorithm=step.request, **attrs)
+                values[id(source)] = constant(source.value, source.name)
+        arrays.append(None if source is None else values[id(source)])
+    return op(str(node.op), *arrays, name=node.name, algorithm=node.request, **_mapped(node.attrs, values))

@@ -1,0 +1,35 @@
+"""Memory orders: host arrays laid out as an implementation takes them (its ``ImplRecord.layout``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def is_channels_last(array: np.ndarray) -> bool:
+    """Whether ``array`` is 4-D, NHWC in memory (and not also C-contiguous)."""
+    return array.ndim == 4 and not array.flags.c_contiguous and array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def _contiguous(array: Any) -> Any:
+    return array if array is None or type(array) is not np.ndarray or array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def _channels_last(array: np.ndarray) -> np.ndarray:
+    if is_channels_last(array):
+        return array
+    nhwc: np.ndarray = np.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return nhwc
+
+
+def arrange(arrays: list[Any], layout: str, params: tuple[int, ...]) -> list[Any]:
+    """The arrays in the memory order an implementation of this ``layout`` takes: 4-D activations
+    channels-last for "channels_last" (weights, at ``params``, stay C-contiguous), everything as it
+    is for "any", C-contiguous otherwise."""
+    if layout == "any":
+        return arrays
+    if layout == "channels_last":
+        return [_channels_last(a) if type(a) is np.ndarray and a.ndim == 4 and i not in params else _contiguous(a)
+                for i, a in enumerate(arrays)]
+    return [_contiguous(a) for a in arrays]

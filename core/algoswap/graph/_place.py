@@ -1,0 +1,62 @@
+"""The placement policy, stated once: which memory space serves a node.
+
+- A value stays in the memory space where it was produced until a node that cannot read it there
+  needs it; a transfer is then inserted (and shown by ``explain``).
+- A request that names a backend ("cuda:default", "numpy:smm") or is "auto" runs where that backend
+  (or the best-ranked one) works: the node's inputs move there.
+- Any other request ("default", an algorithm name) serves the node from the memory space of its
+  inputs, never from another: a host backend serves device-resident data only when the request
+  names it. Where nothing there serves the node, it runs in PyTorch on the same device when the
+  front end allows it (``fallback="torch"``) and has a torch twin for it; otherwise it is an error
+  that names the node and every rejected candidate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .._errors import AlgoswapError, NoImplementationError, OpArgumentError
+from .._global import get_registry
+from .._records import HOST, MemorySpace
+from .._select import Selection, select
+from ._node import GraphError, Node
+
+TORCH = "torch"  # a placement: the node runs in PyTorch, on the device of its inputs
+
+
+def memory_for(request: str, where: MemorySpace) -> str | None:
+    """The memory space a request is served from: None (anywhere; the data moves) for "auto" and
+    for a request naming a backend, else the inputs' memory space."""
+    return None if request == "auto" or ":" in request else where.name
+
+
+def place(node: Node, requests: Sequence[str], shapes: list[Any], dtypes: list[Any], attrs: dict[str, Any],
+          where: MemorySpace, torch_allowed: bool) -> Selection | str:
+    """The selection serving ``node`` (the first of ``requests`` that can), or ``TORCH``."""
+    errors: list[str] = []
+    for request in requests:
+        try:
+            return select(get_registry(), str(node.op), shapes, dtypes, attrs, request, memory_for(request, where))
+        except NoImplementationError as exc:
+            errors.append(str(exc))
+        except OpArgumentError as exc:  # the call itself is wrong: its class says so; the node is named on it
+            exc.node = node.name  # type: ignore[attr-defined]
+            raise
+        except AlgoswapError as exc:
+            raise GraphError(f"node {node.name!r} ({node.op}): {exc}") from None
+    if torch_allowed:
+        return TORCH
+    hint = ""
+    if not where.is_host:
+        hint = (f"\nnothing serves it in {where.name} memory, where its inputs are: pass fallback='torch' to run it "
+                f"in PyTorch on that device, or name a backend (e.g. 'numpy:default') to move its inputs there")
+    raise GraphError(f"node {node.name!r} ({node.op}): " + "; ".join(errors) + hint)
+
+
+def inputs_space(inputs: Sequence[Node | None], spaces: Sequence[MemorySpace | None]) -> MemorySpace:
+    """Where a node's inputs are: the memory space of its first input computed by the graph or fed to
+    it (weights and other stored arrays move to where the activations are), else of its first input."""
+    for node, space in zip(inputs, spaces):
+        if node is not None and space is not None and node.kind not in ("parameter", "variable", "constant"):
+            return space
+    return next((space for space in spaces if space is not None), HOST)
