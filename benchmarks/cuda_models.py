@@ -51,8 +51,11 @@ def timed(run, reps: int) -> float:
 
 def placement(model: algoswap.Model) -> dict[str, int]:
     rows = list(model.explain())
-    program = model.program
-    moved = [s for s in program.steps if s.is_transfer and s.inputs and not _uploads_a_weight(program, s)]
+    program = getattr(model, "program", None)  # the Model of one executor program (issue 13)
+    if program is None:
+        moved = [r for r in rows if "inputs moved" in r.note]
+    else:
+        moved = [s for s in program.steps if s.is_transfer and s.inputs and not _uploads_a_weight(program, s)]
     return {
         "conv2d": sum(r.op.startswith("conv2d") for r in rows),
         "conv2d on cuda": sum(r.op.startswith("conv2d") and r.implementation.startswith("cuda:") for r in rows),

@@ -228,7 +228,7 @@ def test_on_a_gpu_nodes_run_in_device_memory_with_transfers_and_train_like_numpy
     weights = {k: v.astype(np.float32) for k, v in weights.items()}
     xv, yv = rng.standard_normal((16, 3, 16, 16)).astype(np.float32), rng.integers(0, 10, 16)
     losses, params = {}, {}
-    for label, backends in (("gpu", None), ("numpy", ["numpy"])):
+    for label, backends in (("gpu", ["cuda"]), ("numpy", ["numpy"])):  # host data goes to the GPU when asked
         x, labels, loss = _small_cnn(weights, 16)
         executor = g.Executor([loss, g.Momentum(0.05).minimize(loss)], backends=backends)
         losses[label] = [float(executor.run(feed={x: xv, labels: yv})[0]) for _ in range(4)]

@@ -161,7 +161,9 @@ class Executor:
         value = _lookup(feed, node)
         if value is None:
             raise GraphError(f"placeholder {node.name!r} {node.shape} {node.dtype} was not fed (feed={{node: array}})")
-        return np.ascontiguousarray(value) if type(value) is not np.ndarray or not value.flags.c_contiguous else value
+        if type(value) is np.ndarray:
+            return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+        return value if not space_of(value).is_host else np.ascontiguousarray(value)  # a device's array stays there
 
     def batches(self, subgraph: str) -> int:
         """Batches per epoch of the subgraph's data loader."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from .._errors import AlgoswapError
+from .._frozen import is_frozen
 from .._global import get_registry
 from .._records import HOST, MemorySpace
 from .._runner import Runner
@@ -135,6 +136,8 @@ class _Builder:
     steps: list[Step] = field(default_factory=list)
     sources: list[tuple[int, Node]] = field(default_factory=list)
     producers: dict[int, str] = field(default_factory=dict)
+    source_nodes: dict[int, Node] = field(default_factory=dict)
+    fixed: list[tuple[int, Any]] = field(default_factory=list)  # slots whose values planning made (weights moved once)
     count: int = 0
 
     def new_slot(self, known: Any, space: MemorySpace, producer: str) -> int:
@@ -156,7 +159,7 @@ class _Builder:
                 self.add_op(node)
             elif node.kind in ("torch", "python"):
                 self.add_call(node, node.source)  # type: ignore[arg-type]
-        fixed: list[tuple[int, Any]] = []
+        fixed = self.fixed
         output_slots: list[int | None] = []
         for out in self.outputs:
             if id(out) in self.baked:
@@ -176,7 +179,8 @@ class _Builder:
         for _, node in self.sources:
             if node.kind == "data" and all(node.loaders is not l for l in loaders):
                 loaders.append(node.loaders)
-        kept = {slot: self.values[slot].space for slot, _ in self.sources if not self.values[slot].space.is_host}
+        kept = {slot: self.values[slot].space for slot, node in self.sources
+                if node.kind in ("parameter", "variable") and not self.values[slot].space.is_host}
         updated = [t for s in self.steps if s.alias and not s.memory.is_host and s.node is not None
                    for t in _updated_in_place(s.node) if t is not None]
         source_bytes = sum(nbytes(k.shape, k.dtype) for slot, _ in self.sources if isinstance(k := self.values[slot].known, Shaped))
@@ -189,6 +193,7 @@ class _Builder:
         known, space = self.fed.get(id(node), (Shaped(node.shape, node.dtype), self.homes.get(id(node), HOST)))
         slot = self.slots[id(node)] = self.new_slot(known, space, node.name)
         self.sources.append((slot, node))
+        self.source_nodes[slot] = node
 
     def array_inputs(self, node: Node, inputs: Sequence[Node | None]) -> tuple[list[Any], list[Any], list[MemorySpace | None]]:
         shapes: list[Any] = []
@@ -319,6 +324,9 @@ class _Builder:
         if value.space.name == space.name or not _is_array(value.known):
             return slot
         key = (slot, space.name)
+        if key not in self.moved and self.frozen_source(slot) is not None:
+            self.moved[key] = moved = self.new_slot(value.known, space, f"{self.producers[slot]}->{space.name}")
+            self.fixed.append((moved, space.upload(self.frozen_source(slot))))  # a weight nothing can change: moved once, now
         if key not in self.moved:
             source = value.space
             if not source.is_host and not space.is_host:
@@ -331,6 +339,11 @@ class _Builder:
                 "transfer", device=space.name, note=f"{'host' if source.is_host else source.name} -> {space.name}",
             ))
         return self.moved[key]
+
+    def frozen_source(self, slot: int) -> Any:
+        """The frozen host array of a constant source in ``slot`` (``algoswap.freeze``), else None."""
+        node = self.source_nodes.get(slot)
+        return node.host if node is not None and node.kind == "constant" and is_frozen(node.host) else None
 
     def set_free_lists(self, output_slots: list[int | None]) -> None:
         """Free each produced value after the last step reading it (outputs and sources are kept)."""
