@@ -87,7 +87,7 @@ def test_a_default_request_stays_in_the_memory_of_its_inputs(boxed: None) -> Non
     module = Block().eval()
     x = torch.randn(2, 3, 6, 6)
     requests = {"conv2d": "boxed:default"}
-    with pytest.raises(ConversionError, match=r"(?s)node 'head' \(flatten, input \(2, 8, 6, 6\)\).*in boxed memory"):
+    with pytest.raises(ConversionError, match=r"(?s)layer 'head' \(flatten, input \(2, 8, 6, 6\)\).*in boxed memory"):
         algoswap.swap_backend(module, requests, tuple(x.shape))
     model = algoswap.swap_backend(module, requests, tuple(x.shape), fallback="torch")
     with torch.no_grad():

@@ -148,11 +148,11 @@ def test_selectors_see_real_input_shapes_in_forward_order() -> None:
     (["smm"], None, "got 1 algorithms for 2 conv2d layers (in forward order: 0, 3)"),
     ("smn", None, "no implementation named 'smn'; did you mean 'smm'?"),
     ("winograd", (1, 3, 16, 16), "layer '3' (conv2d, input (1, 8, 8, 8)): conv2d: no implementation matching 'winograd'"),
-    ({"nope": "smm"}, None, "no conv2d layer named 'nope'; conv2d layers: 0, 3"),
-    (lambda conv, shape: "smm", None, "layer '0': the selector takes the input shape; pass sample_input_shape"),
+    ({"nope": "smm"}, None, "no conv2d layer named 'nope' (conv2d layers: 0, 3)"),
+    (lambda conv, shape: "smm", None, "layer '0' (conv2d): the selector takes the input shape; pass sample_input_shape"),
     (lambda conv: 3, None, "layer '0' (conv2d): the selector returned 3; expected a string"),
     ("numpy:smm:x", None, "expected 'default', 'auto', an algorithm name, or 'backend:algorithm'"),
-    (42, None, "algos must be a string, a list, a dict or a function; got int"),
+    (42, None, "must be a string, a list, a dict, a function or prefer(...); got int"),
 ])
 def test_selector_errors_name_the_layer(algos: Any, sample: Any, words: str) -> None:
     with pytest.raises(algoswap.SelectorError) as caught:

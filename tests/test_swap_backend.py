@@ -270,7 +270,7 @@ def test_dict_list_and_function_selectors() -> None:
     requests = ["direct"] * 10 + ["smm"] * 10
     listed = swap_backend(resnet, {"conv2d": requests})
     assert [s.request for s in listed.op_nodes() if s.op == "conv2d"] == requests
-    with pytest.raises(SelectorError, match="got 3 algorithms for 20 conv2d steps"):
+    with pytest.raises(SelectorError, match="got 3 algorithms for 20 conv2d layers"):
         swap_backend(resnet, {"conv2d": ["direct", "smm", "fft"]})
 
     seen: list[Any] = []
@@ -292,13 +292,13 @@ def test_dict_list_and_function_selectors() -> None:
 def test_selector_errors_name_the_node() -> None:
     resnet = zoo_model("resnet18")
     shape = zoo.input_shape("resnet18", 1, small=True)
-    with pytest.raises(SelectorError, match=r"(?s)node 'conv1' \(conv2d, input \(1, 3, 64, 64\)\).*winograd F\(2x2,3x3\) needs a 3x3 kernel"):
+    with pytest.raises(SelectorError, match=r"(?s)layer 'conv1' \(conv2d, input \(1, 3, 64, 64\)\).*winograd F\(2x2,3x3\) needs a 3x3 kernel"):
         swap_backend(resnet, {"conv2d": "winograd"}, shape)
-    with pytest.raises(SelectorError, match=r"node 'conv1'.*no implementation named 'winogard'; did you mean 'winograd'"):
+    with pytest.raises(SelectorError, match=r"layer 'conv1'.*no implementation named 'winogard'; did you mean 'winograd'"):
         swap_backend(resnet, {"conv2d": "winogard"})
-    with pytest.raises(SelectorError, match="algos names no op 'conv'; did you mean 'conv2d'"):
+    with pytest.raises(SelectorError, match="no op, layer or node named 'conv'; did you mean 'conv1' or 'conv2d'"):
         swap_backend(resnet, {"conv": "smm"})
-    with pytest.raises(SelectorError, match="no conv2d step named 'conv9'"):
+    with pytest.raises(SelectorError, match="no conv2d layer named 'conv9'; did you mean 'conv1'"):
         swap_backend(resnet, {"conv2d": {"conv9": "smm"}})
     with pytest.raises(SelectorError, match="pass sample_input_shape"):
         swap_backend(resnet, {"conv2d": lambda m, s: "smm"})

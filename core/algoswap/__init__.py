@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from ._trace import trace
     from .hookspecs import hookimpl
     from . import graph, zoo
-    from ._torch import Explanation, SelectorError, prefer, swap_conv2d, swap_operation
+    from ._errors import SelectorError
+    from ._requests import prefer
+    from ._torch import Explanation, swap_conv2d, swap_operation
     from ._torch import Model, swap_backend
     from ._torch import swap_backend as convert
     from ._torch.explain import explain
@@ -88,8 +90,8 @@ _LAZY = {
     "Model": ("._torch", "Model"),
     "explain": ("._torch.explain", "explain"),
     "Explanation": ("._torch", "Explanation"),
-    "prefer": ("._torch", "prefer"),
-    "SelectorError": ("._torch", "SelectorError"),
+    "prefer": ("._requests", "prefer"),
+    "SelectorError": ("._errors", "SelectorError"),
     "zoo": (".zoo", None),
     "graph": (".graph", None),
     "AlgoswapError": ("._errors", "AlgoswapError"),

@@ -51,6 +51,12 @@ class NoImplementationError(AlgoswapError, LookupError):
         super().__init__(message)
 
 
+class SelectorError(AlgoswapError, ValueError):
+    """A selector (the ``algorithm=`` argument of the swap API and the executor) that does not fit
+    the model: wrong length, an unknown layer, node or op, a bad or unsupported choice. The message
+    names the layer or node."""
+
+
 class PluginError(AlgoswapError):
     """A plugin failed to load (raised in strict mode; otherwise it is reported), an implementation's
     ``"module:attribute"`` reference cannot be imported when used, or a plugin setting is invalid."""

@@ -4,30 +4,30 @@
 
 The module is traced with ``torch.fx``; every node becomes a registry op (``lowering``), batch norms
 are folded into the convolution before them where that convolution feeds only them (``builder``),
-and the requests of ``algos`` are attached to the op steps and checked here.
+and the requests of ``algorithm`` are attached to the op nodes and checked here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .._errors import AlgoswapError, OpArgumentError
+from .._errors import OpArgumentError, SelectorError
 from .._global import get_registry
-from .._registry import suggest
-from .._select import check_known
+from .._requests import Selector, Subject, assign, selector_argument
+from .._select import select
 from ..graph._fusion import find_chains
 from ..graph._node import GraphError, Node, Origin
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model, _output_nodes
 from .modules import SwappedModule
-from .selectors import SelectorError, _positional_count
+from .bridge import _DTYPE_NAMES
 
 CALLER = "swap_backend"
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
@@ -36,22 +36,29 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "
 
 def swap_backend(
     module: nn.Module,
-    algos: dict[str, Any] | str | None = None,
+    algorithm: Selector = None,
     sample_input_shape: Sequence[int] | None = None,
     *,
     dtype: torch.dtype | str | None = None,
     fallback: str | None = None,
     fuse: bool = True,
+    backends: Sequence[str] | None = None,
+    algos: Selector = None,
+    algorithms: Selector = None,
 ) -> Model:
     """Convert ``module`` (in eval mode) into an ``algoswap.Model`` that runs every node through the registry.
 
-    ``algos`` maps op names ("conv2d", "linear", "maxpool2d", "add", ...) to a selector, as for
-    ``swap_operation``: a request string; a list of them, one per step of that op in forward order;
-    a dict from module name ("layer1.0.conv1") or fx node name ("relu_1") to request; or a
-    function of the module (or of the module and its input shape, batch included). Steps that call no
-    module (``F.relu``, ``torch.cat``, ``x.view``, ``+``) give functions a ``FunctionalCall``
-    (``.name``, ``.target``, ``.op``, ``.attrs``). A single string applies to every op. Ops not
-    named use "default" (a layer already swapped by ``swap_operation`` keeps its request).
+    ``algorithm`` (``algos`` and ``algorithms`` are its old names) is a selector, as for
+    ``swap_operation``: a dict from op name ("conv2d", "linear", "maxpool2d", "add", ...) to a
+    request string, a list of them in forward order, a dict from module name ("layer1.0.conv1") or
+    fx node name ("relu_1") to request, a function of the module (or of the module and its input
+    shape, batch included) or ``prefer(...)``; or, for the whole model, one request string, a list
+    or a function. Steps that call no module (``F.relu``, ``torch.cat``, ``x.view``, ``+``) give
+    functions a ``FunctionalCall`` (``.name``, ``.target``, ``.op``, ``.attrs``). Steps given
+    nothing keep the request of a layer swapped before by ``swap_operation``, else "default".
+    ``backends`` (e.g. ``["dnnl", "numpy"]``) serves those with the first listed backend that
+    implements their op; a whole-model ``"dnnl:default"`` prefers dnnl and runs the ops it lacks
+    (flatten) on their default.
 
     ``sample_input_shape`` (batch included) runs the module once in PyTorch (shape propagation):
     function selectors then see input shapes, and every step's implementation is selected and
@@ -71,11 +78,12 @@ def swap_backend(
     compute = _compute_dtype(module, dtype)
     if fallback not in (None, "torch"):
         raise ConversionError(f"{CALLER}: fallback must be None or 'torch'; got {fallback!r}")
+    selector = selector_argument(CALLER, algorithm, algos=algos, algorithms=algorithms)
     traced = _trace(module)
     if sample_input_shape is not None:
         _propagate(traced, module, tuple(sample_input_shape))
     graph = ModelBuilder(CALLER, traced, compute, fallback == "torch").build()
-    _assign_requests(graph, algos, sample_input_shape is not None)
+    _assign_requests(graph, traced, selector, backends, sample_input_shape is not None, compute)
     chains = find_chains(_outputs(graph)) if fuse else []
     model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch")
     if sample_input_shape is not None:
@@ -156,77 +164,55 @@ def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]
 # ---------------------------------------------------------------------------- requests
 
 
-def _assign_requests(graph: ModelGraph, algos: dict[str, Any] | str | None, shapes_known: bool) -> None:
-    steps = [n for n in graph.nodes if n.kind == "op"]
-    if algos is None:
-        return
-    if isinstance(algos, str):
-        algos = {op: algos for op in dict.fromkeys(str(s.op) for s in steps)}
-    if not isinstance(algos, dict):
-        raise SelectorError(f"{CALLER}: algos must be a dict from op name to selector (or one request string); got {type(algos).__name__}")
-    ops = get_registry().ops
-    for op, selector in algos.items():
-        if op not in ops:
-            raise SelectorError(f"{CALLER}: algos names no op {op!r}{suggest(str(op), ops)} (ops of this model: {', '.join(sorted({str(s.op) for s in steps}))})")
-        chosen = [s for s in steps if s.op == op]
-        for step, request in zip(chosen, _requests(op, chosen, selector, graph, shapes_known)):
-            _check(op, step, request, graph.input_shapes.get(step.name))
-            step.request = request
+def _assign_requests(graph: ModelGraph, traced: fx.GraphModule, algorithm: Selector, backends: Sequence[str] | None,
+                     shapes_known: bool, compute: str) -> None:
+    """Each op node's request from the selector (``algoswap._requests``); errors name the layer or node."""
+    nodes = [n for n in graph.nodes if n.kind == "op"]
+    subjects = [_subject(graph, n, shapes_known) for n in nodes]
+    node_of = {id(subject): node for subject, node in zip(subjects, nodes)}
+    metas = {n.name: m for n in traced.graph.nodes if hasattr(m := n.meta.get("tensor_meta"), "dtype")} if shapes_known else {}
+
+    def check(subject: Subject, request: str) -> None:
+        node = node_of[id(subject)]
+        inputs = _known_inputs(node, metas, compute)
+        if inputs is not None and not node.needs and request not in ("default", "auto"):  # those: at _preselect
+            shapes = [None if i is None else i[0] for i in inputs]
+            select(get_registry(), str(node.op), shapes, [None if i is None else i[1] for i in inputs], node.attrs, request, None)
+
+    for node, request in zip(nodes, assign(CALLER, subjects, algorithm, backends, check)):
+        node.request = request
 
 
 def _module_of(node: Node) -> str | None:
     return node.source.module if isinstance(node.source, Origin) else None
 
 
-def _requests(op: str, steps: list[Node], selector: Any, graph: ModelGraph, shapes_known: bool) -> list[Any]:
-    if selector is None or isinstance(selector, str):
-        return [selector or "default"] * len(steps)
-    if isinstance(selector, dict):
-        known = {m for s in steps if (m := _module_of(s))} | {s.name for s in steps}
-        unknown = [name for name in selector if name not in known]
-        if unknown:
-            raise SelectorError(f"{CALLER}: no {op} step named {', '.join(map(repr, unknown))}; {op} steps (module or node names): {', '.join(sorted(known))}")
-        return [next((selector[key] for key in (_module_of(s), s.name) if key in selector), s.request) for s in steps]
-    if isinstance(selector, (list, tuple)):
-        if len(selector) != len(steps):
-            names = ", ".join(_module_of(s) or s.name for s in steps)
-            raise SelectorError(f"{CALLER}: got {len(selector)} algorithms for {len(steps)} {op} steps (in forward order: {names})")
-        return list(selector)
-    if callable(selector):
-        return [_from_function(op, s, selector, graph, shapes_known) for s in steps]
-    raise SelectorError(f"{CALLER}: the {op} selector must be a string, a list, a dict or a function; got {type(selector).__name__}")
+def _subject(graph: ModelGraph, node: Node, shapes_known: bool) -> Subject:
+    """The node as the resolver sees it: named by its module (else its fx node), with the fx node name as an alias."""
+    module = _module_of(node)
+    return Subject(str(node.op), module or node.name, graph.subjects.get(node.name),
+                   graph.input_shapes.get(node.name) if shapes_known else None, aliases=(node.name,) if module else (),
+                   own=None if node.request == "default" else node.request, noun="layer" if module else "node")
 
 
-def _from_function(op: str, step: Node, function: Callable[..., Any], graph: ModelGraph, shapes_known: bool) -> Any:
-    subject = graph.subjects[step.name]
-    where = f"{CALLER}: {op} step {_module_of(step) or step.name!r}"
-    args: tuple[Any, ...] = (subject,)
-    if _positional_count(function) >= 2:
-        shape = graph.input_shapes.get(step.name)
-        if not shapes_known or shape is None:
-            raise SelectorError(f"{where}: the selector takes the input shape; pass sample_input_shape (batch included)")
-        args = (subject, shape)
-    try:
-        return function(*args)
-    except AlgoswapError:
-        raise
-    except Exception as exc:
-        raise SelectorError(f"{where}: the selector raised {type(exc).__name__}: {exc}") from exc
+def _known_inputs(node: Node, metas: dict[str, Any], compute: str) -> list[tuple[Any, str] | None] | None:
+    """Each input's shape and dtype: a weight's, else the sample run's (None: unknown, nothing to check)."""
+    known: list[tuple[Any, str] | None] = []
+    for source in node.inputs:
+        if source is None or source.kind == "constant":
+            known.append(None if source is None else (source.shape, source.dtype))
+            continue
+        meta = metas.get(source.name)
+        if meta is None:
+            return None
+        dtype = compute if meta.dtype.is_floating_point else _DTYPE_NAMES.get(meta.dtype, str(meta.dtype))
+        known.append((tuple(int(d) for d in meta.shape), dtype))
+    return known
 
 
-def _where(op: str, step: Node, shape: Any) -> str:
-    module = _module_of(step)
-    name = f"{step.name!r}" + (f" (module {module!r})" if module and module.replace(".", "_") != step.name else "")
-    return f"{CALLER}: node {name} ({op}" + (f", input {shape})" if shape else ")")
-
-
-def _check(op: str, step: Node, request: Any, shape: Any) -> None:
-    if not isinstance(request, str):
-        raise SelectorError(f"{_where(op, step, shape)}: the selector returned {request!r}; expected a string such as 'default' or 'numpy:smm'")
-    try:
-        check_known(get_registry(), op, request)
-    except AlgoswapError as exc:
-        raise SelectorError(f"{_where(op, step, shape)}: {exc}") from None
+def _where(op: str, node: Node, shape: Any) -> str:
+    module = _module_of(node)
+    return Subject(op, module or node.name, None, shape, noun="layer" if module else "node").where(CALLER)
 
 
 def _preselect(model: Model, graph: ModelGraph, shape: tuple[int, ...]) -> None:

@@ -7,9 +7,10 @@ from typing import Any, Sequence, Union
 import torch
 from torch import nn
 
-from .._errors import OpArgumentError
+from .._errors import OpArgumentError, SelectorError
+from .._requests import Selector, selector_argument
 from .modules import BINDINGS, SwappedModule, require_binding, swap_in
-from .selectors import Layer, Selector, SelectorError, check_request, find_layers, resolve
+from .selectors import Layer, find_layers, resolve
 
 OpName = Union[str, type]
 
@@ -32,14 +33,20 @@ def _known() -> str:
 def swap_operation(
     op: OpName,
     module: nn.Module,
-    algos: Selector = None,
+    algorithm: Selector = None,
     sample_input_shape: Sequence[int] | None = None,
     *,
     dtype: torch.dtype | None = None,
+    backends: Sequence[str] | None = None,
+    algos: Selector = None,
+    algorithms: Selector = None,
 ) -> nn.Module:
     """Replace, in place, every module of ``module`` that runs ``op`` by one that runs the
-    registry's implementation chosen by ``algos``. Returns ``module`` (or its replacement, when
-    ``module`` is itself such a layer). Calling it again re-selects.
+    registry's implementation chosen by ``algorithm`` (a selector: a request, a list in forward
+    order, a dict by layer name, a function, ``prefer(...)``; ``algos`` and ``algorithms`` are its
+    old names). ``backends`` (e.g. ``["dnnl", "numpy"]``) serves the layers the selector gives no
+    request with the first listed backend that implements the op. Returns ``module`` (or its
+    replacement, when ``module`` is itself such a layer). Calling it again re-selects.
 
     ``sample_input_shape`` (batch included) runs one forward pass to learn each layer's input
     shape: selectors then see real input shapes, list selectors follow the forward order, and
@@ -47,8 +54,9 @@ def swap_operation(
     """
     name = _op_name(op)
     caller = "swap_conv2d" if name == "conv2d" else f"swap_operation({name!r})"
+    selector = selector_argument(caller, algorithm, algos=algos, algorithms=algorithms)
     layers = find_layers(module, name, sample_input_shape, dtype)
-    requests = resolve(caller, name, layers, algos)
+    requests = resolve(caller, name, layers, selector, backends)
     replacements = {id(layer.module): _swapped(layer, request) for layer, request in zip(layers, requests)}
     for parent in module.modules():
         for child_name, child in list(parent._modules.items()):
@@ -65,14 +73,24 @@ def _swapped(layer: Layer, request: str) -> nn.Module:
     return twin
 
 
-def swap_conv2d(module: nn.Module, algos: Selector = None, sample_input_shape: Sequence[int] | None = None) -> nn.Module:
-    """Replace, in place, every ``nn.Conv2d`` of ``module`` by one running the selected algorithm.
+def swap_conv2d(
+    module: nn.Module,
+    algorithm: Selector = None,
+    sample_input_shape: Sequence[int] | None = None,
+    *,
+    backends: Sequence[str] | None = None,
+    algos: Selector = None,
+    algorithms: Selector = None,
+) -> nn.Module:
+    """Replace, in place, every ``nn.Conv2d`` of ``module`` by one running the selected algorithm
+    (``swap_operation("conv2d", ...)``).
 
     >>> swap_conv2d(model, ["direct", "smm"])                         # per layer, in forward order
     >>> swap_conv2d(model, lambda conv, shape: "winograd" if conv.kernel_size == (3, 3) else "smm",
     ...             sample_input_shape=(1, 3, 224, 224))
     """
-    return swap_operation("conv2d", module, algos, sample_input_shape)
+    selector = selector_argument("swap_conv2d", algorithm, algos=algos, algorithms=algorithms)
+    return swap_operation("conv2d", module, selector, sample_input_shape, backends=backends)
 
 
 def swapped_layers(module: nn.Module) -> list[tuple[str, SwappedModule]]:
@@ -80,4 +98,4 @@ def swapped_layers(module: nn.Module) -> list[tuple[str, SwappedModule]]:
     return [(name, m) for name, m in module.named_modules() if isinstance(m, SwappedModule)]
 
 
-__all__ = ["swap_operation", "swap_conv2d", "swapped_layers", "SelectorError", "check_request"]
+__all__ = ["swap_operation", "swap_conv2d", "swapped_layers", "SelectorError"]

@@ -12,39 +12,44 @@ from .._core_caches import GRAPH_PROGRAMS
 from .._global import get_registry
 from .._records import HOST, MemorySpace
 from .._runner import holds
-from .._select import check_known
+from .._requests import Selector, Subject, assign, selector_argument
+from .._select import select
+from .._spec import Shape
 from ._node import GraphError, Node, Shaped, topological
 from ._explain import PlanText, explain_program
 from ._plan import PlanOptions, build_program, homes
 from ._program import MemoryReport, Program
 from ._residence import Residence
 
-Override = Mapping[Any, str]
-
-
 class Executor:
     """Runs subgraphs given as ``{"train": [loss, train_op], "validate": [loss, logits]}`` (or one list).
 
-    ``algorithms`` maps nodes, node names or op names to requests as in the swap API ("default",
-    "smm", "numpy:smm", "dnnl:default"); a node's own request (``op(..., algorithm=)``) comes next.
-    ``backends`` (e.g. ``["numpy"]`` or ``["dnnl", "numpy"]``): the backends nodes without a
-    request may run on, in order of preference; None: the registry's ranking over every memory space.
+    ``algorithm`` is a selector as in the swap API (``algos`` and ``algorithms`` are its old names):
+    one request ("numpy:smm"; "dnnl:default" prefers dnnl), a dict from nodes, node names or op
+    names to requests (or, for an op, to a list in graph order, a function of the node and its
+    input shape, ``prefer(...)``), or such a list or function for every op node. A node's own
+    request (``op(..., algorithm=)``) comes next. ``backends`` (e.g. ``["numpy"]`` or
+    ``["dnnl", "numpy"]``): nodes without a request run on the first listed backend that implements
+    their op and serves the call; None: the registry's ranking over every memory space.
     ``plan_memory=False`` keeps every value (to compare).
     """
 
     def __init__(
         self,
         subgraphs: Mapping[str, Sequence[Node]] | Sequence[Node],
-        algorithms: Override | None = None,
+        algorithm: Selector = None,
         backends: Sequence[str] | None = None,
         plan_memory: bool = True,
         options: PlanOptions | None = None,
+        *,
+        algos: Selector = None,
+        algorithms: Selector = None,
     ) -> None:
         self.subgraphs = dict(subgraphs) if isinstance(subgraphs, Mapping) else {"default": list(subgraphs)}
         for name, outputs in self.subgraphs.items():
             if not outputs or not all(isinstance(n, Node) for n in outputs):
                 raise GraphError(f"Executor: subgraph {name!r} must be a non-empty list of nodes")
-        self.algorithms = dict(algorithms or {})
+        self.algorithm = selector_argument("Executor", algorithm, algos=algos, algorithms=algorithms)
         self.backends = list(backends) if backends is not None else None
         self.plan_memory = plan_memory
         self.options = options or PlanOptions()
@@ -52,30 +57,19 @@ class Executor:
         self.programs: LRUCache[Program] = LRUCache(GRAPH_PROGRAMS)
         self.residence = Residence()
         self._homes: dict[int, Any] | None = None
-        self._check_requests()
+        self._requests = self._assign_requests()
 
-    def _check_requests(self) -> None:
-        nodes = {n.name: n for outputs in self.subgraphs.values() for n in topological(outputs) if n.kind == "op"}
-        ops = {n.op for n in nodes.values()}
-        for key, request in self.algorithms.items():
-            name = key.name if isinstance(key, Node) else key
-            if name in nodes:
-                check_known(get_registry(), str(nodes[name].op), request)
-            elif name in ops:
-                check_known(get_registry(), name, request)
-            else:
-                raise GraphError(f"Executor: algorithms names {name!r}, which is neither a node nor an op of the subgraphs")
+    def _assign_requests(self) -> dict[int, str]:
+        """Every op node's request (by id), from the selector, the node's own request and ``backends``."""
+        nodes = list({id(n): n for outputs in self.subgraphs.values() for n in topological(outputs) if n.kind == "op"}.values())
+        subjects = [Subject(str(n.op), n.name, n, _input_shape(n), aliases=(n,), noun="node",
+                            own=None if n.request == "default" else n.request) for n in nodes]
+        requests = assign("Executor", subjects, self.algorithm, self.backends, _serves)
+        return {id(n): request for n, request in zip(nodes, requests)}
 
     def requests(self, node: Node) -> list[str]:
         """The requests tried for ``node``, in order."""
-        for key in (node, node.name, node.op):
-            if key in self.algorithms:
-                return [self.algorithms[key]]
-        if node.request != "default":
-            return [node.request]
-        if self.backends is not None:
-            return [f"{backend}:default" for backend in self.backends]
-        return ["default"]
+        return [self._requests.get(id(node), node.request)]
 
     # ------------------------------------------------------------------ planning
 
@@ -215,3 +209,20 @@ def _lookup(feed: Mapping[Any, Any], node: Node) -> Any:
         except TypeError:
             continue
     return None
+
+
+def _input_shape(node: Node) -> Shape | None:
+    first = node.inputs[0] if node.inputs else None
+    return None if first is None or not first.dtype else first.shape
+
+
+def _serves(subject: Subject, request: str) -> None:
+    """Refuse a request (not plain "default" or "auto": planning reports those) that cannot serve the
+    node, where its inputs' shapes are known when it is built (not in an imported model's graph)."""
+    node = subject.target
+    if request in ("default", "auto") or node.dynamic is not None or node.needs:
+        return
+    if any(i is not None and not i.dtype for i in node.inputs):
+        return
+    shapes = [None if i is None else i.shape for i in node.inputs]
+    select(get_registry(), str(node.op), shapes, [None if i is None else i.dtype for i in node.inputs], node.attrs, request, None)

@@ -23,16 +23,20 @@ class ImportedModel:
     parameters: dict[str, Node]
 
 
-def from_torch(module: Any, sample_input_shape: Sequence[int], *, algos: Any = None, dtype: Any = None) -> ImportedModel:
+def from_torch(module: Any, sample_input_shape: Sequence[int], *, algorithm: Any = None, dtype: Any = None,
+               backends: Sequence[str] | None = None, algos: Any = None, algorithms: Any = None) -> ImportedModel:
     """The graph of ``module`` (put in eval mode) for inputs of ``sample_input_shape`` (batch included).
 
-    ``algos`` are swap_backend's selectors; each node keeps its request. Nodes swap_backend would run
-    in PyTorch (``fallback="torch"``) cannot be imported: the error names them.
+    ``algorithm`` and ``backends`` are swap_backend's (``algos``, ``algorithms``: old names of
+    ``algorithm``); each node keeps its request. Nodes swap_backend would run in PyTorch
+    (``fallback="torch"``) cannot be imported: the error names them.
     """
+    from .._requests import selector_argument
     from .._torch.convert import swap_backend
 
+    selector = selector_argument("from_torch", algorithm, algos=algos, algorithms=algorithms)
     module.eval()
-    model = swap_backend(module, algos, sample_input_shape, dtype=dtype, fuse=False)
+    model = swap_backend(module, selector, sample_input_shape, dtype=dtype, fuse=False, backends=backends)
     values: dict[int, Any] = {}
     inputs = []
     for index, (node, name) in enumerate(zip(model.inputs, model.input_names)):
