@@ -48,8 +48,8 @@ def shapes(count: int, low: int = 4) -> Iterator[tuple[int, int]]:
 def _entries(model: Any = None) -> dict[str, int]:
     import algoswap
 
-    cache = algoswap.registry().selection_cache
-    counts = {"selections": len(cache), "ops_calls": len(cache.ops), "torch_calls": len(cache.torch)}
+    cache, kinds = algoswap.registry().selection_cache, algoswap.cache_limits()
+    counts = {"selections": len(cache), **{name: len(cache.prepared(kinds[name])) for name in ("ops_calls", "torch_calls")}}
     if model is not None:
         counts["graph_programs"] = len(model.executor.programs)
     return counts

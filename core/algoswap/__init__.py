@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._registry import Registrar, Registry
     from ._select import Selection
     from ._spec import Attr, GradRule, Input, OpCall, OpSpec
-    from ._specs._geometry import conv_output_size, pool_output_size
+    from ._specs._geometry import ConvGeometry, conv_geometry, conv_output_size, pool_output_size
     from ._trace import trace
     from .hookspecs import hookimpl
     from . import graph, zoo
@@ -74,6 +74,8 @@ _LAZY = {
     "OpCall": ("._spec", "OpCall"),
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
     "conv_output_size": ("._specs._geometry", "conv_output_size"),
+    "conv_geometry": ("._specs._geometry", "conv_geometry"),
+    "ConvGeometry": ("._specs._geometry", "ConvGeometry"),
     "GradRule": ("._spec", "GradRule"),
     "MemorySpace": ("._records", "MemorySpace"),
     "Ref": ("._ref", "Ref"),

@@ -3,20 +3,24 @@
 Every cache the core keeps grows with the distinct calls a program makes (input shapes, above all),
 so each is an ``LRUCache`` of one of these kinds, bounded by its size:
 
-- ``selections``: the registry's, one per validated call (op, request, memory space, input shapes,
-  dtypes, attributes as typed values) with the implementation chosen for it;
-- ``ops_calls`` and ``torch_calls``: calls ready to run for ``algoswap.ops`` and for swapped torch
-  layers, keyed on what those front ends see before validation; cleared with the selections whenever
-  the registry changes;
+- ``selections``: selection's own, one per validated call under its typed key (``_select.call_key``:
+  op, request, memory space, input shapes, dtypes, attributes as typed values), with the
+  implementation chosen for it;
+- ``ops_calls`` and ``torch_calls``: the front ends' calls prepared from a selection (``algoswap.ops``
+  and swapped torch layers), keyed on what each front end sees before validation; kept beside the
+  selections (``SelectionCache.prepared``) and emptied with them whenever the registry changes;
 - ``graph_programs``: per graph Executor (a swap_backend Model has one), its planned program for each
   set of input shapes and memory spaces.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._cache import LRUCache, cache_limits, declare_cache, set_cache_limit
+from ._cache import CacheKind, LRUCache, cache_limits, declare_cache, set_cache_limit
+
+if TYPE_CHECKING:
+    from ._select import Selection
 
 __all__ = ["SelectionCache", "cache_limits", "set_cache_limit"]
 
@@ -26,18 +30,26 @@ TORCH_CALLS = declare_cache("torch_calls", 1024, "swapped torch layers' calls re
 GRAPH_PROGRAMS = declare_cache("graph_programs", 32, "per graph Executor: its planned program for each set of input shapes")
 
 
-class SelectionCache(LRUCache[Any]):
-    """The registry's selections, with the front ends' calls ready to run (``ops``, ``torch``), which
-    hold selections too: ``clear()`` (when a plugin registers) empties all three."""
+class SelectionCache(LRUCache["Selection"]):
+    """Selection's cache: the implementation chosen for each call, under the call's typed key (written
+    by ``_select.select`` alone), and, beside it, one cache per front end of what that front end
+    prepares from selections (``prepared(kind)``). Each evicts its own least recently used entries
+    when full; ``clear()`` (when a plugin registers) empties them all."""
 
-    __slots__ = ("ops", "torch")
+    __slots__ = ("_prepared",)
 
     def __init__(self) -> None:
         super().__init__(SELECTIONS)
-        self.ops: LRUCache[Any] = LRUCache(OPS_CALLS)
-        self.torch: LRUCache[Any] = LRUCache(TORCH_CALLS)
+        self._prepared: dict[str, LRUCache[Any]] = {}
+
+    def prepared(self, kind: CacheKind) -> LRUCache[Any]:
+        """The cache of front-end calls of ``kind``, made on first use."""
+        cache = self._prepared.get(kind.name)
+        if cache is None:
+            cache = self._prepared.setdefault(kind.name, LRUCache(kind))
+        return cache
 
     def clear(self) -> None:
         super().clear()
-        self.ops.clear()
-        self.torch.clear()
+        for cache in list(self._prepared.values()):
+            cache.clear()

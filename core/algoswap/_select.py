@@ -153,6 +153,17 @@ def attrs_key(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
     return (tuple(attrs), typed_key(tuple(attrs.values())))
 
 
+def call_key(
+    op: str, request: str, memory: str | None, shapes: Sequence[Shape | None], dtypes: Sequence[str | None],
+    attrs: Mapping[str, Any],
+) -> tuple[Any, ...]:
+    """The selection cache's key of a call: everything that changes its validation and choice, each
+    value with its type (sizes too: bind refuses a size of 2.0 that equals 2); unhashable where an
+    attribute value is (an array)."""
+    sizes = tuple(None if s is None else (tuple(s), tuple(map(type, s))) for s in shapes)
+    return (op, request, memory, sizes, tuple(dtypes), attrs_key(attrs))
+
+
 def select(
     registry: Registry,
     op: str,
@@ -162,10 +173,10 @@ def select(
     algorithm: str = "default",
     memory: str | None = "host",
 ) -> Selection:
-    """Validate a call and choose its implementation; cached per (op, request, shapes, dtypes, attrs, memory)."""
+    """Validate a call and choose its implementation: the one place that maps a call to a selection,
+    cached in the registry's selection cache under ``call_key``."""
     attrs = dict(attrs or {})
-    sizes = tuple(None if s is None else (tuple(s), tuple(map(type, s))) for s in shapes)
-    key = (op, algorithm, memory, sizes, tuple(dtypes), attrs_key(attrs))
+    key = call_key(op, algorithm, memory, shapes, dtypes, attrs)
     try:
         cached: Selection | None = registry.selection_cache.get(key)
     except TypeError:  # an unhashable attribute value (an array): validated and chosen on every call

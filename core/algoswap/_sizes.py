@@ -62,7 +62,7 @@ def _culprit(spec: OpSpec, named: dict[str, Any], given: Mapping[str, Any], dtyp
         rest = {k: v for k, v in given.items() if k != name}
         try:
             canonical = spec.canonical_attrs(rest)
-            shape = spec.shape_rule(named, spec.resolve(named, canonical))
+            shape = spec.apply_rules(named, canonical)[2]
         except (InvalidSpec, OpArgumentError):
             continue  # the attribute has no default, or the call is invalid without it
         if nbytes(tuple(shape), dtype) <= limit:

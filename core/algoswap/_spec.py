@@ -69,6 +69,10 @@ class OpCall:
     of 0). No implementation runs such a call: the output is made empty, or filled with ``fill``
     where an empty input gives a non-empty output (a sum over nothing is 0), and an in-place op
     leaves its inputs as they are.
+
+    ``geometry``: what the spec's geometry rule made of the call while binding it, for implementations
+    to read rather than compute again (the conv2d family's ``algoswap.ConvGeometry``); None for ops
+    without one.
     """
 
     op: str
@@ -80,6 +84,7 @@ class OpCall:
     empty: bool = False
     fill: float | None = None
     out_dtype: str = ""
+    geometry: Any = None
 
     def __post_init__(self) -> None:
         if not self.out_dtype:
@@ -115,6 +120,7 @@ class GradRule:
 ShapeRule = Callable[[dict[str, Any], dict[str, Any]], Shape]
 EmptyFill = Callable[[dict[str, Any], dict[str, Any]], "float | None"]
 Resolver = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+GeometryRule = Callable[[dict[str, Any], dict[str, Any]], Any]
 
 
 def _no_resolve(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
@@ -147,12 +153,17 @@ class OpSpec:
 
     ``out_dtype``: the output's dtype from the call's dtype and canonical attributes, where the two
     differ (None: the output keeps the call's dtype).
+
+    ``geometry``: a rule computing, from the input shapes and the resolved attributes, what the shape
+    rule and the implementations would otherwise each compute again (the conv2d family's
+    ``ConvGeometry``); it checks the call as it goes, runs once per bind (after ``resolve``) and is
+    kept as ``OpCall.geometry``. Without a ``shape_rule`` the output shape is the geometry's ``output``.
     """
 
     name: str
     inputs: tuple[Input, ...]
     attrs: tuple[Attr, ...]
-    shape_rule: ShapeRule
+    shape_rule: ShapeRule | None = None
     resolve: Resolver = _no_resolve
     dtype_rule: Callable[[str, Sequence[str], Sequence[str | None]], str] = same_float_dtype
     family: str = "misc"
@@ -162,9 +173,12 @@ class OpSpec:
     in_place: tuple[str, ...] = ()
     empty_fill: float | EmptyFill | None = None
     out_dtype: Callable[[str, dict[str, Any]], str] | None = None
+    geometry: GeometryRule | None = None
     _attr_index: Mapping[str, Attr] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.shape_rule is None and self.geometry is None:
+            raise TypeError(f"OpSpec {self.name!r}: a shape_rule is required (or a geometry rule whose result has the output shape)")
         object.__setattr__(self, "_attr_index", {a.name: a for a in self.attrs})
 
     @property
@@ -240,8 +254,7 @@ class OpSpec:
         self._check_byte_order(names, padded)
         dtype = self.dtype_rule(self.name, names, padded)
         try:
-            resolved = self.resolve(named, canonical)
-            out_shape = tuple(int(s) for s in self.shape_rule(named, resolved))
+            resolved, geometry, out_shape = self.apply_rules(named, canonical)
         except InvalidSpec as exc:
             raise OpArgumentError(self.name, exc.argument, exc.given, exc.expected) from None
         flat = tuple(s for spec in self.inputs for s in (named[spec.name] if spec.variadic else (named[spec.name],)))
@@ -252,7 +265,16 @@ class OpSpec:
         if empty_input is not None and 0 not in out_shape and not self.in_place:
             fill = self._fill(empty_input, named, resolved, out_shape)
         empty = empty_input is not None or 0 in out_shape
-        return OpCall(self.name, flat, dtype, MappingProxyType(resolved), out_shape, names[: len(flat)], empty, fill, out_dtype)
+        return OpCall(self.name, flat, dtype, MappingProxyType(resolved), out_shape, names[: len(flat)], empty, fill, out_dtype,
+                      geometry)
+
+    def apply_rules(self, named: dict[str, Any], canonical: dict[str, Any]) -> tuple[dict[str, Any], Any, Shape]:
+        """(the resolved attributes, the geometry or None, the output shape) of checked inputs and canonical
+        attributes; InvalidSpec where the rules refuse them."""
+        resolved = self.resolve(named, canonical)
+        geometry: Any = None if self.geometry is None else self.geometry(named, resolved)
+        shape = geometry.output if self.shape_rule is None else self.shape_rule(named, resolved)
+        return resolved, geometry, tuple(int(s) for s in shape)
 
     def _check_byte_order(self, names: Sequence[str], dtypes: Sequence[str | None]) -> None:
         """Refuse arrays not in the machine's byte order (numpy names their dtypes '>f4', '<i8')."""

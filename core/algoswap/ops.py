@@ -15,14 +15,17 @@ its memory and back). Selection is cached, so repeated calls with the same shape
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
+from ._core_caches import OPS_CALLS
 from ._errors import OpArgumentError
 from ._global import get_registry
 from ._inputs import host_array, shown
 from ._log import moved as moved_log
+from ._records import MemorySpace
 from ._runner import Runner
 from ._select import attrs_key, select
 from ._trace import record
@@ -75,8 +78,18 @@ def _check_updatable(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], p
                                   "a C-contiguous, writeable numpy array (the op updates it in place)")
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A call of ``algoswap.ops`` ready to run: the runner of its selection, the memory space its host
+    arrays move to (None: the backend reads host memory), and the positions of the inputs it updates."""
+
+    runner: Runner
+    moves: MemorySpace | None
+    updated: tuple[int, ...]
+
+
 def _prepare(op: str, given: tuple[Any, ...], arrays: tuple[Any, ...], algorithm: str, transfer: bool,
-             attrs: dict[str, Any]) -> tuple[Runner, Any, tuple[int, ...]]:
+             attrs: dict[str, Any]) -> Prepared:
     updated = _check_formats(op, arrays)
     memory = None if transfer or algorithm == "auto" else "host"
     shapes = [None if a is None else a.shape for a in arrays]
@@ -86,7 +99,7 @@ def _prepare(op: str, given: tuple[Any, ...], arrays: tuple[Any, ...], algorithm
     except OpArgumentError as exc:
         raise _as_given(exc, op, given) from None
     space = selection.backend.memory
-    return (Runner(selection), None if space.is_host else space, updated)
+    return Prepared(Runner(selection), None if space.is_host else space, updated)
 
 
 def _as_given(exc: OpArgumentError, op: str, given: tuple[Any, ...]) -> OpArgumentError:
@@ -105,18 +118,18 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
     """
     given = arrays
     arrays = tuple(a if a is None or type(a) is np.ndarray else _as_input(op, i, a) for i, a in enumerate(arrays))
-    cache = get_registry().selection_cache.ops
-    inputs = tuple(None if a is None else (type(a), a.shape, a.dtype) for a in arrays)
+    cache = get_registry().selection_cache.prepared(OPS_CALLS)
+    inputs = tuple([None if a is None else (type(a), a.shape, a.dtype) for a in arrays])  # a list: faster than a generator
     try:
         key: Any = (op, algorithm, transfer, inputs, attrs_key(attrs))
-        entry = cache.get(key)
+        prepared: Prepared | None = cache.get(key)
     except TypeError:  # an unhashable attribute value (an array): validated on every call
-        key, entry = None, None
-    if entry is None:
-        entry = _prepare(op, given, arrays, algorithm, transfer, attrs)
+        key, prepared = None, None
+    if prepared is None:
+        prepared = _prepare(op, given, arrays, algorithm, transfer, attrs)
         if key is not None:
-            cache.put(key, entry)
-    runner, moves, updated = entry
+            cache.put(key, prepared)
+    runner, moves, updated = prepared.runner, prepared.moves, prepared.updated
     record(runner.selection)
     if updated:
         _check_updatable(op, runner.selection.call.input_names, arrays, updated)

@@ -7,7 +7,7 @@ from typing import Any
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
 from ._convert import choice, conv_padding, integer, pair
-from ._geometry import conv_output_size, shape_attr
+from ._geometry import ConvGeometry, conv_geometry, shape_attr
 
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -33,6 +33,11 @@ def _explicit_padding(padding: Any, kernel: Shape, attrs: dict[str, Any]) -> tup
     return ((padding[0], padding[0]), (padding[1], padding[1]))
 
 
+def _with_explicit_padding(attrs: dict[str, Any], weight: Shape) -> dict[str, Any]:
+    """The attributes with the padding made explicit: ((top, bottom), (left, right))."""
+    return {**attrs, "padding": _explicit_padding(attrs["padding"], weight[2:], attrs)}
+
+
 def _check_padding_mode(size: Shape, pads: tuple[tuple[int, int], tuple[int, int]], mode: str) -> None:
     for extent, (before, after) in zip(size, pads):
         widest = max(before, after)
@@ -42,30 +47,30 @@ def _check_padding_mode(size: Shape, pads: tuple[tuple[int, int], tuple[int, int
             raise InvalidSpec("padding", pads, f"circular padding at most the input size {size}")
 
 
-def conv_geometry(x: Shape, w: Shape, attrs: dict[str, Any]) -> tuple[dict[str, Any], Shape]:
-    """Check input/weight compatibility, make padding explicit; return (attrs, output shape)."""
+def _checked_geometry(x: Shape, w: Shape, attrs: dict[str, Any]) -> ConvGeometry:
+    """The geometry of the convolution of x by w with resolved attributes, once they are checked
+    against each other: channels and groups, the padding against the input, the kernel's fit."""
     groups = attrs["groups"]
     if x[1] != w[1] * groups:
         raise InvalidSpec("weight", f"shape {w}", f"weight.shape[1] * groups == input channels ({x[1]}); groups={groups}")
     if w[0] % groups:
         raise InvalidSpec("groups", groups, f"a divisor of the output channels ({w[0]})")
-    pads = _explicit_padding(attrs["padding"], w[2:], attrs)
     if attrs["padding_mode"] != "zeros":
-        _check_padding_mode(x[2:], pads, attrs["padding_mode"])
-    out = [x[0], w[0]]
-    for extent, (before, after), k, s, d in zip(x[2:], pads, w[2:], attrs["stride"], attrs["dilation"]):
-        if extent + before + after < d * (k - 1) + 1:
+        _check_padding_mode(x[2:], attrs["padding"], attrs["padding_mode"])
+    geometry = conv_geometry(x, w, stride=attrs["stride"], padding=attrs["padding"], dilation=attrs["dilation"],
+                             groups=groups, padding_mode=attrs["padding_mode"])
+    for size, k, d in zip(geometry.output[2:], w[2:], attrs["dilation"]):
+        if size < 1:
             raise InvalidSpec("input", f"shape {x}", f"spatial size (with padding) of at least the dilated kernel ({d * (k - 1) + 1})")
-        out.append(conv_output_size(extent, k, s, before, after, d))
-    return {**attrs, "padding": pads}, tuple(out)
+    return geometry
 
 
-def _resolve_conv2d(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
-    resolved, _ = conv_geometry(shapes["input"], shapes["weight"], attrs)
+def _conv2d_geometry(shapes: dict[str, Any], attrs: dict[str, Any]) -> ConvGeometry:
+    geometry = _checked_geometry(shapes["input"], shapes["weight"], attrs)
     bias = shapes["bias"]
     if bias is not None and bias != (shapes["weight"][0],):
         raise InvalidSpec("bias", f"shape {bias}", f"shape ({shapes['weight'][0]},), one per output channel")
-    return resolved
+    return geometry
 
 
 def _check_grad_output(grad: Shape, expected: Shape) -> None:
@@ -73,28 +78,28 @@ def _check_grad_output(grad: Shape, expected: Shape) -> None:
         raise InvalidSpec("grad_output", f"shape {grad}", f"shape {expected}, the forward output shape")
 
 
-def _resolve_grad_input(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
-    resolved, out = conv_geometry(attrs["input_size"], shapes["weight"], attrs)
-    _check_grad_output(shapes["grad_output"], out)
-    return resolved
+def _grad_input_geometry(shapes: dict[str, Any], attrs: dict[str, Any]) -> ConvGeometry:
+    geometry = _checked_geometry(attrs["input_size"], shapes["weight"], attrs)
+    _check_grad_output(shapes["grad_output"], geometry.output)
+    return geometry
 
 
-def _resolve_grad_weight(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
-    resolved, out = conv_geometry(shapes["input"], attrs["weight_size"], attrs)
-    _check_grad_output(shapes["grad_output"], out)
-    return resolved
+def _grad_weight_geometry(shapes: dict[str, Any], attrs: dict[str, Any]) -> ConvGeometry:
+    geometry = _checked_geometry(shapes["input"], attrs["weight_size"], attrs)
+    _check_grad_output(shapes["grad_output"], geometry.output)
+    return geometry
 
 
-def _conv2d_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
-    return conv_geometry(shapes["input"], shapes["weight"], attrs)[1]
+def _resolve_conv2d(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    return _with_explicit_padding(attrs, shapes["weight"])
 
 
 conv2d = OpSpec(
     "conv2d",
     (Input("input", (4,)), Input("weight", (4,)), Input("bias", (1,), optional=True)),
     CONV_ATTRS,
-    shape_rule=_conv2d_shape,
     resolve=_resolve_conv2d,
+    geometry=_conv2d_geometry,
     family="conv",
     gradients=(
         GradRule("input", "conv2d_grad_input", ("grad_output", "weight"), lambda c: {**c.attrs, "input_size": c.shape("input")}),
@@ -109,7 +114,8 @@ conv2d_grad_input = OpSpec(
     (Input("grad_output", (4,)), Input("weight", (4,))),
     (Attr("input_size", doc="(N, C, H, W) of the forward input", convert=shape_attr(4)),) + CONV_ATTRS,
     shape_rule=lambda shapes, attrs: attrs["input_size"],
-    resolve=_resolve_grad_input,
+    resolve=_resolve_conv2d,
+    geometry=_grad_input_geometry,
     family="conv",
     grad_of="conv2d",
     empty_fill=0.0,  # no output channel: nothing flows back
@@ -121,7 +127,8 @@ conv2d_grad_weight = OpSpec(
     (Input("grad_output", (4,)), Input("input", (4,))),
     (Attr("weight_size", doc="(O, C/groups, KH, KW) of the weight", convert=shape_attr(4)),) + CONV_ATTRS,
     shape_rule=lambda shapes, attrs: attrs["weight_size"],
-    resolve=_resolve_grad_weight,
+    resolve=lambda shapes, attrs: _with_explicit_padding(attrs, attrs["weight_size"]),
+    geometry=_grad_weight_geometry,
     family="conv",
     grad_of="conv2d",
     empty_fill=0.0,  # a sum over an empty batch
@@ -142,14 +149,12 @@ conv2d_grad_bias = OpSpec(
 ACTIVATIONS = ("none", "relu")
 
 
-def _resolve_fused(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
-    resolved = _resolve_conv2d(shapes, attrs)
+def _fused_geometry(shapes: dict[str, Any], attrs: dict[str, Any]) -> ConvGeometry:
+    geometry = _conv2d_geometry(shapes, attrs)
     residual = shapes["residual"]
-    if residual is not None:
-        out = _conv2d_shape(shapes, resolved)
-        if residual != out:
-            raise InvalidSpec("residual", f"shape {residual}", f"the output shape {out}")
-    return resolved
+    if residual is not None and residual != geometry.output:
+        raise InvalidSpec("residual", f"shape {residual}", f"the output shape {geometry.output}")
+    return geometry
 
 
 conv2d_fused = OpSpec(
@@ -157,8 +162,8 @@ conv2d_fused = OpSpec(
     (Input("input", (4,)), Input("weight", (4,)), Input("bias", (1,), optional=True),
      Input("residual", (4,), optional=True, doc="added to the convolution's output (a residual connection)")),
     CONV_ATTRS + (Attr("activation", "none", choice(*ACTIVATIONS), "applied last: 'none' or 'relu'"),),
-    shape_rule=_conv2d_shape,
-    resolve=_resolve_fused,
+    resolve=_resolve_conv2d,
+    geometry=_fused_geometry,
     family="conv",
     doc="activation(conv2d(input, weight, bias) + residual): a convolution with the add and activation after it "
         "fused; swap_backend runs one where a conv2d feeds only an add and/or a relu.",

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.utils.dlpack
 
+from .._core_caches import TORCH_CALLS
 from .._errors import NoImplementationError
 from .._global import get_registry
 from .._ref import resolve_ref
@@ -57,27 +58,36 @@ def memory_of(tensor: torch.Tensor) -> str:
 
 def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Selection:
     """The (cached) selection serving these tensors: ``auto`` may pick a backend in other memory."""
-    return _plan(op, request, attrs, inputs)[0].selection
+    return _plan(op, request, attrs, inputs).runner.selection
 
 
-def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> tuple[Runner, Any]:
-    """(the runner of the selected implementation, the backend's DLPack import or None), cached per
-    op, request, attrs, memory, shapes, dtypes: nothing is resolved again on later calls."""
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A swapped layer's call ready to run: the runner of its selection, and the backend's DLPack
+    import (None where its memory space has none)."""
+
+    runner: Runner
+    enter: Any
+
+
+def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Prepared:
+    """The call prepared from its selection, cached per op, request, attrs, memory, shapes, dtypes:
+    nothing is resolved again on later calls."""
     present = next(t for t in inputs if t is not None)
     memory = None if request == "auto" else memory_of(present)
-    shapes = tuple(None if t is None else t.shape for t in inputs)
-    dtypes = tuple(None if t is None else t.dtype for t in inputs)
-    cache = get_registry().selection_cache.torch
+    shapes = tuple([None if t is None else t.shape for t in inputs])  # lists: faster than generators
+    dtypes = tuple([None if t is None else t.dtype for t in inputs])
+    cache = get_registry().selection_cache.prepared(TORCH_CALLS)
     key = (op, request, attrs, memory, shapes, dtypes)  # attrs is canonical JSON (1, 1.0 and true differ): cheap to hash
-    plan: tuple[Runner, Any] | None = cache.get(key)
-    if plan is None:
+    prepared: Prepared | None = cache.get(key)
+    if prepared is None:
         names = [None if d is None else _DTYPE_NAMES.get(d, str(d)) for d in dtypes]
         plain_shapes = [None if s is None else tuple(s) for s in shapes]
         selection = select(get_registry(), op, plain_shapes, names, decode_attrs(attrs), request, memory)
         space = selection.backend.memory
         enter = None if space.from_dlpack is None else resolve_ref(space.from_dlpack)
-        plan = cache.put(key, (Runner(selection), enter))
-    return plan
+        prepared = cache.put(key, Prepared(Runner(selection), enter))
+    return prepared
 
 
 def _host_array(tensor: torch.Tensor) -> np.ndarray:
@@ -153,7 +163,8 @@ def _to_torch(result: Any, selection: Selection, like: torch.Tensor) -> torch.Te
 
 def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
     """Select (cached) and run the implementation on tensors; the result is a new tensor."""
-    runner, enter = _plan(op, request, attrs, inputs)
+    prepared = _plan(op, request, attrs, inputs)
+    runner, enter = prepared.runner, prepared.enter
     selection = runner.selection
     like = next(t for t in inputs if t is not None)
     if selection.backend.memory.is_host:

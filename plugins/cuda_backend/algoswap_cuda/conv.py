@@ -8,7 +8,7 @@ from typing import Any
 
 import cupy as cp
 
-from algoswap import LRUCache, conv_output_size, declare_cache
+from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache
 
 from . import _blas, _epilogue, _gather, _kernels, _runtime
 
@@ -27,35 +27,23 @@ def _cudnn() -> Any:
     return _cudnn
 
 
-def _geometry(kind: str, x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...], stride: Pair, padding: PadHW,
-              dilation: Pair, dtype: str) -> Any:
-    (top, bottom), (left, right) = padding
-    return _cudnn().Geometry(kind, tuple(x), tuple(w), tuple(y), tuple(stride), (top, left), (bottom, right),
-                             tuple(dilation), dtype)
+def _cudnn_geometry(kind: str, g: ConvGeometry, dtype: str) -> Any:
+    """The convolution as cuDNN sees it, in direction ``kind`` ("fprop", "dgrad" or "wgrad")."""
+    (top, bottom), (left, right) = g.padding
+    return _cudnn().Geometry(kind, g.input, g.weight, g.output, g.stride, (top, left), (bottom, right), g.dilation, dtype)
 
 
-def _padded_size(size: tuple[int, ...], padding: PadHW) -> tuple[int, ...]:
-    return (*size[:2], size[2] + sum(padding[0]), size[3] + sum(padding[1]))
+def _zero_padded(g: ConvGeometry) -> ConvGeometry:
+    """The convolution cuDNN runs: padding modes other than zeros are padded here first."""
+    return g if g.padding_mode == "zeros" else g.padded_first()
 
 
-def _zero_padded(size: tuple[int, ...], padding: PadHW, mode: str) -> tuple[tuple[int, ...], PadHW]:
-    """(input size cuDNN sees, its zero padding): other modes are padded here first."""
-    return (size, padding) if mode == "zeros" else (_padded_size(size, padding), NO_PADDING)
+_DIRECTIONS = {"conv2d": "fprop", "conv2d_fused": "fprop", "conv2d_grad_input": "dgrad", "conv2d_grad_weight": "wgrad"}
 
 
 def _plan_of(call: Any, algorithm: str) -> Any:
     """The cuDNN plan serving ``call`` (built and cached now); _cudnn.NotServed if none."""
-    a = call.attrs
-    if call.op in ("conv2d", "conv2d_fused"):
-        size, padding = _zero_padded(call.shape("input"), a["padding"], a["padding_mode"])
-        g = _geometry("fprop", size, call.shape("weight"), call.out_shape, a["stride"], padding, a["dilation"], call.dtype)
-    elif call.op == "conv2d_grad_input":
-        size, padding = _zero_padded(a["input_size"], a["padding"], a["padding_mode"])
-        g = _geometry("dgrad", size, call.shape("weight"), call.shape("grad_output"), a["stride"], padding, a["dilation"], call.dtype)
-    else:
-        size, padding = _zero_padded(call.shape("input"), a["padding"], a["padding_mode"])
-        g = _geometry("wgrad", size, a["weight_size"], call.shape("grad_output"), a["stride"], padding, a["dilation"], call.dtype)
-    return _cudnn().plan(g, algorithm)
+    return _cudnn().plan(_cudnn_geometry(_DIRECTIONS[call.op], _zero_padded(call.geometry), call.dtype), algorithm)
 
 
 def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
@@ -91,9 +79,8 @@ def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadH
     key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, _runtime.tf32())
     found = _forward_plans.get(key)  # the per-call path: one dictionary look-up
     if found is None:
-        shape = _out_shape(x.shape, w.shape, stride, padding, dilation)
-        found = _forward_plans.put(key, (_cudnn().plan(_geometry("fprop", x.shape, w.shape, shape, stride, padding,
-                                                                 dilation, x.dtype.name), algorithm), shape))
+        g = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation)
+        found = _forward_plans.put(key, (_cudnn().plan(_cudnn_geometry("fprop", g, x.dtype.name), algorithm), g.output))
     plan, shape = found
     y = cp.empty(shape, dtype=x.dtype)
     plan.run(x, w, y)
@@ -120,11 +107,6 @@ def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: Pa
         _kernels.launch(_kernels.PADDING_NAN, "padding_nan_weight_grad", dw.dtype.name, dy.shape[0] * dy.shape[1] * dy.shape[2],
                         (dy, dw, claimed), dy.shape[0] * dy.shape[1], *dw.shape, *x.shape[2:], *dy.shape[2:], *stride,
                         top, left, *dilation)
-
-
-def _out_shape(x: tuple[int, ...], w: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair) -> tuple[int, ...]:
-    return (x[0], w[0], *(conv_output_size(extent, k, s, *pads, d)
-                          for extent, pads, k, s, d in zip(x[2:], padding, w[2:], stride, dilation)))
 
 
 def _cudnn_conv2d(algorithm: str) -> Any:
@@ -166,10 +148,11 @@ def kernel_fused(call: Any, kernel: str | None = None) -> str:
 def conv2d_grad_input(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
                       dilation: Pair, groups: int, padding_mode: str) -> Any:
     """cuDNN backward data (heuristic pick); for non-zero padding modes, folded back by scatter-add."""
-    size, zero_padding = _zero_padded(tuple(input_size), padding, padding_mode)
+    g = _zero_padded(conv_geometry(input_size, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                                   padding_mode=padding_mode))
     dy, w = _runtime.contiguous(dy), _runtime.contiguous(w)
-    plan = _cudnn().plan(_geometry("dgrad", size, w.shape, dy.shape, stride, zero_padding, dilation, dy.dtype.name), "guess")
-    dx = cp.empty(size, dtype=dy.dtype)
+    plan = _cudnn().plan(_cudnn_geometry("dgrad", g, dy.dtype.name), "guess")
+    dx = cp.empty(g.input, dtype=dy.dtype)
     plan.run(dy, w, dx)
     return dx if padding_mode == "zeros" else _gather.unpad(dx, tuple(input_size[2:]), padding, padding_mode)  # type: ignore[arg-type]
 
@@ -180,7 +163,8 @@ def conv2d_grad_weight(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride:
     if padding_mode != "zeros":
         x, padding = _gather.pad(x, padding, padding_mode), NO_PADDING
     dy, x = _runtime.contiguous(dy), _runtime.contiguous(x)
-    plan = _cudnn().plan(_geometry("wgrad", x.shape, tuple(weight_size), dy.shape, stride, padding, dilation, dy.dtype.name), "guess")
+    g = conv_geometry(x.shape, weight_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    plan = _cudnn().plan(_cudnn_geometry("wgrad", g, dy.dtype.name), "guess")
     dw = cp.empty(tuple(weight_size), dtype=dy.dtype)
     plan.run(x, dy, dw)
     _padding_nan_weight_grad(x, dy, dw, stride, padding, dilation)
@@ -199,7 +183,7 @@ def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilat
     if padding_mode != "zeros":
         x, padding = _gather.pad(x, padding, padding_mode), NO_PADDING
     x, w = _runtime.contiguous(x), _runtime.contiguous(w)
-    y = cp.empty(_out_shape(x.shape, w.shape, stride, padding, dilation), dtype=x.dtype)
+    y = cp.empty(conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation).output, dtype=x.dtype)
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     bias = w if b is None else _runtime.contiguous(b)
@@ -222,7 +206,7 @@ def _columns(x: Any, w_shape: tuple[int, ...], out: tuple[int, ...], stride: Pai
 def conv2d_smm(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                padding_mode: str) -> Any:
     """im2col (one gather) then one cuBLAS batched matrix product per group."""
-    y_shape = _out_shape(x.shape, w.shape, stride, padding, dilation)
+    y_shape = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation).output
     cols = _columns(x, w.shape, y_shape[2:], stride, padding, dilation, padding_mode, groups)
     y = _blas.matmul(w.reshape(1, groups, w.shape[0] // groups, -1), cols).reshape(y_shape)
     return _epilogue.apply(y, b)

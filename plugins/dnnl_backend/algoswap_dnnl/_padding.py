@@ -38,7 +38,3 @@ def fold(grad: np.ndarray, size_hw: tuple[int, int], padding: PadHW, mode: str) 
         grad = np.moveaxis(out, 0, axis)
     return np.ascontiguousarray(grad)
 
-
-def padded_size(size: tuple[int, ...], padding: PadHW) -> tuple[int, int, int, int]:
-    n, c, h, w = size
-    return (n, c, h + sum(padding[0]), w + sum(padding[1]))

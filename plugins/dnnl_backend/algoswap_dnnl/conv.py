@@ -7,24 +7,23 @@ from typing import Any
 
 import numpy as np
 
-from algoswap import LRUCache, declare_cache, is_frozen
+from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_frozen
 
 from ._derived import Derived
 from ._ext import dnnl, refusal
 from ._layout import from_memory_order, is_channels_last, to_memory_order
-from ._padding import NO_PADDING, PadHW, fold, pad, padded_size
+from ._padding import PadHW, fold, pad
 from ._settings import conv_layout
 
 Pair = tuple[int, int]
 
-def _geometry(size: tuple[int, ...], padding: PadHW, mode: str, stride: Pair, dilation: Pair,
-              groups: int) -> tuple[tuple[int, ...], dict[str, Any]]:
-    """The input size the primitive sees (padded here unless ``mode`` is "zeros") and its keyword arguments."""
+def _primitive_args(g: ConvGeometry, mode: str) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """The input size the primitive sees (padded here first unless ``mode`` is "zeros") and its keyword arguments."""
     if mode != "zeros":
-        size, padding = padded_size(size, padding), NO_PADDING
-    (top, bottom), (left, right) = padding
-    return size, {"stride": list(stride), "padding_l": [top, left], "padding_r": [bottom, right],
-                  "dilation": list(dilation), "groups": groups, "layout": conv_layout()}
+        g = g.padded_first()
+    (top, bottom), (left, right) = g.padding
+    return g.input, {"stride": list(g.stride), "padding_l": [top, left], "padding_r": [bottom, right],
+                     "dilation": list(g.dilation), "groups": g.groups, "layout": conv_layout()}
 
 
 # Frozen weights (algoswap.is_frozen: nothing can write them; swap_backend Models freeze theirs) are
@@ -147,7 +146,8 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
     if _is_bfloat16(w) and not (_all_finite(w) and _all_finite(to_memory_order(x, is_channels_last(x)))):
         return _in_float32(x, w, b, residual, activation, algorithm, stride, padding, dilation, groups, padding_mode)
     padding_mode = _padded_here(padding, padding_mode, w)
-    _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
+    geometry = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    _, kwargs = _primitive_args(geometry, padding_mode)
     channels_last = is_channels_last(x)
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
@@ -205,7 +205,8 @@ def conv2d_fused_auto(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residu
 def conv2d_grad_input(dy: np.ndarray, w: np.ndarray, *, input_size: tuple[int, ...], stride: Pair, padding: PadHW,
                       dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     """oneDNN convolution backward data (the padding adjoint folded in NumPy for non-zero modes)."""
-    size, kwargs = _geometry(tuple(input_size), padding, padding_mode, stride, dilation, groups)
+    geometry = conv_geometry(input_size, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    size, kwargs = _primitive_args(geometry, padding_mode)
     dx = dnnl.conv2d_backward_data(np.ascontiguousarray(dy), np.ascontiguousarray(w), list(size), **kwargs)
     return dx if padding_mode == "zeros" else fold(dx, tuple(input_size[2:]), padding, padding_mode)  # type: ignore[arg-type]
 
@@ -215,7 +216,8 @@ def conv2d_grad_weight(dy: np.ndarray, x: np.ndarray, *, weight_size: tuple[int,
     """oneDNN convolution backward weights."""
     dy = np.ascontiguousarray(dy)
     padding_mode = _padded_here(padding, padding_mode, dy)
-    _, kwargs = _geometry(x.shape, padding, padding_mode, stride, dilation, groups)
+    geometry = conv_geometry(x.shape, weight_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    _, kwargs = _primitive_args(geometry, padding_mode)
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
     return dnnl.conv2d_backward_weights(dy, np.ascontiguousarray(x), list(weight_size), **kwargs)
@@ -230,20 +232,18 @@ def conv2d_grad_bias(dy: np.ndarray) -> np.ndarray:
 def _plan(call: Any, algorithm: str = "direct") -> Any:
     """The extension's PlanInfo of the primitive serving ``call`` (made and cached now)."""
     a = call.attrs
+    if call.geometry is None:
+        raise ValueError(f"no oneDNN primitive serves {call.op}")
+    size, kwargs = _primitive_args(call.geometry, a["padding_mode"])
     if call.op in ("conv2d", "conv2d_fused"):
-        size, kwargs = _geometry(call.shape("input"), a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
         fused = call.op == "conv2d_fused"
         residual = fused and call.shape("residual") is not None
         return dnnl.conv2d_forward_impl(list(size), list(call.shape("weight")), call.shape("bias") is not None, residual,
                                          algorithm=algorithm, activation=a["activation"] if fused else "none",
                                          channels_last=True, dtype=call.dtype, **kwargs)  # what swap_backend models run
     if call.op == "conv2d_grad_input":
-        size, kwargs = _geometry(a["input_size"], a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
         return dnnl.conv2d_backward_data_impl(list(size), list(call.shape("weight")), algorithm=algorithm, **kwargs)
-    if call.op == "conv2d_grad_weight":
-        size, kwargs = _geometry(call.shape("input"), a["padding"], a["padding_mode"], a["stride"], a["dilation"], a["groups"])
-        return dnnl.conv2d_backward_weights_impl(list(size), list(a["weight_size"]), algorithm=algorithm, **kwargs)
-    raise ValueError(f"no oneDNN primitive serves {call.op}")
+    return dnnl.conv2d_backward_weights_impl(list(size), list(a["weight_size"]), algorithm=algorithm, **kwargs)
 
 
 def supports(call: Any, algorithm: str = "direct") -> bool | str:

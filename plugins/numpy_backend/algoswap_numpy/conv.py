@@ -5,6 +5,8 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from algoswap import conv_geometry
+
 from ._padding import PadHW, pad_hw, unpad_hw_grad
 
 Pair = tuple[int, int]
@@ -13,14 +15,6 @@ Pair = tuple[int, int]
 def _span(start: int, count: int, step: int) -> slice:
     """Slice picking `count` elements from `start` every `step`."""
     return slice(start, start + step * (count - 1) + 1, step)
-
-
-def _out_hw(padded_hw: Pair, kernel_hw: Pair, stride: Pair, dilation: Pair) -> Pair:
-    """Output spatial size of a valid convolution over an already padded input."""
-    def one(size: int, k: int, s: int, d: int) -> int:
-        return (size - d * (k - 1) - 1) // s + 1
-    return (one(padded_hw[0], kernel_hw[0], stride[0], dilation[0]),
-            one(padded_hw[1], kernel_hw[1], stride[1], dilation[1]))
 
 
 def _tap(a: np.ndarray, i: int, j: int, out_hw: Pair, stride: Pair, dilation: Pair) -> np.ndarray:
@@ -42,7 +36,8 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride:
     xp = pad_hw(x, padding, padding_mode)
     n, c, hp, wp = xp.shape
     o, cg, kh, kw = w.shape
-    ho, wo = _out_hw((hp, wp), (kh, kw), stride, dilation)
+    ho, wo = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                           padding_mode=padding_mode).output[2:]
     xg = xp.reshape(n, groups, cg, hp, wp)
     wg = w.reshape(groups, o // groups, cg, kh, kw)
     y = np.zeros((n, groups, o // groups, ho * wo), dtype=x.dtype)
@@ -128,7 +123,8 @@ def conv2d_winograd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, strid
     xp = pad_hw(x, padding, padding_mode)
     n, c, hp, wp = xp.shape
     o, cg = w.shape[:2]
-    ho, wo = hp - 2, wp - 2
+    ho, wo = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                           padding_mode=padding_mode).output[2:]
     th, tw = (ho + 1) // 2, (wo + 1) // 2
     # An odd output size needs one extra zero row/column to complete the last tile.
     xp = np.pad(xp, ((0, 0), (0, 0), (0, 2 * th + 2 - hp), (0, 2 * tw + 2 - wp)))
@@ -158,7 +154,8 @@ def conv2d_fft(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pa
     o, cg = w.shape[:2]
     wd = _dilate_kernel(w.astype(np.float64, copy=False), dilation)
     kh, kw = wd.shape[2:]
-    ho, wo = _out_hw((hp, wp), (kh, kw), stride, (1, 1))
+    ho, wo = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                           padding_mode=padding_mode).output[2:]
     # A circular convolution of size (hp, wp) with the flipped kernel is alias-free at
     # every valid output position, so no extra FFT padding is needed.
     wf = wp // 2 + 1
@@ -176,8 +173,8 @@ def conv2d_grad_input(dy: np.ndarray, w: np.ndarray, *, input_size: tuple[int, .
                       padding: PadHW, dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     """Gradient of conv2d w.r.t. its input, padding adjoint included."""
     n, c, h, wid = input_size
-    (pt, pb), (pl, pr) = padding
-    hp, wp = h + pt + pb, wid + pl + pr
+    hp, wp = conv_geometry(input_size, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                           padding_mode=padding_mode).padded[2:]
     o, cg, kh, kw = w.shape
     ho, wo = dy.shape[2:]
     dyg = dy.reshape(n, groups, o // groups, ho * wo)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from algoswap import LRUCache, declare_cache
+from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache
 
 from ._device import Context, Long, SyclArray
 from ._launch import TM, VN, ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
@@ -23,7 +23,8 @@ MODES = {"zeros": 0, "reflect": 1, "replicate": 2, "circular": 3}
 
 @dataclass(frozen=True)
 class Geometry:
-    """Sizes of one convolution: input, weight, padded input and output."""
+    """The sizes the kernels take, of one convolution's ``algoswap.ConvGeometry``: input, weight, padded
+    input and output."""
 
     n: int
     c: int
@@ -38,30 +39,17 @@ class Geometry:
     dilation: Pair
     padding: PadHW
     mode: int
+    hp: int
+    wp: int
+    oh: int
+    ow: int
 
     @classmethod
-    def of(cls, x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Pair, padding: PadHW,
-           dilation: Pair, groups: int, padding_mode: str) -> "Geometry":
-        n, c, h, w = x_shape
-        o, cg, kh, kw = w_shape
-        return cls(n, c, h, w, o, cg, kh, kw, groups, tuple(stride), tuple(dilation),  # type: ignore[arg-type]
-                   (tuple(padding[0]), tuple(padding[1])), MODES[padding_mode])  # type: ignore[arg-type]
-
-    @property
-    def hp(self) -> int:
-        return self.h + sum(self.padding[0])
-
-    @property
-    def wp(self) -> int:
-        return self.w + sum(self.padding[1])
-
-    @property
-    def oh(self) -> int:
-        return (self.hp - self.dilation[0] * (self.kh - 1) - 1) // self.stride[0] + 1
-
-    @property
-    def ow(self) -> int:
-        return (self.wp - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
+    def of(cls, g: ConvGeometry) -> "Geometry":
+        (n, c, h, w), (o, cg, kh, kw) = g.input, g.weight
+        (_, _, hp, wp), (_, _, oh, ow) = g.padded, g.output
+        return cls(n, c, h, w, o, cg, kh, kw, g.groups, g.stride, g.dilation, g.padding, MODES[g.padding_mode],
+                   hp, wp, oh, ow)
 
     @property
     def og(self) -> int:
@@ -96,7 +84,8 @@ def _pad(ctx: Context, dtype: np.dtype, x: SyclArray, g: Geometry, width: int) -
 
 def _geometry(x: Any, w_shape: tuple[int, ...], stride: Pair, padding: PadHW, dilation: Pair, groups: int,
               padding_mode: str) -> Geometry:
-    return Geometry.of(tuple(x), w_shape, stride, padding, dilation, groups, padding_mode)
+    return Geometry.of(conv_geometry(x, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                                     padding_mode=padding_mode))
 
 
 SMM_CHUNK_BYTES = 8 * 2**20  # im2col matrices per product: images are taken in chunks of about this size
@@ -260,10 +249,9 @@ def kernel(call: Any) -> str:
         return f"{gemm_kernel_name(ctx)} + col2im{' + fold_axis' if padded else ''}"
     if call.op == "conv2d_grad_weight":
         return f"{pad}im2col_t + swap01 + {gemm_kernel_name(ctx)}"
-    x, weight = call.shape("input"), call.shape("weight")
-    if weight[2:] == (1, 1) and a["stride"] == (1, 1) and not padded:
+    if call.shape("weight")[2:] == (1, 1) and a["stride"] == (1, 1) and not padded:
         return f"{gemm_kernel_name(ctx)} (a 1x1 convolution: the input is the im2col matrix)"
-    g = Geometry.of(x, weight, a["stride"], a["padding"], a["dilation"], a["groups"], a["padding_mode"])
+    g = Geometry.of(call.geometry)
     return (f"{pad}im2col + {gemm_kernel_name(ctx)} (im2col in panels of {PANEL} columns,"
             f" {smm_chunk(g, 4 if call.dtype == 'float32' else 8)} image(s) at a time)")
 
