@@ -1,16 +1,20 @@
-"""Every lazy "module:attribute" reference of every installed plugin resolves to a callable.
+"""Every lazy "module:attribute" reference of every installed plugin resolves to a callable, and
+every family module a plugin registered (``add_family``) binds exactly the functions found in it.
 
 Plugins register implementations, predicates, probes and memory-space functions as strings so that
-discovery imports nothing heavy; a typo there would only surface when the call is first made. This
-resolves each one (importing the plugin's modules, CuPy's too where it is installed, with or without
-a GPU) and names the ones that do not resolve."""
+discovery imports nothing heavy, and ``add_family`` finds a lazy module's functions in its compiled
+code, unimported. This imports each module (the plugin's, CuPy's too where it is installed, with or
+without a GPU), resolves each reference and names the ones that do not resolve."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Iterator
 
 import algoswap
-from algoswap import Ref
+from algoswap import FAMILIES, Ref
+from algoswap._families import function_names
+from algoswap._names import ModuleNames
 from algoswap._ref import resolve_ref
 
 
@@ -58,3 +62,85 @@ def test_a_ref_imports_at_its_first_call_and_passes_its_arguments_after_the_call
     import pickle
 
     assert pickle.loads(pickle.dumps(ref))(5) == 4
+
+
+def _family_function(impl: Any, module: str, loaded: Any) -> bool:
+    """Whether ``impl`` is the function of its op in the family module ``module`` (``loaded``)."""
+    names = function_names(impl.op)
+    if isinstance(impl.fn, str):
+        return impl.fn in {f"{module}:{name}" for name in names}
+    return any(getattr(loaded, name, None) is impl.fn for name in names)
+
+
+def test_every_family_module_has_exactly_the_functions_registered_from_it() -> None:
+    registry = algoswap.registry()
+    checked = 0
+    for backend in registry.backends:
+        for family, module in registry.families(backend).items():
+            loaded = importlib.import_module(module)
+            present = {op for op in FAMILIES[family] if any(hasattr(loaded, name) for name in function_names(op))}
+            registered = {i.op for i in registry.implementations(backend=backend)
+                          if i.op in FAMILIES[family] and _family_function(i, module, loaded)}
+            assert registered == present, f"{backend} {family} ({module})"
+            checked += 1
+    assert checked >= 30, "the installed plugins register their ops by family"
+
+
+def test_the_names_read_from_a_module_s_code_are_those_its_import_binds() -> None:
+    """Every family module of every installed plugin: the unimported reading agrees with the imported module."""
+    registry = algoswap.registry()
+    for backend in registry.backends:
+        for module in registry.families(backend).values():
+            loaded = importlib.import_module(module)
+            unimported = ModuleNames().bound(module)  # read from its code, although it is imported now
+            assert isinstance(unimported, frozenset), module
+            for name in {n for ops in FAMILIES.values() for op in ops for n in function_names(op)} | {"kernel", "supports"}:
+                assert (name in unimported) == hasattr(loaded, name), f"{module}.{name}"
+
+
+def _load(register: Any) -> Any:
+    import types
+
+    from algoswap._plugins import PluginLoader
+    from algoswap._records import PluginRecord
+    from algoswap._registry import Registry
+
+    registry = Registry()
+    loader = PluginLoader(registry, env={"ALGOSWAP_PLUGINS": "numpy"})
+    loader.discover()
+    plugin = types.SimpleNamespace(algoswap_api_version=lambda: ">=1", algoswap_register=register)
+    record = loader.load(plugin, PluginRecord("refs", "refs-dist", "1.0"))
+    assert record.status == "loaded", record.error
+    return registry
+
+
+NO_RLEU = ("cannot import its implementation 'algoswap_numpy.activation:rleu' (refs-dist 1.0): "
+           "AttributeError: module 'algoswap_numpy.activation' has no attribute 'rleu'")
+
+
+def test_an_implementation_given_as_a_ref_that_does_not_resolve_is_rejected_not_called() -> None:
+    import numpy as np
+
+    from algoswap._capabilities import build
+    from algoswap._select import select
+
+    def register(registry: Any) -> None:
+        registry.add_backend("refs", priority=10)
+        registry.add_implementation("relu", "direct", "refs", Ref("algoswap_numpy.activation:rleu"))
+
+    registry = _load(register)
+    assert build(registry, op="relu").to_dict()["ops"]["relu"]["backends"]["refs"]["direct"]["reason"] == NO_RLEU
+    chosen = select(registry, "relu", [(3,)], ["float32"])
+    assert chosen.impl.qualified == "numpy:direct" and dict(chosen.rejected)["refs:direct"] == NO_RLEU
+    assert np.array_equal(chosen.impl.callable(np.array([-1.0, 2.0])), [0.0, 2.0])
+
+
+def test_a_backend_whose_memory_space_does_not_resolve_is_unavailable_saying_why() -> None:
+    from algoswap import MemorySpace
+
+    space = MemorySpace("boxes", "numpy.ndarray", to_host="algoswap_numpy.activation:to_hots", from_host="algoswap:Ref")
+    registry = _load(lambda registry: registry.add_backend("boxes", memory=space))
+    assert registry.backends["boxes"].availability() == (
+        "cannot import its memory space's to_host 'algoswap_numpy.activation:to_hots' (refs-dist 1.0): "
+        "AttributeError: module 'algoswap_numpy.activation' has no attribute 'to_hots'")
+    assert registry.backends["boxes"].status == "unavailable"

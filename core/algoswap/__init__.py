@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from ._ref import Ref
     from ._registry import Registrar, Registry
     from ._select import Selection
-    from ._spec import Attr, GradRule, Input, OpCall, OpSpec
+    from ._spec import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, Attr, GradRule, Input, OpCall, OpSpec
+    from ._specs import FAMILIES
     from ._specs._geometry import ConvGeometry, conv_geometry, conv_output_size, pool_output_size
     from ._trace import trace
     from .hookspecs import hookimpl
@@ -72,6 +73,10 @@ _LAZY = {
     "Input": ("._spec", "Input"),
     "Attr": ("._spec", "Attr"),
     "OpCall": ("._spec", "OpCall"),
+    "FLOAT_DTYPES": ("._spec", "FLOAT_DTYPES"),
+    "INT_DTYPES": ("._spec", "INT_DTYPES"),
+    "ALL_DTYPES": ("._spec", "ALL_DTYPES"),
+    "FAMILIES": ("._specs", "FAMILIES"),
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
     "conv_output_size": ("._specs._geometry", "conv_output_size"),
     "conv_geometry": ("._specs._geometry", "conv_geometry"),

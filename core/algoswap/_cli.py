@@ -51,10 +51,23 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for row in table:
         print("  ".join(str(c).ljust(w) for c, w in zip(row[:5], widths)) + "  " + row[5])
     if args.verbose:
+        _print_family_gaps()
         for plugin in get_registry().plugins:
             if plugin.trace:
                 print(f"\n--- {plugin.name} ({plugin.owner}) ---\n{plugin.trace}", end="")
     return 0
+
+
+def _print_family_gaps() -> None:
+    """The ops of the families each backend registered (``add_family``) that it has no implementation of."""
+    from ._global import get_registry
+
+    registry = get_registry()
+    gaps = [(name, family, ops) for name in registry.backends for family, ops in registry.missing_ops(name).items()]
+    if gaps:
+        print("\nops of their families that backends do not implement (nor declare unsupported):")
+    for name, family, ops in gaps:
+        print(f"  {name}: {family} ({registry.families(name)[family]} has no function for {', '.join(ops)})")
 
 
 def cmd_caps(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
 - WARNING, once per process and plugin (or backend): a plugin that is broken, incompatible, timed out
   or crashed; a backend whose probe timed out or crashed.
 - DEBUG: each selection made (the call, the implementation chosen, each candidate rejected and why),
-  and each move of an op's inputs between memory spaces.
+  each move of an op's inputs between memory spaces, and the ops of the families a backend
+  registered (``add_family``) that it has no implementation for.
 
 As for any library, nothing is printed unless the application configures logging (a NullHandler
 is attached): ``logging.basicConfig(level=logging.DEBUG)`` shows everything.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable, Mapping
 
 LOG = logging.getLogger("algoswap")
 LOG.addHandler(logging.NullHandler())
@@ -49,3 +50,9 @@ def selected(selection: Any) -> None:
 def moved(op: str, source: str, target: str, count: int) -> None:
     if LOG.isEnabledFor(logging.DEBUG):
         LOG.debug("%s: %d input(s) moved %s -> %s", op, count, source, target)
+
+
+def family_gaps(backend: str, owner: str, missing: Callable[[], Mapping[str, tuple[str, ...]]]) -> None:
+    if LOG.isEnabledFor(logging.DEBUG):
+        for family, ops in missing().items():
+            LOG.debug("backend %r (%s) has no %s function for: %s", backend, owner, family, ", ".join(ops))

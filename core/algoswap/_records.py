@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from typing import Any, Callable, Union
 
 from ._errors import PluginError, RegistrationError
 from ._guard import Frame, TimedOut
+from ._names import ModuleNames
 from ._ref import Ref, resolve_ref
 from ._spec import OpCall
 from ._settings import ENV_TIMEOUT
@@ -88,6 +88,9 @@ class Available:
 class BackendRecord:
     """A backend: a name, the device kind it computes on, its memory space and availability probe.
 
+    ``reference``: this backend defines what each op means (at most one backend is the reference):
+    every other implementation is tested against it, and gradients another backend lacks run on it.
+
     Records are immutable; what the process learns about the backend (its probe's answer, a
     predicate that timed out) is kept apart, in its health.
     """
@@ -101,6 +104,7 @@ class BackendRecord:
     plugin: str = ""
     distribution: str = ""
     version: str = ""
+    reference: bool = False
     _health: BackendHealth = field(default_factory=BackendHealth, init=False, repr=False, compare=False)
 
     @property
@@ -177,7 +181,7 @@ class ImplRecord:
     _state: _ImplState = field(default_factory=_ImplState, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.fn, str):
+        if not isinstance(self.fn, (str, Ref)) and not isinstance(self.kernel, Ref):  # else resolved when first checked
             self._state.fn = self.fn
 
     @property
@@ -233,20 +237,25 @@ class ImplRecord:
             return reason
 
     def import_problem(self) -> str | None:
-        """Why this implementation cannot be imported, if that is known or the module of a reference
-        cannot be found (checked without importing it: the capability matrix promises only what can)."""
+        """Why this implementation cannot be imported, if that is known or one of its references names
+        a module or an attribute that does not exist (checked without importing its modules: the
+        capability matrix promises only what can run)."""
         state = self._state
         if state.problem is not None or state.found:
             return state.problem
-        found = state.health.found_modules if state.health is not None else set()
-        for what, ref in (("supports() predicate", self.supports), ("implementation", self.fn)):
-            module = ref.partition(":")[0] if isinstance(ref, str) else ref.module if isinstance(ref, Ref) else None
-            if module is not None and module not in found:
-                if not _module_exists(module):
-                    return unresolvable(what, str(ref), self.owner, ModuleNotFoundError(f"No module named {module!r}"))
-                found.add(module)
+        names = state.health.names if state.health is not None else ModuleNames()
+        for what, target in self._references():
+            missing = names.problem(target)
+            if missing is not None:
+                return unresolvable(what, target, self.owner, missing)
         state.found = True
         return None
+
+    def _references(self) -> list[tuple[str, str]]:
+        """(what, "module:attribute") of each lazy reference: implementation, predicate, kernel name."""
+        refs = [("implementation", self.fn), ("supports() predicate", self.supports), ("kernel() function", self.kernel)]
+        return [(what, ref if isinstance(ref, str) else ref.target) for what, ref in refs
+                if isinstance(ref, Ref) or (isinstance(ref, str) and what != "kernel() function")]  # a str kernel is its name
 
     def kernel_name(self, call: OpCall) -> str:
         """The kernel this implementation runs, as its backend names it."""
@@ -262,11 +271,11 @@ def _check_here(impl: ImplRecord, call: OpCall) -> bool | str:
     """The predicate's answer, then the implementation's import; failures are reasons."""
     if impl.supports is not None:
         try:
-            predicate = resolve_ref(impl.supports)
+            predicate = _callable_of(impl.supports)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            problem = impl._state.problem = unresolvable("supports() predicate", str(impl.supports), impl.owner, exc)
+            problem = impl._state.problem = unresolvable("supports() predicate", _target(impl.supports), impl.owner, exc)
             return problem
         try:
             answer = predicate(call)
@@ -280,23 +289,35 @@ def _check_here(impl: ImplRecord, call: OpCall) -> bool | str:
 
 
 def _resolve_fn(impl: ImplRecord) -> str | None:
-    """Import a ``"module:attribute"`` implementation; None, or why it cannot be (kept)."""
+    """Import a lazy implementation (and a lazy kernel-name function); None, or why it cannot be (kept)."""
     state = impl._state
-    if state.fn is None:
+    if state.fn is None and state.problem is None:
+        what, ref = "implementation", impl.fn
         try:
-            state.fn = resolve_ref(impl.fn)
+            fn = _callable_of(impl.fn)
+            if isinstance(impl.kernel, Ref):
+                what, ref = "kernel() function", impl.kernel
+                impl.kernel.resolve()
+            state.fn = fn
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            state.problem = unresolvable("implementation", str(impl.fn), impl.owner, exc)
+            state.problem = unresolvable(what, _target(ref), impl.owner, exc)
     return state.problem
 
 
-def _module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except Exception:  # a parent package is missing or fails to import
-        return False
+def _callable_of(ref: RefLike) -> Callable[..., Any]:
+    """What a reference stands for, imported now: a ``Ref`` is resolved (and kept where it passes
+    arguments of its own), a "module:attribute" string imported, a callable taken as it is."""
+    if isinstance(ref, Ref):
+        resolved: Callable[..., Any] = ref.resolve()
+        return ref if ref.args else resolved
+    imported: Callable[..., Any] = resolve_ref(ref)
+    return imported
+
+
+def _target(ref: RefLike) -> str:
+    return ref.target if isinstance(ref, Ref) else str(ref)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import difflib
-from types import MappingProxyType
+import functools
+from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from ._core_caches import SelectionCache
 from ._errors import OpArgumentError, RegistrationError
+from ._families import Overrides, family_of, find_functions, options_for
+from ._log import family_gaps
 from ._records import (
     HOST,
     LAYOUTS,
@@ -24,7 +27,7 @@ from ._records import (
 )
 from ._settings import ENV_ALLOW, ENV_DENY, normalise
 from ._spec import OpSpec
-from ._specs import core_specs
+from ._specs import FAMILIES, core_specs
 
 if TYPE_CHECKING:
     from ._supervisor import Supervisor
@@ -46,6 +49,12 @@ class Registrar:
         self._backends: dict[str, BackendRecord] = {}
         self._impls: dict[Key, ImplRecord] = {}
         self._unsupported: dict[Key, UnsupportedRecord] = {}
+        self._families: dict[str, dict[str, str]] = {}  # backend -> the families it registered -> their module
+
+    @property
+    def reference(self) -> str | None:
+        """The backend this registration declares the reference, if any."""
+        return next((name for name, record in self._backends.items() if record.reference), None)
 
     def add_backend(
         self,
@@ -56,16 +65,22 @@ class Registrar:
         probe: Probe | str | None = None,
         priority: int = 0,
         description: str = "",
+        reference: bool = False,
     ) -> BackendRecord:
-        """Declare a backend. ``probe()`` returns True or a reason string; it is called lazily, once."""
+        """Declare a backend. ``probe()`` returns True or a reason string; it is called lazily, once.
+        ``reference=True``: this backend defines what each op means (at most one backend may say so)."""
         check_name("backend", name)
         if name in self._backends:
             raise RegistrationError(f"backend {name!r} declared twice by {self.plugin.owner}")
         if not isinstance(memory, MemorySpace):
             raise RegistrationError(f"backend {name!r}: memory must be an algoswap.MemorySpace, got {memory!r}")
+        if reference and self.reference is not None:
+            raise RegistrationError(f"backends {self.reference!r} and {name!r} of {self.plugin.owner} both declare "
+                                    "themselves the reference: at most one backend is")
         record = BackendRecord(
             name, device, memory, probe, priority, description,
             plugin=self.plugin.name, distribution=self.plugin.distribution, version=self.plugin.version,
+            reference=bool(reference),
         )
         record._health.supervisor = self._supervisor
         self._backends[name] = record
@@ -106,6 +121,31 @@ class Registrar:
         self._impls[key] = record
         return record
 
+    def add_family(
+        self, module: ModuleType | str, backend: str, *, overrides: Overrides = None, **defaults: Any
+    ) -> tuple[str, ...]:
+        """Register the functions of ``module`` (a module, or its dotted name) for the ops of the family
+        it is named after (``pkg.activation``: ``algoswap.FAMILIES["activation"]``): each op whose
+        function is there (named like the op; ``slice_`` for ``slice``) becomes an implementation on
+        ``backend``, with ``add_implementation``'s keywords ``defaults`` (``algorithm`` too: "direct"
+        unless given), replaced for one op by what ``overrides`` gives it (a mapping op -> keywords,
+        which may name ops of other families too, or a function of the op's name returning them).
+        A module given by name is not imported: its functions are found in its compiled code, and
+        registered as "module:function" references.
+
+        Returns the family's ops the module has no function for; ``Registry.missing_ops`` reports
+        those that the backend neither registers otherwise nor declares unsupported."""
+        name, family = family_of(module)
+        self._check_backend(backend, f"add_family({name!r})")
+        per_op = options_for(overrides)
+        ops = FAMILIES[family]
+        found = find_functions(module, ops, self._backends[backend]._health.names)
+        for op, fn in found.items():
+            options = {"algorithm": "direct", **defaults, **per_op(op)}
+            self.add_implementation(op, options.pop("algorithm"), backend, fn, **options)
+        self._families.setdefault(backend, {})[family] = name
+        return tuple(op for op in ops if op not in found)
+
     def declare_unsupported(self, op: str, algorithm: str, backend: str, reason: str) -> None:
         """Say that ``backend`` cannot offer ``algorithm`` for ``op``, and why (shown in the matrix)."""
         key = self._check_key(op, algorithm, backend)
@@ -119,8 +159,10 @@ class Registrar:
         self._ops[spec.name] = spec
 
     def claims(self) -> list[tuple[str, str]]:
-        """The names this registration would own: ("op", name) and ("backend", name) pairs."""
-        return [("op", name) for name in self._ops] + [("backend", name) for name in self._backends]
+        """The names this registration would own: ("op", name) and ("backend", name) pairs, and
+        ("role", "reference") if it declares the reference backend."""
+        roles = [("role", "reference")] if self.reference is not None else []
+        return [("op", name) for name in self._ops] + [("backend", name) for name in self._backends] + roles
 
     def validate(self) -> None:
         """Refuse staged records that did not come through this registrar's own methods (a plugin
@@ -140,9 +182,12 @@ class Registrar:
             raise RegistrationError(f"({op}, {algorithm}, {backend}): 'default' is reserved for the best-ranked choice")
         if op not in self._ops and op not in self._known_ops:
             raise RegistrationError(f"unknown op {op!r}{_suggest(op, self._known_ops)}")
-        if backend not in self._backends:
-            raise RegistrationError(f"({op}, {algorithm}, {backend}): backend {backend!r} was not declared by {self.plugin.owner}")
+        self._check_backend(backend, f"({op}, {algorithm}, {backend})")
         return (op, algorithm, backend)
+
+    def _check_backend(self, backend: str, where: str) -> None:
+        if backend not in self._backends:
+            raise RegistrationError(f"{where}: backend {backend!r} was not declared by {self.plugin.owner}")
 
 
 _READ_ONLY = frozenset({"ops", "backends", "impls", "unsupported"})
@@ -170,6 +215,7 @@ class Registry:
         self.selection_cache = SelectionCache()  # selections (typed keys) and the front ends' calls: see _core_caches
         self._op_owner: dict[str, PluginRecord] = {}
         self._by_op: dict[str, list[ImplRecord]] = {}
+        self._families: dict[str, dict[str, str]] = {}  # backend -> the families it registered -> their module
 
     def __setattr__(self, name: str, value: Any) -> None:
         # (never ``name in self.__dict__``: touching __dict__ would slow down every attribute read)
@@ -193,6 +239,23 @@ class Registry:
         """Registered implementations, filtered by op and backend, in registration order."""
         records = self._by_op.get(op, []) if op is not None else list(self._impls.values())
         return [r for r in records if backend is None or r.backend == backend]
+
+    @property
+    def reference(self) -> BackendRecord | None:
+        """The reference backend (the one that declared ``reference=True``), if one is loaded."""
+        return next((record for record in self._backends.values() if record.reference), None)
+
+    def missing_ops(self, backend: str) -> dict[str, tuple[str, ...]]:
+        """For each family ``backend`` registered with ``add_family``, the family's ops it neither
+        implements nor declares unsupported (families it has whole are left out)."""
+        offered = {key[0] for key in (*self._impls, *self._unsupported) if key[2] == backend}
+        families = self._families.get(backend, {})
+        gaps = {family: tuple(op for op in FAMILIES[family] if op not in offered) for family in families}
+        return {family: ops for family, ops in gaps.items() if ops}
+
+    def families(self, backend: str) -> Mapping[str, str]:
+        """The families ``backend`` registered with ``add_family`` -> the module each came from."""
+        return MappingProxyType(self._families.get(backend, {}))
 
     def owner_of(self, backend: str) -> str:
         return self._backends[backend].owner
@@ -237,7 +300,10 @@ class Registry:
         self._unsupported.update(staged._unsupported)
         for record in staged._impls.values():
             self._by_op.setdefault(record.op, []).append(record)
+        self._families.update(staged._families)
         self.selection_cache.clear()
+        for backend in staged._backends:
+            family_gaps(backend, staged.plugin.owner, functools.partial(self.missing_ops, backend))
 
 
 def _status_story(plugin: PluginRecord) -> str:

@@ -16,7 +16,12 @@ from ._errors import InvalidSpec, OpArgumentError, OpDtypeError
 from ._sizes import check_output_fits
 
 Shape = tuple[int, ...]
+# The dtype sets backends declare their implementations for (exported as algoswap.FLOAT_DTYPES, ...).
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")  # every numpy integer dtype
+# Every dtype an array may have on both sides of the torch front ends (torch's uint16..uint64 have few operators):
+# what data-movement ops (reshape, concat, slicing, ...) take. bfloat16 numpy arrays come from ml_dtypes.
+ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", *FLOAT_DTYPES)
 
 
 class _Required:

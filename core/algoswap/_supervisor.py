@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from ._faults import Fault, FaultLog
 from ._guard import Frame, Guard, TimedOut, named_frame
 from ._log import backend_out
+from ._names import ModuleNames
+from ._ref import Ref
 
 if TYPE_CHECKING:
     from ._records import Available, BackendRecord
@@ -82,7 +84,7 @@ class BackendHealth:
         self.answer: bool | str | None = None
         self.status = "unknown"
         self.device = ""
-        self.found_modules: set[str] = set()  # modules of its implementations' references, found to exist
+        self.names = ModuleNames()  # what the modules of its references bind, learnt without importing them
         self._lock = threading.Lock()
 
     def settle(self, backend: "BackendRecord") -> bool | str:
@@ -101,6 +103,11 @@ class BackendHealth:
         backend_out(backend, status, reason)
 
     def _probe(self, backend: "BackendRecord") -> tuple[str, bool | str]:
+        status, answer = self._ask_probe(backend)
+        unusable = self._unresolvable_memory(backend) if status == "available" else ""
+        return ("unavailable", unusable) if unusable else (status, answer)
+
+    def _ask_probe(self, backend: "BackendRecord") -> tuple[str, bool | str]:
         if backend.probe is None:
             return "available", True
         supervisor = self.supervisor
@@ -116,6 +123,19 @@ class BackendHealth:
             return "unavailable", answer
         self.device = "" if answer is True else answer.device
         return "available", True
+
+    def _unresolvable_memory(self, backend: "BackendRecord") -> str:
+        """Why the functions that move the backend's arrays cannot be imported ("" if they may be)."""
+        memory = backend.memory
+        for what in ("to_host", "from_host", "from_dlpack"):
+            ref = getattr(memory, what)
+            if not isinstance(ref, (str, Ref)):
+                continue
+            target = ref if isinstance(ref, str) else ref.target
+            missing = self.names.problem(target)
+            if missing is not None:
+                return unresolvable(f"memory space's {what}", target, backend.owner, missing)
+        return ""
 
 
 def _ask(backend: "BackendRecord") -> "Literal[True] | str | Available":

@@ -48,11 +48,17 @@ def algoswap_register(registry: "Registrar") -> None:
     ``registry`` is a view of the registry scoped to this plugin: it stages this plugin's records
     and holds no way to reach, or change, those of other plugins (committed records are immutable):
 
-    - ``registry.add_backend(name, device=..., memory=..., probe=..., priority=...)``; ``probe()``
-      returns True (or ``algoswap.Available(device)`` naming the device found) or a reason string;
+    - ``registry.add_backend(name, device=..., memory=..., probe=..., priority=..., reference=False)``;
+      ``probe()`` returns True (or ``algoswap.Available(device)`` naming the device found) or a
+      reason string; ``reference=True`` declares the backend that defines what each op means;
+    - ``registry.add_family(module, backend, overrides=..., **defaults)``: every op of the family
+      the module is named after (``pkg.activation``: ``algoswap.FAMILIES["activation"]``) whose
+      function is in it, by name, as an implementation; a module given by its dotted name is not
+      imported. Returns the family's ops it has no function for;
     - ``registry.add_implementation(op, algorithm, backend, fn, dtypes=..., supports=...,
-      priority=..., kernel=...)`` where ``fn`` and ``supports`` may be callables or
-      ``"module:attribute"`` strings imported on first use;
+      priority=..., kernel=...)`` where ``fn``, ``supports`` and ``kernel`` may be callables or
+      ``algoswap.Ref("module:attribute")`` (``fn`` and ``supports`` also plain strings) imported on
+      first use; ``dtypes`` from ``algoswap.FLOAT_DTYPES``, ``INT_DTYPES``, ``ALL_DTYPES``;
     - ``registry.declare_unsupported(op, algorithm, backend, reason)`` for an algorithm the
       backend knows but cannot offer (the capability matrix shows the reason);
     - ``registry.add_op(spec)`` for an op the core does not declare.
@@ -61,8 +67,9 @@ def algoswap_register(registry: "Registrar") -> None:
     own; otherwise the plugin is reported as ``broken`` and skipped whole. Names are settled after
     every plugin has registered, so the outcome never depends on load order: a backend or op name
     that several plugins declare goes to none of them (each report names the others), names the
-    core or an already loaded plugin owns are refused, and the backend ``numpy`` is reserved for
-    the reference distribution ``algoswap-numpy``. The return value is ignored.
+    core or an already loaded plugin owns are refused, and so is the reference role once a backend
+    holds it (several claiming it at once: none gets it), and the reference backend's name to any
+    other plugin. The return value is ignored.
 
-    Since API 1.0.
+    Since API 1.0; ``add_family``, ``add_backend(reference=)``: API 1.1.
     """

@@ -2,7 +2,7 @@
 
 Fixtures and helpers shared by test_discovery.py (in-process) and test_cli.py (subprocesses).
 
-Nine tiny distributions are pip-installed once per session into a temporary directory:
+Ten tiny distributions are pip-installed once per session into a temporary directory:
 
 ===================== ============= ==========================================================
 distribution          entry point   behaviour
@@ -11,15 +11,18 @@ algoswap-test-good    test_good     backends "toy" (relu "toy:direct") and "toy_
                                     probe answers "no toy device here")
 algoswap-test-broken  test_broken   raises RuntimeError("boom at import") on import
 algoswap-test-raising test_raising  add_backend("raising") then raises inside algoswap_register
-algoswap-test-clash   test_clash    declares backend "numpy", reserved for algoswap-numpy
+algoswap-test-clash   test_clash    declares backend "numpy", the reference backend's name
 algoswap-test-takeover a_takeover   the same, from an entry point that sorts before "numpy"
 algoswap-test-rival-a rival_a       declares backend "rival" ...
 algoswap-test-rival-b rival_b       ... which this one declares too: neither gets it
 algoswap-test-meddler test_meddler  tries to rewrite others' records through its registrar
 algoswap-test-oldapi  test_oldapi   supports core API ">=2,<3" only
+algoswap-test-families test_families backend "fam": the activation family from a module it never
+                                    imports (relu, relu_grad; the rest missing), and two
+                                    references that do not resolve
 ===================== ============= ==========================================================
 
-A tenth, algoswap-test-hazards (entry points hazard_segfault, hazard_exit, hazard_sleep,
+An eleventh, algoswap-test-hazards (entry points hazard_segfault, hazard_exit, hazard_sleep,
 hazard_baseexc), is installed into a directory of its own (fixture ``hazards``): its plugins crash,
 end, hang or raise a BaseException, and are only ever loaded in child processes.
 
@@ -56,9 +59,9 @@ LOG_VAR = "ALGOSWAP_TEST_IMPORT_LOG"
 HAZARDS = "algoswap-test-hazards"
 MODULES = ("algoswap_test_good", "algoswap_test_broken", "algoswap_test_raising", "algoswap_test_clash",
            "algoswap_test_takeover", "algoswap_test_rival_a", "algoswap_test_rival_b", "algoswap_test_meddler",
-           "algoswap_test_oldapi")
+           "algoswap_test_oldapi", "algoswap_test_families")
 NUMPY_OWNER = f"algoswap-numpy {importlib.metadata.version('algoswap-numpy')}"
-RESERVED = "backend 'numpy' is reserved for algoswap-numpy (the reference backend); {} may not declare it"
+RESERVED = f"backend 'numpy' is the reference backend, declared by {NUMPY_OWNER}; {{}} may not declare it"
 
 # entry-point name -> (distribution, version, status, fragments its error must contain)
 EXPECTED = {
@@ -74,6 +77,7 @@ EXPECTED = {
                 ("backend 'rival' is also declared by algoswap-test-rival-a 0.1.0: a name several plugins declare goes to none",)),
     "test_meddler": ("algoswap-test-meddler", "0.1.0", "loaded", ()),
     "test_oldapi": ("algoswap-test-oldapi", "2.0.0", "incompatible", (">=2,<3", algoswap.API_VERSION)),
+    "test_families": ("algoswap-test-families", "0.1.0", "loaded", ()),
 }
 FAILING = [name for name, (_, _, status, _) in EXPECTED.items() if status != "loaded"]
 DENY_FAILING = "test_broken,algoswap-test-raising,test_clash,algoswap_test_oldapi,a_takeover,rival_a,algoswap-test-rival-b"

@@ -93,7 +93,7 @@ def test_cli_strict_mode_reports_plugin_error(installed: Installed, tmp_path: Pa
     done = cli(installed, tmp_path, "backends", ALGOSWAP_STRICT_PLUGINS="1")
     assert done.returncode == 2
     assert done.stderr.startswith("algoswap: error: plugin 'a_takeover' (algoswap-test-takeover 0.1.0) is broken: "
-                                  "backend 'numpy' is reserved for algoswap-numpy")
+                                  "backend 'numpy' is the reference backend, declared by algoswap-numpy")
 
 
 def test_cli_strict_mode_with_failing_plugins_denied(installed: Installed, tmp_path: Path, import_log: Path) -> None:
@@ -102,7 +102,7 @@ def test_cli_strict_mode_with_failing_plugins_denied(installed: Installed, tmp_p
     rows = backend_rows(done)
     assert {rows[(n, None)]["status"] for n in FAILING} == {"disabled"}
     assert rows[("test_good", "toy")]["status"] == "available"
-    assert sorted(imported(import_log)) == ["algoswap_test_good", "algoswap_test_meddler"]
+    assert sorted(imported(import_log)) == ["algoswap_test_families", "algoswap_test_good", "algoswap_test_meddler"]
 
 
 def test_cli_without_the_test_plugins_installed(installed: Installed, tmp_path: Path) -> None:

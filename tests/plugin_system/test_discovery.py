@@ -140,8 +140,9 @@ def test_strict_mode_passes_when_the_failing_plugins_are_denied(discover: Any, i
     registry = discover(**{ENV_STRICT: "1", ENV_DENY: DENY_FAILING})
     records = plugin_records(registry)
     assert {n: records[n].status for n in EXPECTED} == {
-        "numpy": "loaded", "test_good": "loaded", "test_meddler": "loaded", **{n: "disabled" for n in FAILING}}
-    assert sorted(imported(import_log)) == ["algoswap_test_good", "algoswap_test_meddler"]
+        "numpy": "loaded", "test_good": "loaded", "test_meddler": "loaded", "test_families": "loaded",
+        **{n: "disabled" for n in FAILING}}
+    assert sorted(imported(import_log)) == ["algoswap_test_families", "algoswap_test_good", "algoswap_test_meddler"]
 
 
 @pytest.mark.parametrize("allow", [
@@ -190,7 +191,7 @@ def test_deny_list_disables_before_import(discover: Any, import_log: Path, deny:
     assert "algoswap_test_broken" not in imported(import_log)
     assert "algoswap_test_broken" not in sys.modules
     assert records["test_good"].status == "loaded"
-    # the reference backend's name stays reserved for algoswap-numpy, even with algoswap-numpy disabled
+    # with algoswap-numpy, "numpy" is the reference's name; without it, a name the two impostors contest
     assert (records["test_clash"].status, records["a_takeover"].status) == ("broken", "broken")
     assert ("numpy" in registry.backends) == ("numpy" not in deny)
 

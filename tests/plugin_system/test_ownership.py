@@ -19,7 +19,8 @@ import algoswap
 from algoswap import _plugins
 from algoswap._plugins import PluginLoader
 from algoswap._records import ImplRecord, PluginRecord
-from algoswap._registry import Registry
+from algoswap._ownership import refused_claims
+from algoswap._registry import Registrar, Registry
 from algoswap._select import select
 
 from .conftest import NUMPY_OWNER, Installed, plugin_records
@@ -40,14 +41,59 @@ def test_a_plugin_loaded_before_numpy_cannot_take_over_the_reference_backend(dis
     assert [p.name for p in registry.plugins if p.status != "disabled"] == ["a_takeover", "numpy"]  # it loads first
     assert records["a_takeover"].status == "broken"
     assert records["a_takeover"].error == (
-        "backend 'numpy' is reserved for algoswap-numpy (the reference backend); algoswap-test-takeover 0.1.0 may not declare it")
+        f"backend 'numpy' is the reference backend, declared by {NUMPY_OWNER}; algoswap-test-takeover 0.1.0 may not declare it")
     numpy_is_intact(registry)
+    assert registry.reference is registry.backends["numpy"]
 
 
-def test_the_reference_name_is_reserved_even_with_algoswap_numpy_disabled(discover: Any) -> None:
+def test_with_the_reference_disabled_its_name_is_an_ordinary_one(discover: Any) -> None:
+    """The core knows the reference by its role, not by a name: without algoswap-numpy there is no
+    reference, and the two plugins declaring "numpy" contest it like any other name."""
     registry = discover(ALGOSWAP_DISABLE_PLUGINS="numpy")
-    assert "numpy" not in registry.backends
-    assert {plugin_records(registry)[n].status for n in ("a_takeover", "test_clash")} == {"broken"}
+    assert "numpy" not in registry.backends and registry.reference is None
+    records = plugin_records(registry)
+    for me, other in (("a_takeover", "algoswap-test-clash 0.3.0"), ("test_clash", "algoswap-test-takeover 0.1.0")):
+        assert (records[me].status, records[me].error) == ("broken", (
+            f"backend 'numpy' is also declared by {other}: a name several plugins declare goes to none of them "
+            "(disable or uninstall all but one)"))
+
+
+def test_a_second_reference_backend_is_refused_naming_both(discover: Any) -> None:
+    registry = discover(ALGOSWAP_PLUGINS="numpy")
+    late = types.SimpleNamespace(algoswap_api_version=lambda: ">=1",
+                                 algoswap_register=lambda registry: registry.add_backend("truth", reference=True))
+    record = PluginLoader(registry, env={}).load(late, PluginRecord("late", "late-dist", "2.0"))
+    assert (record.status, record.error) == ("broken", (
+        f"backend 'truth' (late-dist 2.0) declares itself the reference backend, but 'numpy' ({NUMPY_OWNER}) is: "
+        "at most one backend is"))
+    assert "truth" not in registry.backends and registry.reference is registry.backends["numpy"]
+
+
+def test_reference_claims_staged_together_all_fail_whatever_the_order() -> None:
+    def staged(name: str, backend: str) -> Registrar:
+        registrar = Registrar(Registry().ops, PluginRecord(name, f"{name}-dist", "1.0"))
+        registrar.add_backend(backend, reference=True)
+        return registrar
+
+    first, second = staged("one", "ref_one"), staged("two", "ref_two")
+    for order in ([first, second], [second, first]):
+        reasons = dict(zip((r.plugin.name for r in order), refused_claims(Registry(), order)))
+        assert reasons == {
+            "one": "backend 'ref_one' (one-dist 1.0) and 'ref_two' (two-dist 1.0) each declare themselves the reference "
+                   "backend: at most one backend is, so none of them is taken (disable or uninstall all but one)",
+            "two": "backend 'ref_two' (two-dist 1.0) and 'ref_one' (one-dist 1.0) each declare themselves the reference "
+                   "backend: at most one backend is, so none of them is taken (disable or uninstall all but one)"}
+
+
+def test_one_plugin_declaring_two_reference_backends_is_broken() -> None:
+    def register(registry: Any) -> None:
+        registry.add_backend("truth", reference=True)
+        registry.add_backend("more_truth", reference=True)
+
+    record = PluginLoader(Registry(), env={}).load(types.SimpleNamespace(algoswap_api_version=lambda: ">=1", algoswap_register=register),
+                                                   PluginRecord("double", "double-dist", "1.0"))
+    assert (record.status, record.error) == ("broken", "RegistrationError: backends 'truth' and 'more_truth' of double-dist 1.0 "
+                                                       "both declare themselves the reference: at most one backend is")
 
 
 @pytest.mark.parametrize("order", ["by name", "reversed"])

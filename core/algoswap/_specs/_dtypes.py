@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .._errors import OpDtypeError
-from .._spec import same_float_dtype
+from .._spec import INT_DTYPES, same_float_dtype
 
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 DtypeRule = Callable[[str, Sequence[str], Sequence[str | None]], str]
 
 

@@ -27,7 +27,6 @@ from .._select import Selection, select
 from .._spec import GradRule, OpCall
 from .tensors import array_to_tensor, tensor_to_array
 
-REFERENCE_BACKEND = "numpy"
 _TORCH_DTYPES = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
     "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
@@ -261,8 +260,9 @@ def _choose_gradient(rule: GradRule, shapes: list[Any], call: OpCall, backend: s
     memory = registry.backends[backend].memory.name
     attrs = rule.attrs_for(call)  # a variadic input's rule: its first array's (the choice is the same for each)
     tries = [(f"{backend}:default", "")]
-    if backend != REFERENCE_BACKEND:
-        tries.append((f"{REFERENCE_BACKEND}:default", f"fallback: {backend} has none for this call"))
+    reference = registry.reference
+    if reference is not None and backend != reference.name:
+        tries.append((f"{reference.name}:default", f"fallback: {backend} has none for this call"))
     reasons = []
     for request, note in tries:
         try:

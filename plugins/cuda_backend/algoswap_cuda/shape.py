@@ -1,14 +1,10 @@
-"""add (broadcasting), concat, flatten and reshape on CuPy arrays."""
+"""concat, flatten and reshape on CuPy arrays."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import cupy as cp
-
-
-def add(a: Any, b: Any) -> Any:
-    return a + b
 
 
 def concat(*inputs: Any, axis: int) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from algoswap import Ref
+from algoswap import FAMILIES, Ref
 
 from ._settings import set_layout
 
@@ -46,103 +46,71 @@ def probe() -> bool | str:
 
 
 def algoswap_api_version() -> str:
-    return ">=1,<2"
+    return ">=1.1,<2"  # add_family
 
 
 def algoswap_register(registry: Any) -> None:
     registry.add_backend(BACKEND, device="cpu", priority=10, probe=probe,
                          description="oneDNN 3.2 primitives on the CPU (float32, host memory)")
     _register_conv(registry)
-    _register_others(registry)
-    _register_more(registry)
-    _register_ops(registry)
+    for family, predicate in _FAMILIES.items():
+        module = f"{__name__}.{family}"
+        registry.add_family(module, BACKEND, algorithm="gemm" if family in ("linear", "matmul") else "direct", dtypes=F32,
+                            supports=f"{module}:{predicate}" if predicate else None, kernel=Ref(f"{module}:kernel"),
+                            overrides=_options)
+    for family, reason in _UNSUPPORTED_FAMILIES.items():
+        for op in FAMILIES[family]:
+            registry.declare_unsupported(op, "direct", BACKEND, reason)
     for ops, reason in _UNSUPPORTED.items():
         for op in ops.split():
             registry.declare_unsupported(op, "direct", BACKEND, reason)
 
 
-def _forward_dtypes(op: str) -> tuple[str, ...]:
-    """Forward ops run in bfloat16 too; gradients in float32 only."""
-    return F32 if "_grad" in op else BF16
-
-
-def _any_if_forward(op: str) -> str:
-    """Forward pooling and relu take channels-last arrays as they are (and keep that order); gradients do not."""
-    return "contiguous" if op.endswith("_grad") else "any"
-
-
 def _register_conv(registry: Any) -> None:
+    """conv2d and conv2d_fused, by algorithm (their gradients are in the conv family)."""
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and relu as post-ops")):
         add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=BF16, priority=20, supports=f"{conv}:supports_auto",
-            kernel=Ref(f"{__name__}.conv:kernel_auto"), layout="channels_last",
+            kernel=Ref(f"{conv}:kernel_auto"), layout="channels_last",
             description=f"oneDNN convolution_auto (the library picks the algorithm){what}")
         add(op, "direct", BACKEND, f"{conv}:{op}_direct", dtypes=BF16, priority=10, supports=f"{conv}:supports",
-            kernel=Ref(f"{__name__}.conv:kernel"), layout="channels_last", description=f"oneDNN convolution_direct{what}")
+            kernel=Ref(f"{conv}:kernel"), layout="channels_last", description=f"oneDNN convolution_direct{what}")
         registry.declare_unsupported(op, "winograd", BACKEND, WINOGRAD_REASON)
-    for op in ("conv2d_grad_input", "conv2d_grad_weight"):
-        add(op, "direct", BACKEND, f"{conv}:{op}", dtypes=F32, supports=f"{conv}:supports", kernel=Ref(f"{__name__}.conv:kernel"))
-    add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
 
 
-def _register_others(registry: Any) -> None:
-    add = registry.add_implementation
-    for op in ("linear", "linear_grad_input", "linear_grad_weight"):
-        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.linear:supports",
-            kernel=Ref(f"{__name__}.linear:kernel"))
-    add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
-    for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.pool:supports",
-            kernel=Ref(f"{__name__}.pool:kernel"), layout=_any_if_forward(op))
-    for op in ("adaptiveavgpool2d", "adaptiveavgpool2d_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=_forward_dtypes(op), supports=f"{__name__}.pool:supports_adaptive",
-            kernel=Ref(f"{__name__}.pool:kernel"), layout=_any_if_forward(op))
-    add("relu", "direct", BACKEND, f"{__name__}.activation:relu", dtypes=BF16, kernel=Ref(f"{__name__}.activation:kernel"),
-        supports=f"{__name__}.activation:supports_relu", layout="any")
-    add("relu_grad", "direct", BACKEND, f"{__name__}.activation:relu_grad", dtypes=F32, kernel=Ref(f"{__name__}.activation:kernel"))
+# The families registered (float32, the module's kernel(), "gemm" for linear and matmul, else "direct") -> the
+# module's supports() predicate (None: none)
+_FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "activation": None, "norm": "supports",
+             "softmax": None, "elementwise": "supports", "shape": None, "arith": "supports", "matmul": "supports",
+             "slicing": None}
+_BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
+_INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
+# op -> how it differs from its family's defaults
+_OPS: dict[str, dict[str, Any]] = {
+    "linear": {"dtypes": BF16}, "maxpool2d": _BF16_ANY, "avgpool2d": _BF16_ANY,
+    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"},
+    "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
+    "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
+    "transpose": {"description": "oneDNN reorder from the input's permuted strides"},
+    "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
+}
+_BIAS_GRADIENT = {"algorithm": "direct", "supports": None, "kernel": BIAS_KERNEL}
 
 
-def _register_more(registry: Any) -> None:
-    add = registry.add_implementation
-    for op in ("sigmoid", "sigmoid_grad", "tanh", "tanh_grad", "leaky_relu", "leaky_relu_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=F32, kernel=Ref(f"{__name__}.activation:kernel"))
-    norm = f"{__name__}.norm"
-    for op in ("batchnorm2d", "batch_norm_train", "batch_norm_train_grad_input", "batch_norm_train_grad_weight",
-               "layer_norm", "layer_norm_grad_input", "layer_norm_grad_weight"):
-        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=Ref(f"{__name__}.norm:kernel"))
-    for op in ("batch_norm_train_grad_bias", "layer_norm_grad_bias"):
-        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, kernel=BIAS_KERNEL)
-    for op in ("softmax", "softmax_grad", "log_softmax", "log_softmax_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.softmax:{op}", dtypes=F32, kernel=Ref(f"{__name__}.softmax:kernel"))
-    add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=BF16, supports=f"{__name__}.elementwise:supports",
-        kernel=Ref(f"{__name__}.elementwise:kernel"), layout="any")
-    add("concat", "direct", BACKEND, f"{__name__}.shape:concat", dtypes=F32, kernel=Ref(f"{__name__}.shape:kernel"))
+def _options(op: str) -> dict[str, Any]:
+    return _BIAS_GRADIENT if op.endswith("_grad_bias") else _OPS.get(op, {})
 
 
-_ARITH = ("sub mul div sub_grad_b mul_grad div_grad_a div_grad_b neg sqrt sqrt_grad rsqrt rsqrt_grad add_scalar mul_scalar "
-          "rdiv_scalar rdiv_scalar_grad pow_scalar pow_scalar_grad").split()
-_MATMUL = ("matmul", "matmul_grad_a", "matmul_grad_b", "batch_matmul", "batch_matmul_grad_a", "batch_matmul_grad_b")
-
-
-def _register_ops(registry: Any) -> None:
-    add = registry.add_implementation
-    for op in _ARITH:
-        add(op, "direct", BACKEND, f"{__name__}.arith:{op}", dtypes=F32, supports=f"{__name__}.arith:supports",
-            kernel=Ref(f"{__name__}.arith:kernel"))
-    for op in _MATMUL:
-        add(op, "gemm", BACKEND, f"{__name__}.matmul:{op}", dtypes=F32, supports=f"{__name__}.matmul:supports",
-            kernel=Ref(f"{__name__}.matmul:kernel"))
-    add("transpose", "direct", BACKEND, f"{__name__}.slicing:transpose", dtypes=F32, kernel=Ref(f"{__name__}.slicing:kernel"),
-        description="oneDNN reorder from the input's permuted strides")
-    norm = f"{__name__}.norm"
-    for op in ("instance_norm", "instance_norm_grad_input", "instance_norm_grad_weight"):
-        add(op, "direct", BACKEND, f"{norm}:{op}", dtypes=F32, supports=f"{norm}:supports", kernel=Ref(f"{__name__}.norm:kernel"),
-            description="oneDNN batch normalization of the input seen as (1, N*C, H, W)")
-    add("instance_norm_grad_bias", "direct", BACKEND, f"{norm}:instance_norm_grad_bias", dtypes=F32, kernel=BIAS_KERNEL)
-
-
-# ops of the seed set no oneDNN 3.2 primitive serves (space-separated) -> why
+# families no oneDNN 3.2 primitive serves -> why
+_UNSUPPORTED_FAMILIES = {
+    "indexing": "oneDNN 3.2 has no gather, scatter or select primitive",
+    "dropout": "oneDNN 3.2 has no random-number generation (no dropout primitive)",
+    "loss": "oneDNN 3.2 has no loss primitive (the loss gathers targets and reduces beyond softmax)",
+    "sparse": "oneDNN 3.2 has no sparse (CSR) primitives",
+    "optim": "oneDNN 3.2 has no optimizer primitive (an update is several elementwise steps on arrays updated in place)",
+}
+# other ops no oneDNN 3.2 primitive serves (space-separated) -> why
 _UNSUPPORTED = {
     "reduce_sum reduce_mean sum_to_shape": REDUCTION_REASON,
     "reduce_sum_grad reduce_mean_grad broadcast_to": "a broadcast copy: oneDNN 3.2 has no broadcast primitive",
@@ -150,11 +118,4 @@ _UNSUPPORTED = {
     "slice split slice_grad": "a copy into or out of a window: oneDNN 3.2 has no slicing primitive (a reorder of a "
                               "sub-memory could copy it, with NumPy's memory traffic; not mapped)",
     "pad pad_grad": "oneDNN 3.2 has no padding primitive (constant, reflect or replicate)",
-    "one_hot where where_grad embedding embedding_grad": "oneDNN 3.2 has no gather, scatter or select primitive",
-    "dropout dropout_grad dropout2d dropout2d_grad": "oneDNN 3.2 has no random-number generation (no dropout primitive)",
-    "softmax_cross_entropy softmax_cross_entropy_grad binary_cross_entropy binary_cross_entropy_grad":
-        "oneDNN 3.2 has no loss primitive (the loss gathers targets and reduces beyond softmax)",
-    "csrmv csrmm csrmm_grad_dense": "oneDNN 3.2 has no sparse (CSR) primitives",
-    " ".join(f"{name}_update{kind}" for kind in ("", "_sparse") for name in ("sgd", "momentum", "nesterov", "adagrad", "adam")):
-        "oneDNN 3.2 has no optimizer primitive (an update is several elementwise steps on arrays updated in place)",
 }

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from algoswap import Ref
+from algoswap import ALL_DTYPES, Ref
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register", "use_device", "USM", "SyclArray"]
 
 BACKEND = "sycl"
 DTYPES = ("float32", "float64")  # float64 only where the device has it: supports() says so otherwise
-ANY_DTYPE = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+ANY_DTYPE = tuple(dtype for dtype in ALL_DTYPES if dtype != "bfloat16")  # OpenCL C has no bfloat16
 SUPPORTS = f"{__name__}._launch:supports_dtype_and_size"
 
 
@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 
 def algoswap_api_version() -> str:
-    return ">=1,<2"
+    return ">=1.1,<2"  # add_family
 
 
 def probe() -> Any:
@@ -62,39 +62,31 @@ def algoswap_register(registry: Any) -> None:
     registry.add_backend(BACKEND, device="sycl", memory=USM, priority=-10, probe=probe,
                          description="OpenCL C kernels through dpctl on a SYCL device (USM; host arrays copied in)")
     _register_conv(registry)
-    _register_others(registry)
+    _register_families(registry)
 
 
 def _register_conv(registry: Any) -> None:
+    """conv2d and conv2d_fused, by algorithm (their gradients are in the conv family)."""
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     for op, suffix, then in (("conv2d", "", ""), ("conv2d_fused", "_fused", ", then the residual and relu in one pass")):
         add(op, "smm", BACKEND, f"{conv}:conv2d_smm{suffix}", dtypes=DTYPES, priority=10, supports=SUPPORTS,
-            kernel=Ref(f"{__name__}.conv:kernel{suffix}"), description="im2col in panels + the tiled matrix product" + then)
+            kernel=Ref(f"{conv}:kernel{suffix}"), description="im2col in panels + the tiled matrix product" + then)
         add(op, "direct", BACKEND, f"{conv}:conv2d_direct{suffix}", dtypes=DTYPES, priority=20, supports=SUPPORTS,
-            kernel=Ref(f"{__name__}.conv:kernel_direct{suffix}"),
+            kernel=Ref(f"{conv}:kernel_direct{suffix}"),
             description="the tiled matrix product reading the padded input in place (no im2col)" + then)
-    for op in ("conv2d_grad_input", "conv2d_grad_weight"):
-        add(op, "smm", BACKEND, f"{conv}:{op}", dtypes=DTYPES, supports=SUPPORTS, kernel=Ref(f"{__name__}.conv:kernel"))
-    add("conv2d_grad_bias", "direct", BACKEND, f"{conv}:conv2d_grad_bias", dtypes=DTYPES, supports=SUPPORTS,
-        kernel=Ref(f"{__name__}.conv:kernel"))
 
 
-def _register_others(registry: Any) -> None:
-    add = registry.add_implementation
-    for op in ("linear", "linear_grad_input", "linear_grad_weight"):
-        add(op, "gemm", BACKEND, f"{__name__}.linear:{op}", dtypes=DTYPES, supports=SUPPORTS,
-            kernel=Ref(f"{__name__}.linear:kernel"))
-    add("linear_grad_bias", "direct", BACKEND, f"{__name__}.linear:linear_grad_bias", dtypes=DTYPES,
-        supports=SUPPORTS, kernel=Ref(f"{__name__}.linear:kernel"))
-    for op in ("maxpool2d", "maxpool2d_grad", "avgpool2d", "avgpool2d_grad", "adaptiveavgpool2d",
-               "adaptiveavgpool2d_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.pool:{op}", dtypes=DTYPES, supports=SUPPORTS,
-            kernel=Ref(f"{__name__}.pool:kernel"))
-    for op in ("relu", "relu_grad"):
-        add(op, "direct", BACKEND, f"{__name__}.activation:{op}", dtypes=DTYPES, supports=SUPPORTS,
-            kernel=Ref(f"{__name__}.activation:kernel"))
-    add("add", "direct", BACKEND, f"{__name__}.elementwise:add", dtypes=DTYPES, supports=f"{__name__}.elementwise:supports_add",
-        kernel=Ref(f"{__name__}.elementwise:kernel"))
-    add("flatten", "direct", BACKEND, f"{__name__}.shape:flatten", dtypes=ANY_DTYPE,
-        kernel="a reshape of the same memory (no kernel)")
+# family -> the algorithm of its ops (each with the module's kernel(), checked by SUPPORTS)
+_FAMILIES = {"conv": "smm", "linear": "gemm", "pool": "direct", "activation": "direct", "elementwise": "direct"}
+# op -> how it differs from its family's defaults
+_OPS = {"conv2d_grad_bias": {"algorithm": "direct"}, "linear_grad_bias": {"algorithm": "direct"},
+        "add": {"supports": f"{__name__}.elementwise:supports_add"}}
+
+
+def _register_families(registry: Any) -> None:
+    for family, algorithm in _FAMILIES.items():
+        module = f"{__name__}.{family}"
+        registry.add_family(module, BACKEND, algorithm=algorithm, dtypes=DTYPES, supports=SUPPORTS,
+                            kernel=Ref(f"{module}:kernel"), overrides=_OPS)
+    registry.add_family(f"{__name__}.shape", BACKEND, dtypes=ANY_DTYPE, kernel="a reshape of the same memory (no kernel)")

@@ -1,0 +1,5 @@
+"""Stands in for a heavy library (CuPy, dpctl): registration and listings must never import it."""
+
+from ._log import imported
+
+imported(__name__)
