@@ -136,6 +136,7 @@ def test_an_op_named_like_a_builtin_may_have_a_trailing_underscore(name: str) ->
      "add_family('k.activation'): backend 'elsewhere' was not declared by fams-dist 1.0"),
     (lambda r: r.add_family(module("k.activation", relu=relu), "fam", algorithm="default"),
      "'default' is reserved"),
+    (lambda r: r.add_family(42, "fam"), "add_family: expected a module or its dotted name, got int"),
 ])
 def test_a_family_that_cannot_be_registered_is_a_clear_error(call: Callable[[Any], None], error: str) -> None:
     _, record = load(lambda registry: (registry.add_backend("fam"), call(registry)))
@@ -249,6 +250,19 @@ def test_the_names_read_from_code_are_every_name_its_top_level_stores() -> None:
     source = "\n".join(f"{name} = {i}" for i, name in enumerate(many))
     source += "\nimport os.path as p\nfrom math import tau\nif p:\n    def relu(x):\n        inner = 1\n        return x\nclass K:\n    kept = 1\n"
     assert stored_names(compile(source, "m.py", "exec")) == {*many, "p", "tau", "relu", "K"}
+
+
+def test_a_module_whose_names_can_be_found_neither_way_is_an_error(packages: Path) -> None:
+    write_package(packages, "fam_tests_broken", "from fam_tests_heavy_library import *\n")
+
+    def register(registry: Any) -> None:
+        registry.add_backend("fam")
+        registry.add_family("fam_tests_broken.activation", "fam")
+
+    _, record = load(register, plugins="none")
+    assert record.status == "broken" and record.error == (
+        "RegistrationError: add_family: the names of 'fam_tests_broken.activation' cannot be read from its code, and it "
+        "does not import: ModuleNotFoundError: No module named 'fam_tests_heavy_library'")
 
 
 def test_a_module_with_its_own_getattr_is_asked_by_importing_it(packages: Path) -> None:

@@ -112,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
     sub = main.add_subparsers(dest="command", required=True)
     backends = sub.add_parser("backends", help="installed backends and plugin status")
     backends.add_argument("--json", action="store_true", help="machine-readable output")
-    backends.add_argument("--verbose", "-v", action="store_true", help="show tracebacks of broken plugins")
+    backends.add_argument("--verbose", "-v", action="store_true", help="also the ops of their families backends lack, and tracebacks of broken plugins")
     backends.set_defaults(run=cmd_backends)
     caps = sub.add_parser("caps", help="the capability matrix")
     caps.add_argument("--op", help="only this op")
