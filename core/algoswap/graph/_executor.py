@@ -54,6 +54,7 @@ class Executor:
         self.plan_memory = plan_memory
         self.options = options or PlanOptions()
         self.last: Program | None = None  # the program of the latest run
+        self._sources: dict[str, list[Node]] = {}
         self.programs: LRUCache[Program] = LRUCache(GRAPH_PROGRAMS)
         self.residence = Residence()
         self._homes: dict[int, Any] | None = None
@@ -104,10 +105,17 @@ class Executor:
             raise GraphError(f"Executor: no subgraph named {subgraph!r} (have {', '.join(self.subgraphs)})")
         return subgraph
 
+    def _fed_nodes(self, name: str) -> list[Node]:
+        """The placeholders and data nodes of a subgraph (found once)."""
+        found = self._sources.get(name)
+        if found is None:
+            found = self._sources[name] = [n for n in topological(self.subgraphs[name]) if n.kind in ("placeholder", "data")]
+        return found
+
     def _fed(self, name: str, outputs: Sequence[Node], feed: Mapping[Any, Any]) -> dict[int, tuple[Shaped, MemorySpace]]:
         """The shape, dtype and memory space of every placeholder and data node, by id."""
         fed: dict[int, tuple[Shaped, MemorySpace]] = {}
-        for node in topological(outputs):
+        for node in self._fed_nodes(name):
             if node.kind == "data" and name not in node.loaders:
                 raise GraphError(f"data node {node.name!r} has no DataLoader for subgraph {name!r} (has {', '.join(node.loaders)})")
             if node.kind in ("placeholder", "data"):
@@ -138,7 +146,7 @@ class Executor:
     def _next_batches(self, name: str) -> dict[str, np.ndarray]:
         batches: dict[str, np.ndarray] = {}
         seen: list[Any] = []
-        for node in topological(self.subgraphs[name]):
+        for node in self._fed_nodes(name):
             if node.kind == "data" and name in node.loaders:
                 loader = node.loaders[name]
                 if all(loader is not other for other, _ in seen):
