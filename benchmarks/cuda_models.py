@@ -16,11 +16,10 @@ unless ALGOSWAP_CUDA_TF32=1.
 from __future__ import annotations
 
 import argparse
-import statistics
-
 import torch
 
 import algoswap
+from cuda_conv_layers import timed  # CUDA-event medians
 
 
 def build(name: str) -> torch.nn.Module:
@@ -31,22 +30,6 @@ def build(name: str) -> torch.nn.Module:
     import torchvision
 
     return getattr(torchvision.models, name)(weights=None)
-
-
-def timed(run, reps: int) -> float:
-    """Median milliseconds per call, after warm-up."""
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def placement(model: algoswap.Model) -> dict[str, int]:
@@ -87,11 +70,11 @@ def main() -> None:
         x = torch.randn(args.batch, 3, args.size, args.size, device="cuda")
         with torch.no_grad():
             expected = module(x)
-            eager = timed(lambda: module(x), args.reps)
+            eager = timed(lambda: module(x), args.reps, inner=1)
         model = algoswap.swap_backend(module, fallback="torch")
         got = model(x)
         error = float((got - expected).norm() / expected.norm())
-        ours = timed(lambda: model(x), args.reps)
+        ours = timed(lambda: model(x), args.reps, inner=1)
         print(f"{name:24} {eager:9.2f} {ours:12.2f} {ours / eager:6.2f} {error:10.1e}  {placement(model)}", flush=True)
 
 

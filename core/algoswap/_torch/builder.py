@@ -14,7 +14,7 @@ from torch import fx, nn
 from .._frozen import freeze
 from .._global import get_registry
 from .._runner import bfloat16
-from ..graph._node import Call, Node, Origin
+from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .lowering import Alias, Lowered, Lowerer, LoweredOp, PythonCall, Unsupported, target_name
 from .tensors import NamedFunction
@@ -177,7 +177,7 @@ class ModelBuilder:
         return self.fallback_modules[id(module)]
 
     def _add(self, fx_node: fx.Node, node: Node) -> None:
-        node.needs = tuple(_nodes_in((node.source.args, node.source.kwargs) if isinstance(node.source, Call) else node.attrs))
+        node.needs = tuple(nodes_in((node.source.args, node.source.kwargs) if isinstance(node.source, Call) else node.attrs))
         self.graph.nodes.append(node)
         self.node_of[fx_node] = node
 
@@ -230,17 +230,6 @@ class ModelBuilder:
         for part in str(node.target).split("."):
             value = getattr(value, part)
         return value
-
-
-def _nodes_in(value: Any) -> list[Node]:
-    """The distinct graph nodes inside ``value`` (through lists, tuples, dicts), in order."""
-    if isinstance(value, Node):
-        return [value]
-    found: list[Node] = []
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
-    for item in items:
-        found += [n for n in _nodes_in(item) if all(n is not f for f in found)]
-    return found
 
 
 def _parameterless(node: fx.Node, root: fx.GraphModule) -> bool:

@@ -22,10 +22,10 @@ from .._global import get_registry
 from .._requests import Selector, Subject, assign, selector_argument
 from .._select import select
 from ..graph._fusion import find_chains
-from ..graph._node import GraphError, Node, Origin
+from ..graph._node import GraphError, Node, Origin, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
-from .model import Model, _output_nodes
+from .model import Model
 from .modules import SwappedModule
 from .bridge import _DTYPE_NAMES
 
@@ -92,7 +92,7 @@ def swap_backend(
 
 
 def _outputs(graph: ModelGraph) -> list[Node]:
-    return _output_nodes(graph.output)
+    return nodes_in(graph.output)
 
 
 convert = swap_backend

@@ -18,7 +18,7 @@ from .._ref import resolve_ref
 from .._runner import bfloat16
 from ..graph._executor import Executor, space_of
 from ..graph._fusion import Chain
-from ..graph._node import Node, Origin, Shaped, topological
+from ..graph._node import Node, Origin, Shaped, nodes_in, topological, with_values
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
 from .explain import Explanation, Row
@@ -43,7 +43,7 @@ class Model:
                  chains: Sequence[Chain] = (), fallback: bool = False) -> None:
         self.inputs, self.input_names, self.output = inputs, input_names, output
         self.nodes, self.dtype, self.chains, self.fallback = nodes, dtype, list(chains), fallback
-        self._outputs = _output_nodes(output)
+        self._outputs = nodes_in(output)
         self.executor = self._executor()
 
     def _executor(self) -> Executor:
@@ -102,7 +102,7 @@ class Model:
         output structure of arrays, each in the memory space where it was produced."""
         results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
         values = {id(node): value for node, value in zip(self._outputs, results)}
-        return _filled(self.output, values)
+        return with_values(self.output, values)
 
     def plan(self, *shapes: Sequence[int]) -> Program:
         """The program for host inputs of these shapes (planned, and cached, now)."""
@@ -197,31 +197,6 @@ def _torch_row(step: Step) -> Row:
     where = "" if step.memory.is_host else f" on {step.memory.name}" if reaches(step.memory) else f" (via host, for {step.memory.name})"
     reason = step.note if step.node is not None and step.node.kind == "op" else f"not in the registry: {step.note}"
     return Row(step.name, str(op), step.input_shape, "-", f"torch (fallback){where}", "PyTorch", note=reason)
-
-
-def _output_nodes(output: Any) -> list[Node]:
-    found: list[Node] = []
-    stack = [output]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, Node):
-            if all(item is not f for f in found):
-                found.append(item)
-        elif isinstance(item, (list, tuple)):
-            stack[:0] = list(item)
-        elif isinstance(item, dict):
-            stack[:0] = list(item.values())
-    return found
-
-
-def _filled(value: Any, values: dict[int, Any]) -> Any:
-    if isinstance(value, Node):
-        return values[id(value)]
-    if isinstance(value, (list, tuple)):
-        return type(value)(_filled(v, values) for v in value)
-    if isinstance(value, dict):
-        return {k: _filled(v, values) for k, v in value.items()}
-    return value
 
 
 def _device_space(device_type: str) -> MemorySpace | None:

@@ -30,7 +30,8 @@ class Executor:
     input shape, ``prefer(...)``), or such a list or function for every op node. A node's own
     request (``op(..., algorithm=)``) comes next. ``backends`` (e.g. ``["numpy"]`` or
     ``["dnnl", "numpy"]``): nodes without a request run on the first listed backend that implements
-    their op and serves the call; None: the registry's ranking over every memory space.
+    their op and serves the call; None: the registry's ranking, in the memory space of each node's
+    inputs (see ``graph._place``: data moves to a device only where a request names its backend).
     ``plan_memory=False`` keeps every value (to compare).
     """
 

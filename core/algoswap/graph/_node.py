@@ -233,6 +233,36 @@ def group(nodes: Sequence[Node], name: str | None = None) -> Node:
     return Node(name or unique_name("group"), "group", (), "none", inputs=tuple(nodes))
 
 
+def mapped(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to everything inside its lists, tuples and dicts."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(mapped(v, leaf) for v in value)
+    if isinstance(value, dict):
+        return {k: mapped(v, leaf) for k, v in value.items()}
+    return leaf(value)
+
+
+def with_values(value: Any, values: dict[int, Any]) -> Any:
+    """``value`` with each node inside it replaced by ``values[id(node)]``."""
+    return mapped(value, lambda v: values[id(v)] if isinstance(v, Node) else v)
+
+
+def leaves(value: Any) -> list[Any]:
+    """Everything inside ``value``'s lists, tuples and dicts, in order."""
+    found: list[Any] = []
+    mapped(value, found.append)
+    return found
+
+
+def nodes_in(value: Any) -> list[Node]:
+    """The distinct nodes inside ``value`` (through lists, tuples, dicts), in order."""
+    found: list[Node] = []
+    for item in leaves(value):
+        if isinstance(item, Node) and all(item is not f for f in found):
+            found.append(item)
+    return found
+
+
 def topological(outputs: Sequence[Node]) -> list[Node]:
     """Every node the outputs depend on, each after its inputs (depth-first, without recursion)."""
     order: list[Node] = []

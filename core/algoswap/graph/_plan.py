@@ -20,7 +20,7 @@ from .._runner import Runner
 from .._select import Selection, select, serves_memory
 from .._sizes import nbytes
 from ._fusion import Chain
-from ._node import SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Shaped, topological
+from ._node import SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Shaped, leaves, mapped, nodes_in, topological
 from ._place import TORCH, inputs_space, memory_for, place
 from ._program import Program, Step
 
@@ -262,7 +262,7 @@ class _Builder:
 
     def add_call(self, node: Node, call: Call, note: str = "") -> None:
         """A torch or python node (or an op's torch twin): its result inferred from its inputs' now."""
-        inputs = [i for i in _nodes_in((call.args, call.kwargs)) if id(i) not in self.baked]
+        inputs = [i for i in nodes_in((call.args, call.kwargs)) if id(i) not in self.baked]
         arrays = [self.values[self.slots[id(i)]] for i in inputs]
         args, kwargs = self.resolved(call.args, known=True), self.resolved(call.kwargs, known=True)
         foreign, is_python = self.options.foreign, node.kind == "python"
@@ -296,27 +296,23 @@ class _Builder:
 
     def resolved(self, value: Any, known: bool = False) -> Any:
         """``value`` with nodes replaced by their Python values (and, with ``known``, arrays by ``Shaped``)."""
-        if isinstance(value, Node):
-            if id(value) in self.baked:
-                return self.baked[id(value)]
-            if known:
-                return self.values[self.slots[id(value)]].known
-            raise GraphError(f"an attribute needs the value of node {value.name!r}, which is not known when planning")
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.resolved(v, known) for v in value)
-        if isinstance(value, dict):
-            return {k: self.resolved(v, known) for k, v in value.items()}
-        return value
+        return mapped(value, lambda v: self.value_of(v, known) if isinstance(v, Node) else v)
+
+    def value_of(self, node: Node, known: bool) -> Any:
+        if id(node) in self.baked:
+            return self.baked[id(node)]
+        if known:
+            return self.values[self.slots[id(node)]].known
+        raise GraphError(f"an attribute needs the value of node {node.name!r}, which is not known when planning")
 
     def templated(self, value: Any, inputs: list[Node]) -> Any:
         """``value`` with baked nodes replaced by their values and the others by ``Arg``s."""
-        if isinstance(value, Node):
-            return self.baked[id(value)] if id(value) in self.baked else Arg(next(k for k, i in enumerate(inputs) if i is value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.templated(v, inputs) for v in value)
-        if isinstance(value, dict):
-            return {k: self.templated(v, inputs) for k, v in value.items()}
-        return value
+        def leaf(v: Any) -> Any:
+            if not isinstance(v, Node):
+                return v
+            return self.baked[id(v)] if id(v) in self.baked else Arg(next(k for k, i in enumerate(inputs) if i is v))
+
+        return mapped(value, leaf)
 
     def slot_in(self, slot: int, space: MemorySpace) -> int:
         """The slot holding the value of ``slot`` in ``space``, adding a transfer the first time."""
@@ -419,29 +415,7 @@ def _torch_step(runner: Callable[[tuple[Any, ...], dict[str, Any]], Any], templa
 
 
 def _filled(value: Any, values: tuple[Any, ...]) -> Any:
-    if isinstance(value, Arg):
-        return values[value.index]
-    if isinstance(value, (list, tuple)):
-        return type(value)(_filled(v, values) for v in value)
-    if isinstance(value, dict):
-        return {k: _filled(v, values) for k, v in value.items()}
-    return value
-
-
-def _nodes_in(value: Any) -> list[Node]:
-    """The distinct nodes inside ``value`` (through lists, tuples, dicts), in order."""
-    found: list[Node] = []
-    stack = [value]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, Node):
-            if all(item is not f for f in found):
-                found.append(item)
-        elif isinstance(item, (list, tuple)):
-            stack[:0] = list(item)
-        elif isinstance(item, dict):
-            stack[:0] = list(item.values())
-    return found
+    return mapped(value, lambda v: values[v.index] if isinstance(v, Arg) else v)
 
 
 def _is_array(known: Any) -> bool:
@@ -449,13 +423,7 @@ def _is_array(known: Any) -> bool:
 
 
 def _holds_arrays(value: Any) -> bool:
-    if isinstance(value, Shaped):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_arrays(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_arrays(v) for v in value.values())
-    return False
+    return any(isinstance(n, Shaped) for n in leaves(value))
 
 
 def build_program(subgraph: str, outputs: Sequence[Node], fed: dict[int, tuple[Shaped, MemorySpace]], requests: Requests,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._node import Call, GraphError, Node, Origin, constant, op, parameter, placeholder
+from ._node import Call, GraphError, Node, Origin, constant, op, parameter, placeholder, with_values
 
 
 @dataclass
@@ -46,23 +46,13 @@ def from_torch(module: Any, sample_input_shape: Sequence[int], *, algorithm: Any
     params: dict[str, Node] = {}
     for node in model.nodes:
         if node.kind == "python" and isinstance(node.source, Call):
-            values[id(node)] = node.source.target(*_mapped(node.source.args, values), **_mapped(node.source.kwargs, values))
+            values[id(node)] = node.source.target(*with_values(node.source.args, values), **with_values(node.source.kwargs, values))
         elif node.kind == "op":
             values[id(node)] = _op_node(node, values, params)
         else:
             label = node.source.label if isinstance(node.source, Call) else node.kind
             raise GraphError(f"from_torch: node {node.name!r} ({label}) runs in PyTorch; it has no registry op")
-    return ImportedModel(inputs, _mapped(model.output, values), params)
-
-
-def _mapped(value: Any, values: dict[int, Any]) -> Any:
-    if isinstance(value, Node):
-        return values[id(value)]
-    if isinstance(value, (list, tuple)):
-        return type(value)(_mapped(v, values) for v in value)
-    if isinstance(value, dict):
-        return {k: _mapped(v, values) for k, v in value.items()}
-    return value
+    return ImportedModel(inputs, with_values(model.output, values), params)
 
 
 def _op_node(node: Node, values: dict[int, Any], params: dict[str, Node]) -> Node:
@@ -75,4 +65,4 @@ def _op_node(node: Node, values: dict[int, Any], params: dict[str, Node]) -> Nod
             else:
                 values[id(source)] = constant(source.value, source.name)
         arrays.append(None if source is None else values[id(source)])
-    return op(str(node.op), *arrays, name=node.name, algorithm=node.request, **_mapped(node.attrs, values))
+    return op(str(node.op), *arrays, name=node.name, algorithm=node.request, **with_values(node.attrs, values))
