@@ -234,12 +234,13 @@ class _Builder:
         slot = self.slots[id(node)] = self.new_slot(Shaped(call.out_shape, call.out_dtype), space, name or node.name)
         layout = chosen.impl.layout if space.is_host else None
         moved = sorted(s for s in sources if s != space.name)
+        runner = Runner(chosen)
         self.steps.append(Step(
-            name or node.name, label or str(node.op), slots, slot, None, dict(call.attrs), space, call.out_shape,
+            name or node.name, label or str(node.op), slots, slot, runner.fn, dict(call.attrs), space, call.out_shape,
             call.out_dtype, "fused" if members else "op", chosen.impl.backend, chosen.impl.algorithm,
             chosen.backend.device, chosen.kernel, node, alias=bool(get_registry().spec(call.op).in_place),
             layout=layout, params=tuple(p for p, i in enumerate(inputs) if i is not None and i.kind in STORED_KINDS),
-            note=f"inputs moved {', '.join(moved)} → {space.name}" if moved else "", runner=Runner(chosen),
+            note=f"inputs moved {', '.join(moved)} → {space.name}" if moved else "", runner=runner,
             members=members, input_shape=shapes[0], request=chosen.request,
         ))
 

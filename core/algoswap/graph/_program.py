@@ -32,7 +32,7 @@ class Step:
     op: str
     inputs: tuple[int | None, ...]
     output: int
-    fn: Callable[..., Any] | None
+    fn: Callable[..., Any]  # what runs: the implementation (called through ``runner``), a move, a fallback
     attrs: dict[str, Any]
     memory: MemorySpace
     shape: Shape
@@ -109,7 +109,7 @@ class Program:
                 args = arrange(args, step.layout, step.params)
             try:
                 if step.runner is None:
-                    values[step.output] = step.fn(*args)  # type: ignore[misc]
+                    values[step.output] = step.fn(*args)
                 elif step.node is not None and step.node.dynamic is not None:
                     values[step.output] = step.runner.run(args, {**step.attrs, **step.node.dynamic()})
                 else:
