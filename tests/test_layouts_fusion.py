@@ -144,3 +144,58 @@ def test_fused_models_pickle_and_run_again() -> None:
     again = pickle.loads(pickle.dumps(converted))
     assert_close(again(x), expected, **network_terms(model))
     assert len(again.fused) == 17
+
+
+SEEN: list[tuple[bool, bool]] = []  # (the input is channels-last, the weight is C-contiguous), per call
+
+
+def _recording_conv(x: np.ndarray, weight: np.ndarray, bias: Any, **attrs: Any) -> np.ndarray:
+    from algoswap_numpy.conv import conv2d_smm
+
+    SEEN.append((is_channels_last(x), weight.flags.c_contiguous))
+    return conv2d_smm(x, weight, bias, **attrs)
+
+
+@pytest.fixture
+def channels_last_conv() -> Iterator[str]:
+    """A conv2d declared layout="channels_last" that records the memory order it was given."""
+
+    def register(registry: Any) -> None:
+        registry.add_backend("nhwc", priority=-1)
+        registry.add_implementation("conv2d", "direct", "nhwc", _recording_conv, layout="channels_last")
+
+    record = algoswap.register_plugin(types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=register),
+                                      name="nhwc")
+    assert record.status == "loaded", record.error
+    SEEN.clear()
+    yield "nhwc:direct"
+    algoswap.reload_plugins()
+
+
+def test_every_front_end_gives_a_channels_last_implementation_nhwc_activations(channels_last_conv: str) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 5)).astype(np.float32)  # NCHW, C-contiguous
+    w = np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    algoswap.ops.conv2d(x, w, None, algorithm=channels_last_conv, padding=1)  # the functional API
+    layer = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1))
+    algoswap.swap_conv2d(layer, channels_last_conv)(torch.from_numpy(x))  # a swapped layer (the torch bridge)
+    algoswap.swap_backend(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1)).eval(), {"conv2d": channels_last_conv},
+                          x.shape)(torch.from_numpy(x))  # a whole model (the graph executor)
+    assert SEEN == [(True, True)] * 3
+
+
+def test_bfloat16_residuals_of_convolutions_with_few_channels_per_group(rng: np.random.Generator) -> None:
+    """oneDNN 3.2 adds an NHWC bfloat16 residual wrongly when a group has few input channels: the
+    dnnl wrapper runs such calls in NCHW order instead."""
+    pytest.importorskip("algoswap_dnnl")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for channels, groups in ((3, 1), (32, 4)):
+        x = rng.standard_normal((2, channels, 10, 10))
+        w = rng.standard_normal((16, channels // groups, 3, 3))
+        r = rng.standard_normal((2, 16, 10, 10))
+        attrs = {"padding": 1, "groups": groups, "activation": "none"}
+        low = [arrange([a.astype(ml_dtypes.bfloat16)], "channels_last", ())[0] for a in (x, w, r)]
+        out = algoswap.ops.conv2d_fused(low[0], np.ascontiguousarray(low[1]), None, low[2], algorithm="dnnl:direct",
+                                        **attrs)
+        wide = [a.astype(np.float64) for a in low]
+        ref = algoswap.ops.conv2d_fused(wide[0], wide[1], None, wide[2], algorithm=reference_name("conv2d_fused"), **attrs)
+        assert_op_close("conv2d_fused", out, ref, [wide[0], wide[1], None, wide[2]], attrs, context=f"dnnl:direct bfloat16, {channels} channels, groups {groups}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,13 +23,16 @@ def _channels_last(array: np.ndarray) -> np.ndarray:
     return nhwc
 
 
-def arrange(arrays: list[Any], layout: str, params: tuple[int, ...]) -> list[Any]:
+def arrange(arrays: Sequence[Any], layout: str, weights: tuple[int, ...]) -> Sequence[Any]:
     """The arrays in the memory order an implementation of this ``layout`` takes: 4-D activations
-    channels-last for "channels_last" (weights, at ``params``, stay C-contiguous), everything as it
+    channels-last for "channels_last" (weights, at ``weights``, stay C-contiguous), everything as it
     is for "any", C-contiguous otherwise."""
     if layout == "any":
         return arrays
     if layout == "channels_last":
-        return [_channels_last(a) if type(a) is np.ndarray and a.ndim == 4 and i not in params else _contiguous(a)
+        return [_channels_last(a) if type(a) is np.ndarray and a.ndim == 4 and i not in weights else _contiguous(a)
                 for i, a in enumerate(arrays)]
-    return [_contiguous(a) for a in arrays]
+    for a in arrays:  # most arrays already are: no new list then
+        if type(a) is np.ndarray and not a.flags.c_contiguous:
+            return [_contiguous(a) for a in arrays]
+    return arrays

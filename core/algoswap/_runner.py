@@ -4,6 +4,9 @@ swap_backend Model's steps, the graph executor) does around the call itself, wri
 A ``Runner`` is made once per selection (each path caches it with the selection) and called with
 the inputs already in the backend's memory space. It
 
+- gives the implementation its inputs in the memory order it declared (``ImplRecord.layout``):
+  C-contiguous, as they are ("any"), or 4-D activations in NHWC memory ("channels_last"; an input
+  named "weight" stays as it is), so no implementation re-detects the layout from strides;
 - runs nothing for a call with no element to compute (``OpCall.empty``: a batch of 0): the output
   is an empty array (or one of ``OpCall.fill``) of the spec's shape and dtype in the backend's
   memory space, and an in-place op returns its first input unchanged;
@@ -23,6 +26,7 @@ import numpy as np
 
 from ._errors import ImplementationError, ImplementationMemoryError
 from ._global import get_registry
+from ._layout import arrange
 from ._records import MemorySpace
 from ._select import Selection
 from ._sizes import human_bytes, nbytes
@@ -33,7 +37,7 @@ _TYPES: dict[str, type | None] = {}  # MemorySpace.array_type -> the type it nam
 class Runner:
     """A selected implementation with its canonical attributes and what its result must be."""
 
-    __slots__ = ("selection", "fn", "attrs", "shape", "dtype", "array_type", "updated", "empty")
+    __slots__ = ("selection", "fn", "attrs", "shape", "dtype", "array_type", "updated", "empty", "layout", "weights")
 
     def __init__(self, selection: Selection) -> None:
         call = selection.call
@@ -46,12 +50,17 @@ class Runner:
         self.array_type = array_type(selection.backend.memory)
         self.updated = call.input_names.index(in_place[0]) if in_place else None
         self.empty = call.empty
+        host = selection.backend.memory.is_host
+        self.layout = selection.impl.layout if host and selection.impl.layout != "any" else None
+        self.weights = tuple(i for i, name in enumerate(call.input_names) if name == "weight")
 
     def run(self, arrays: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:
         """The checked result of the implementation on ``arrays`` (in its memory space), with its
         canonical attributes or ``attrs`` (a graph node's, updated at each run)."""
         if self.empty:
             return self._nothing_to_compute(arrays)
+        if self.layout is not None:
+            arrays = arrange(arrays, self.layout, self.weights)
         try:
             result = self.fn(*arrays, **(self.attrs if attrs is None else attrs))
         except MemoryError as exc:

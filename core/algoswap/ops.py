@@ -134,7 +134,6 @@ def call(op: str, *arrays: Any, algorithm: str = "default", transfer: bool = Fal
     if updated:
         _check_updatable(op, runner.selection.call.input_names, arrays, updated)
     if moves is None:
-        arrays = tuple(a if type(a) is not np.ndarray or a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays)
         return runner.run(arrays)
     moved_log(op, "host", moves.name, sum(a is not None for a in arrays))
     moved = tuple(None if a is None else moves.upload(a) for a in arrays)

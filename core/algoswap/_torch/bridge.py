@@ -25,6 +25,7 @@ from .._ref import resolve_ref
 from .._runner import Runner
 from .._select import Selection, select
 from .._spec import GradRule, OpCall
+from ..graph._place import first_serving
 from .tensors import array_to_tensor, tensor_to_array
 
 _TORCH_DTYPES = {
@@ -256,21 +257,20 @@ def gradient_choices(selection: Selection) -> list[GradChoice]:
 
 
 def _choose_gradient(rule: GradRule, shapes: list[Any], call: OpCall, backend: str) -> GradChoice:
+    """The forward backend's own gradient op, else the reference backend's, in the forward's memory space."""
     registry = get_registry()
     memory = registry.backends[backend].memory.name
     attrs = rule.attrs_for(call)  # a variadic input's rule: its first array's (the choice is the same for each)
-    tries = [(f"{backend}:default", "")]
+    requests, notes = [f"{backend}:default"], [""]
     reference = registry.reference
     if reference is not None and backend != reference.name:
-        tries.append((f"{reference.name}:default", f"fallback: {backend} has none for this call"))
-    reasons = []
-    for request, note in tries:
-        try:
-            chosen = select(registry, str(rule.op), shapes, [call.dtype] * len(shapes), attrs, request, memory)
-            return GradChoice(rule, request, chosen, note)
-        except NoImplementationError as exc:
-            reasons.append(str(exc).splitlines()[0])
-    return GradChoice(rule, None, None, "; ".join(reasons))
+        requests.append(f"{reference.name}:default")
+        notes.append(f"fallback: {backend} has none for this call")
+    served = first_serving(registry, str(rule.op), requests, [memory] * len(requests), shapes, [call.dtype] * len(shapes), attrs)
+    if isinstance(served, list):
+        return GradChoice(rule, None, None, "; ".join(reason.splitlines()[0] for reason in served))
+    position, chosen = served
+    return GradChoice(rule, requests[position], chosen, notes[position])
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from .._errors import AlgoswapError, NoImplementationError, OpArgumentError
 from .._global import get_registry
 from .._records import HOST, MemorySpace
+from .._registry import Registry
 from .._select import Selection, select
 from ._node import GraphError, Node
 
@@ -33,24 +34,35 @@ def memory_for(request: str, where: MemorySpace) -> str | None:
 def place(node: Node, requests: Sequence[str], shapes: list[Any], dtypes: list[Any], attrs: dict[str, Any],
           where: MemorySpace, torch_allowed: bool) -> Selection | str:
     """The selection serving ``node`` (the first of ``requests`` that can), or ``TORCH``."""
-    errors: list[str] = []
-    for request in requests:
-        try:
-            return select(get_registry(), str(node.op), shapes, dtypes, attrs, request, memory_for(request, where))
-        except NoImplementationError as exc:
-            errors.append(str(exc))
-        except OpArgumentError as exc:  # the call itself is wrong: its class says so; the node is named on it
-            exc.node = node.name  # type: ignore[attr-defined]
-            raise
-        except AlgoswapError as exc:
-            raise GraphError(f"node {node.name!r} ({node.op}): {exc}") from None
+    try:
+        served = first_serving(get_registry(), str(node.op), requests, [memory_for(r, where) for r in requests], shapes, dtypes, attrs)
+    except OpArgumentError as exc:  # the call itself is wrong: its class says so; the node is named on it
+        exc.node = node.name  # type: ignore[attr-defined]
+        raise
+    except AlgoswapError as exc:
+        raise GraphError(f"node {node.name!r} ({node.op}): {exc}") from None
+    if not isinstance(served, list):
+        return served[1]
     if torch_allowed:
         return TORCH
     hint = ""
     if not where.is_host:
         hint = (f"\nnothing serves it in {where.name} memory, where its inputs are: pass fallback='torch' to run it "
                 f"in PyTorch on that device, or name a backend (e.g. 'numpy:default') to move its inputs there")
-    raise GraphError(f"node {node.name!r} ({node.op}): " + "; ".join(errors) + hint)
+    raise GraphError(f"node {node.name!r} ({node.op}): " + "; ".join(served) + hint)
+
+
+def first_serving(registry: Registry, op: str, requests: Sequence[str], memories: Sequence[str | None], shapes: list[Any],
+                  dtypes: list[Any], attrs: dict[str, Any]) -> tuple[int, Selection] | list[str]:
+    """The first of ``requests`` that serves the call, each from its memory space (None: any), with
+    its position; else why each could not."""
+    reasons: list[str] = []
+    for position, (request, memory) in enumerate(zip(requests, memories)):
+        try:
+            return position, select(registry, op, shapes, dtypes, attrs, request, memory)
+        except NoImplementationError as exc:
+            reasons.append(str(exc))
+    return reasons
 
 
 def inputs_space(inputs: Sequence[Node | None], spaces: Sequence[MemorySpace | None]) -> MemorySpace:

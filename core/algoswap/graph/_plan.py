@@ -232,14 +232,12 @@ class _Builder:
         slots = tuple(None if i is None else self.slot_in(self.slots[id(i)], space) for i in inputs)
         call = chosen.call
         slot = self.slots[id(node)] = self.new_slot(Shaped(call.out_shape, call.out_dtype), space, name or node.name)
-        layout = chosen.impl.layout if space.is_host else None
         moved = sorted(s for s in sources if s != space.name)
         runner = Runner(chosen)
         self.steps.append(Step(
             name or node.name, label or str(node.op), slots, slot, runner.fn, dict(call.attrs), space, call.out_shape,
             call.out_dtype, "fused" if members else "op", chosen.impl.backend, chosen.impl.algorithm,
             chosen.backend.device, chosen.kernel, node, alias=bool(get_registry().spec(call.op).in_place),
-            layout=layout, params=tuple(p for p, i in enumerate(inputs) if i is not None and i.kind in STORED_KINDS),
             note=f"inputs moved {', '.join(moved)} → {space.name}" if moved else "", runner=runner,
             members=members, input_shape=shapes[0], request=chosen.request,
         ))

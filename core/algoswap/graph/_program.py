@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .._errors import ImplementationError
-from .._layout import arrange
 from .._records import MemorySpace
 from .._runner import Runner
 from .._select import Selection
@@ -23,9 +22,8 @@ class Step:
 
     ``kind``: "op" (a registry implementation, through its ``runner``), "fused" (several op nodes
     as one call: ``members``), "transfer" (a value moved to another memory space), "torch" (a node
-    PyTorch runs) or "python" (an item of a value that holds arrays). Host op steps get their
-    inputs in the memory order the implementation takes (``layout``; the inputs at ``params``,
-    weights, stay as they are).
+    PyTorch runs) or "python" (an item of a value that holds arrays). The runner gives an op step's
+    implementation its inputs in the memory order it takes.
     """
 
     name: str
@@ -44,8 +42,6 @@ class Step:
     kernel: str = ""
     node: Node | None = None
     alias: bool = False
-    layout: str | None = None
-    params: tuple[int, ...] = ()
     free: tuple[int, ...] = ()
     note: str = ""
     runner: Runner | None = None
@@ -105,8 +101,6 @@ class Program:
             values[slot] = value
         for step in self.steps:
             args = [None if i is None else values[i] for i in step.inputs]
-            if step.layout is not None:
-                args = arrange(args, step.layout, step.params)
             try:
                 if step.runner is None:
                     values[step.output] = step.fn(*args)

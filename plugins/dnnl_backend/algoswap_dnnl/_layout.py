@@ -1,9 +1,9 @@
 """Memory orders of 4-D arrays: NCHW (C-contiguous) and channels-last (NHWC memory, seen as NCHW).
 
 oneDNN 3.2 prefers channels-last activations for float32 convolutions on AVX-512 (its ``any``
-layout resolves to NHWC for brgconv), so the convolution and pooling wrappers run channels-last
-arrays without copying them and return their output in the same order; swap_backend models keep
-activations channels-last between such implementations (``layout="channels_last"``).
+layout resolves to NHWC for brgconv), so the convolutions declare ``layout="channels_last"``: the
+core gives them NHWC activations, and they return their output in the same order. The pooling and
+elementwise wrappers (``layout="any"``) run either order as it comes, without copying.
 """
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from algoswap import is_channels_last
 
-
-def is_channels_last(a: np.ndarray) -> bool:
-    """Whether ``a`` is a 4-D array laid out NHWC in memory (and not also C-contiguous)."""
-    return a.ndim == 4 and not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
+__all__ = ["elementwise", "from_memory_order", "is_channels_last", "to_memory_order"]
 
 
 def to_memory_order(a: np.ndarray, channels_last: bool) -> np.ndarray:

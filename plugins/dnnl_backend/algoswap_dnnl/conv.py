@@ -11,7 +11,7 @@ from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_fr
 
 from ._derived import Derived
 from ._ext import dnnl, refusal
-from ._layout import from_memory_order, is_channels_last, to_memory_order
+from ._layout import from_memory_order, to_memory_order
 from ._padding import PadHW, fold, pad
 from ._settings import conv_layout
 
@@ -141,14 +141,17 @@ def _padded_here(padding: PadHW, padding_mode: str, factor: np.ndarray) -> str:
 def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, activation: str,
              algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
              padding_mode: str) -> np.ndarray:
-    """activation(conv2d + bias + residual); a channels-last input gives a channels-last output."""
+    """activation(conv2d + bias + residual) in channels-last memory order, the order the core gives
+    ``x`` and ``residual`` in (``layout="channels_last"``; another order is copied into it). A
+    bfloat16 call with a residual runs in NCHW order: oneDNN 3.2 adds an NHWC bfloat16 residual wrongly
+    where a group has few input channels (up to 8; relative errors of 0.2-0.4 measured)."""
     w = np.ascontiguousarray(w)
-    if _is_bfloat16(w) and not (_all_finite(w) and _all_finite(to_memory_order(x, is_channels_last(x)))):
+    if _is_bfloat16(w) and not (_all_finite(w) and _all_finite(to_memory_order(x, True))):
         return _in_float32(x, w, b, residual, activation, algorithm, stride, padding, dilation, groups, padding_mode)
+    channels_last = residual is None or not _is_bfloat16(w)
     padding_mode = _padded_here(padding, padding_mode, w)
     geometry = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups)
     _, kwargs = _primitive_args(geometry, padding_mode)
-    channels_last = is_channels_last(x)
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
     src = to_memory_order(x, channels_last)
