@@ -21,8 +21,13 @@ setup: $(BIN)/python
 	$(PIP) install $(TORCH)
 	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend)) $(CUDA_CI)
 
+# torchvision's and timm's architectures (zoo.build("torchvision:NAME")): without their dependencies, which
+# would replace the pinned torch (docs/development.md).
+FOREIGN := torchvision==0.28.0 timm==1.0.31
+
 setup-test: setup
-	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3"
+	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3" safetensors pyyaml huggingface_hub
+	$(PIP) install --no-deps $(FOREIGN)
 
 demo: setup
 	$(BIN)/algoswap demo

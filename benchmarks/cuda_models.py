@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3, help="calls before timing (each side)")
     args = parser.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -70,11 +71,11 @@ def main() -> None:
         x = torch.randn(args.batch, 3, args.size, args.size, device="cuda")
         with torch.no_grad():
             expected = module(x)
-            eager = timed(lambda: module(x), args.reps, inner=1)
+            eager = timed(lambda: module(x), args.reps, args.warmup, inner=1)
         model = algoswap.swap_backend(module, fallback="torch")
         got = model(x)
         error = float((got - expected).norm() / expected.norm())
-        ours = timed(lambda: model(x), args.reps, inner=1)
+        ours = timed(lambda: model(x), args.reps, args.warmup, inner=1)
         print(f"{name:24} {eager:9.2f} {ours:12.2f} {ours / eager:6.2f} {error:10.1e}  {placement(model)}", flush=True)
 
 

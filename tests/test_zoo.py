@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import operator
 import subprocess
 import sys
@@ -178,3 +179,24 @@ def test_import_algoswap_does_not_import_torch_or_the_zoo() -> None:
     code = "import sys, algoswap; assert 'torch' not in sys.modules and 'algoswap.zoo' not in sys.modules"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_foreign_models_build_by_name_deterministically_without_touching_the_global_rng() -> None:
+    if importlib.util.find_spec("timm") is None or importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision and timm are not installed (make setup-test installs them)")
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    first = zoo.build("torchvision:mobilenet_v2", num_classes=7, seed=3)
+    assert torch.equal(torch.rand(1), before)  # the global RNG is where it was
+    second = zoo.build("torchvision:mobilenet_v2", num_classes=7, seed=3)
+    x = zoo.sample_input("torchvision:mobilenet_v2", 2, small=True)
+    with torch.no_grad():
+        assert torch.equal(first(x), second(x)) and first(x).shape == (2, 7)
+    bn = next(m for m in first.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.equal(bn.running_var, torch.ones_like(bn.running_var))  # folding bugs would show
+    vit = zoo.build("torchvision:vit_b_16", num_classes=5)
+    assert vit.heads.head.weight.any()  # not torchvision's zero head: outputs depend on the input
+    assert zoo.build("timm:resnet18", num_classes=4).fc.out_features == 4
+    with pytest.raises(ValueError, match="no model 'nope'"):
+        zoo.build("torchvision:nope")

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._zoo_foreign import build_foreign, is_foreign, sides
+
 __all__ = ["DEFAULT_MODEL", "MODELS", "build", "input_shape", "sample_input"]
 
 MODELS: tuple[str, ...] = ("convnet", "alexnet", "vgg16", "resnet18", "resnet50", "mobilenet", "squeezenet")
@@ -274,8 +276,9 @@ _BUILDERS: dict[str, Callable[[int], nn.Module]] = {
 
 
 def _check(name: str) -> None:
-    if name not in _BUILDERS:
-        raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+    if name not in _BUILDERS and not is_foreign(name):
+        raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}, "
+                         f"or torchvision's and timm's as 'torchvision:NAME' and 'timm:NAME'")
 
 
 def _init_(model: nn.Module, gen: torch.Generator) -> None:
@@ -311,7 +314,8 @@ def _init_(model: nn.Module, gen: torch.Generator) -> None:
 
 
 def build(name: str, *, num_classes: int = 10, seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """Build model ``name`` (one of ``MODELS``) in eval mode, initialised deterministically from ``seed``.
+    """Build model ``name`` (one of ``MODELS``, or "torchvision:NAME" / "timm:NAME" with the library
+    installed) in eval mode, initialised deterministically from ``seed``.
 
     Weights are drawn from a private ``torch.Generator`` (the global RNG is untouched), in float32,
     then cast to ``dtype``. Batch-norm running statistics and affine parameters are random, not the
@@ -320,6 +324,8 @@ def build(name: str, *, num_classes: int = 10, seed: int = 0, dtype: torch.dtype
     _check(name)
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if is_foreign(name):
+        return build_foreign(name, num_classes, seed).to(dtype)
     with torch.device("meta"):  # no default init and no global RNG draws: every tensor is set below
         model = _BUILDERS[name](num_classes)
     model = model.to_empty(device="cpu")
@@ -337,7 +343,7 @@ def input_shape(name: str, batch: int = 1, *, small: bool = False) -> tuple[int,
     _check(name)
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    standard, reduced = _SIZE.get(name, (224, 64))
+    standard, reduced = sides(name) if is_foreign(name) else _SIZE.get(name, (224, 64))
     side = reduced if small else standard
     return (batch, 3, side, side)
 
