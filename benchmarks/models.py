@@ -144,7 +144,7 @@ def cuda_row(name: str, batch: int, repeats: int, rounds: int = 5) -> dict[str, 
     found = algoswap.swap_backend(module, {"conv2d": "cuda:find"}, fallback="torch")
     runs: Runs = {EAGER: lambda: module(x), "torch.compile": lambda: compiled(x), "swap_backend": lambda: converted(x),
                   "swap_backend cuda:find": lambda: found(x)}
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: its tensors would reach torch.compile's graphs
         expected = module(x)
         errors = {way: relative_error(run().float(), expected) for way, run in runs.items()}
         load = os.getloadavg()[0]

@@ -110,13 +110,15 @@ def plot(rows: list[tuple[str, str, float, float]], path: str) -> None:
     ways = [w for w in dict.fromkeys(r[1] for r in rows) if w != "torch"]
     torch_ms = {r[0]: r[2] for r in rows if r[1] == "torch"}
     ratio = {(r[0], r[1]): r[2] / torch_ms[r[0]] for r in rows}
-    figure, axis = plt.subplots(figsize=(max(6, len(models) * 1.6), 4))
+    figure, axis = plt.subplots(figsize=(max(6.0, min(len(models) * 1.6, 14.0)), 4.5))
     width = 0.8 / len(ways)
     for index, way in enumerate(ways):
         axis.bar(np.arange(len(models)) + index * width, [ratio.get((m, way), np.nan) for m in models], width, label=way)
     axis.axhline(1.0, color="black", linewidth=0.8)
     axis.set_yscale("log")
-    axis.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models)
+    many = len(models) > 8  # slanted names, so that they do not overlap
+    axis.set_xticks(np.arange(len(models)) + 0.4 - width / 2, models, rotation=40 if many else 0, ha="right" if many else "center",
+                    fontsize=8 if many else None)
     axis.set_ylabel("time / PyTorch eager (log)")
     axis.legend(fontsize=7)
     figure.tight_layout()

@@ -34,6 +34,10 @@ def _mostly_channels_last(inputs: tuple[np.ndarray, ...]) -> bool:
 
 
 def kernel(call: Any) -> str:
+    """The primitive's kernel; for 4-D inputs the NHWC join swap_backend models run (their inputs are channels-last)."""
     if 0 in call.out_shape:
         return "none (empty array)"
-    return str(dnnl.concat_impl([list(s) for s in call.shapes if s is not None], call.attrs["axis"]).impl)
+    shapes, axis = [list(s) for s in call.shapes if s is not None], call.attrs["axis"]
+    if len(shapes[0]) == 4:
+        shapes, axis = [[s[0], s[2], s[3], s[1]] for s in shapes], _NHWC_AXIS[axis]
+    return str(dnnl.concat_impl(shapes, axis).impl)
