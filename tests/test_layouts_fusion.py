@@ -112,6 +112,15 @@ def test_arrange_leaves_weights_and_already_ordered_arrays_alone() -> None:
     assert arrange([x_cl], "any", ())[0] is x_cl
 
 
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 16])
+def test_arrange_gives_the_same_values_in_nhwc_memory_for_any_channel_count(channels: int, rng: np.random.Generator) -> None:
+    """Few channels (a model's RGB input) are copied channel by channel, more by one transposing copy."""
+    x = rng.standard_normal((2, channels, 5, 3)).astype(np.float32)
+    for given in (x, x[:, :, ::-1]):  # C-contiguous, and strided
+        (nhwc,) = arrange([given], "channels_last", ())
+        assert np.array_equal(nhwc, given) and nhwc.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 def _resnet() -> tuple[Any, Any]:
     return zoo.build("resnet18").eval(), zoo.sample_input("resnet18", 2, small=True)
 

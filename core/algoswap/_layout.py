@@ -16,11 +16,24 @@ def _contiguous(array: Any) -> Any:
     return array if array is None or type(array) is not np.ndarray or array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
+# Up to this many channels a copy channel by channel into NHWC memory is faster than NumPy's transposing copy
+# (one thread, 8x3x224x224 floats, a model's input: 0.38 against 2.07 ms; 8x8x112x112 0.38 against 0.60; 8x16x56x56
+# 0.32 against 0.21).
+FEW_CHANNELS = 4
+
+
 def _channels_last(array: np.ndarray) -> np.ndarray:
     if is_channels_last(array):
         return array
-    nhwc: np.ndarray = np.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    return nhwc
+    n, c, h, w = array.shape
+    if 1 < c <= FEW_CHANNELS:
+        nhwc = np.empty((n, h, w, c), array.dtype)
+        for channel in range(c):
+            nhwc[..., channel] = array[:, channel]
+        as_nchw: np.ndarray = nhwc.transpose(0, 3, 1, 2)
+        return as_nchw
+    copied: np.ndarray = np.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return copied
 
 
 def arrange(arrays: Sequence[Any], layout: str, weights: tuple[int, ...]) -> Sequence[Any]:
