@@ -62,3 +62,19 @@ def test_kinks_and_special_values_follow_torch(impl: algoswap.ImplRecord, dtype:
         if problem:
             where = ", ".join(f"x={inputs[-1][i]!r}" for i in np.nonzero(~np.isclose(got, expected, equal_nan=True))[0][:6])
             fail(f"{impl.op} {impl.qualified} ({dtype}) {attrs}: {problem} [{where}]")
+
+
+def test_bad_attributes_are_refused_naming_the_op_and_argument() -> None:
+    x = np.ones(3, np.float32)
+    with pytest.raises(algoswap.OpArgumentError, match=r"hardtanh.*'max_val' got 1\.0; expected a value >= min_val \(2\.0\)"):
+        algoswap.ops.hardtanh(x, min_val=2.0, max_val=1.0)
+    with pytest.raises(algoswap.OpArgumentError, match=r"hardtanh_grad.*'max_val'"):
+        algoswap.ops.hardtanh_grad(x, x, min_val=2.0, max_val=1.0)
+    with pytest.raises(algoswap.OpArgumentError, match=r"gelu.*'approximate' got 'erf'.*one of 'none', 'tanh'"):
+        algoswap.ops.gelu(x, approximate="erf")
+    with pytest.raises(algoswap.OpArgumentError, match=r"elu.*'alpha'.*finite"):
+        algoswap.ops.elu(x, alpha=float("inf"))
+    w = np.ones((1, 1, 1, 1), np.float32)
+    with pytest.raises(algoswap.OpArgumentError, match=r"conv2d_fused.*'activation' got 'mish'.*'relu6', 'silu', 'hardswish', 'gelu'"):
+        algoswap.ops.conv2d_fused(x.reshape(1, 1, 1, 3), w, activation="mish")
+    assert np.array_equal(algoswap.ops.hardtanh(np.array([-1.0, 0.5, 2.0]), min_val=0.5, max_val=0.5), [0.5, 0.5, 0.5])

@@ -103,7 +103,7 @@ gelu, gelu_grad = _from_input(
 hardswish, hardswish_grad = _from_input(
     "hardswish", "input * hardtanh(input + 3, 0, 6) / 6 elementwise, like torch.nn.functional.hardswish.",
     "Gradient of hardswish: 0 where input <= -3, grad_output where input >= 3, else grad_output * (input / 3 + 0.5) "
-    "(as PyTorch has it at the kinks).",
+    "(as PyTorch has it at the kinks; NaN where input is NaN).",
 )
 hardsigmoid, hardsigmoid_grad = _from_input(
     "hardsigmoid", "hardtanh(input + 3, 0, 6) / 6 elementwise, like torch.nn.functional.hardsigmoid.",
@@ -111,7 +111,8 @@ hardsigmoid, hardsigmoid_grad = _from_input(
 )
 elu, elu_grad = _from_input(
     "elu", "input where input > 0, else alpha * (exp(input) - 1), like torch.nn.functional.elu.",
-    "Gradient of elu: grad_output where input > 0, else grad_output * alpha * exp(input).", _ALPHA,
+    "Gradient of elu: grad_output where input > 0, else grad_output * alpha * exp(input) (alpha * grad_output at 0, NaN "
+    "where input is NaN).", _ALPHA,
 )
 mish, mish_grad = _from_input(
     "mish", "input * tanh(softplus(input)), softplus(x) = log(1 + exp(x)), like torch.nn.functional.mish.",

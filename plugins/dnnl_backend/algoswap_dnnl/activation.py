@@ -4,11 +4,11 @@ the forward input. The forward ops of the activations PyTorch's models use (relu
 gelu, hardswish, hardsigmoid, elu, mish) run 4-D arrays in the memory order they come in.
 
 Where oneDNN 3.2 differs from PyTorch on NaN or infinities, the extension fixes the elements
-(src/eltwise.cpp). What it leaves: these gradients come out NaN where grad_output is infinite and
-the float32 gradient underflows to 0 (0 * inf), below x = -6.15 (gelu), -5.16 (gelu, tanh form) and
--87 (silu, elu), as PyTorch's float32 kernels do at their own thresholds; the tanh form's gradient
-is NaN beyond |x| = 1e12 (x**3 overflows), as PyTorch's float32 one is. hardswish_grad,
-hardsigmoid_grad and mish_grad are not offered (see the backend's registration).
+(src/eltwise.cpp). What it leaves: silu's and elu's gradients come out NaN where grad_output is
+infinite and the float32 slope flushes to 0 (0 * inf), below x = -87, as PyTorch's float32 kernels
+do; gelu's tanh form's gradient is NaN beyond |x| = 1e12 (x**3 overflows), as PyTorch's float32
+one is. hardswish_grad, hardsigmoid_grad and mish_grad are not offered (see the backend's
+registration).
 """
 
 from __future__ import annotations

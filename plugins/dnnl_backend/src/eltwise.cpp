@@ -104,12 +104,22 @@ float torch_pow(float x, float e) {
     return std::pow(x, e);
 }
 
+// The slope of gelu at x in double, as PyTorch's float64 kernels have it (exact erf form, or the tanh form
+// with 1 + tanh(u) = 2 sigmoid(2u)): NaN at +-inf (x times a zero density).
+double gelu_slope(alg form, double x) {
+    if (form == alg::eltwise_gelu_erf) return 0.5 * std::erfc(-x * M_SQRT1_2) + x * std::exp(-0.5 * x * x) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
+    double c = std::sqrt(2.0 / M_PI), u2 = 2.0 * c * (x + 0.044715 * x * x * x), e = std::exp(-std::fabs(u2));
+    double s = (u2 >= 0 ? 1.0 : e) / (1.0 + e);
+    return s + 2.0 * x * s * (1.0 - s) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 // Where oneDNN's backward differs from PyTorch's on values that are not finite (checked first):
 // relu and clip_v2 multiply grad_output by 0 outside where they pass it (PyTorch selects 0: an infinite or
 // NaN gradient there is 0), leaky relu passes grad_output unscaled at a NaN input (PyTorch scales it: NaN > 0
-// is false), elu passes it unscaled at a NaN input too (PyTorch: NaN), and pow's gradient at an infinite input
-// comes out NaN (PyTorch's grad * (alpha * beta * x ** (beta - 1)) is infinite). These elements are
-// recomputed as PyTorch does.
+// is false), elu passes it unscaled at a NaN input too (PyTorch: NaN), gelu's slope flushes to 0 below
+// x = -6.15 (erf) and -5.16 (tanh) where it is still a normal float (PyTorch: an infinite grad_output stays
+// infinite there), and pow's gradient at an infinite input comes out NaN (PyTorch's grad * (alpha * beta *
+// x ** (beta - 1)) is infinite). These elements are recomputed as PyTorch does.
 void exact_backward(const Kind &k, const F32 &dy, const F32 &data, float alpha, float beta, float *out) {
     int64_t size = numel(data.shape);
     if (k.forward == alg::eltwise_relu && alpha == 0.f && !all_finite(dy.data, dt::f32, size)) {
@@ -118,6 +128,9 @@ void exact_backward(const Kind &k, const F32 &dy, const F32 &data, float alpha, 
         for (int64_t i = 0; i < size; ++i) out[i] = alpha < data.data[i] && data.data[i] < beta ? dy.data[i] : 0.f;
     } else if (k.forward == alg::eltwise_elu && any_nan(data.data, dt::f32, size)) {
         restore_nan(data.data, out, dt::f32, size);
+    } else if ((k.forward == alg::eltwise_gelu_erf || k.forward == alg::eltwise_gelu_tanh) && !all_finite(dy.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i)
+            if (!std::isfinite(dy.data[i])) out[i] = static_cast<float>(dy.data[i] * gelu_slope(k.forward, data.data[i]));
     } else if (k.forward == alg::eltwise_relu && alpha != 0.f && any_nan(data.data, dt::f32, size)) {
         for (int64_t i = 0; i < size; ++i)
             if (std::isnan(data.data[i])) out[i] = dy.data[i] * alpha;
