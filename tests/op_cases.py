@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from algoswap import FUSED_ACTIVATIONS
 from case_inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
 from op_cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
 
@@ -100,6 +101,15 @@ BATCHNORM2D: list[Case] = [
 ]
 
 LEAKY_RELU: list[Case] = [(((3, 4, 5),), {}), (((2, 3, 7, 6),), {"negative_slope": 0.2}), (((11,),), {"negative_slope": -1.5})]
+# activations with kinks or saturations away from 0: one case of wide inputs (normal times 4) reaches them
+ACTIVATION: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {}), (((11,),), {})]
+HARDTANH: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {"min_val": 0.0, "max_val": 6.0}),
+                        (((11,),), {"min_val": -0.5, "max_val": 0.25}), (((2, 5),), {"min_val": 0.5, "max_val": 0.5})]
+# The tanh form gets no wide inputs: below x = -6.6 its gradient is exactly 0 in torch's formula (1 + tanh(u)
+# and 1 - tanh(u)**2 round to 0), where ours keeps its digits (a sigmoid), so that inf * it is NaN in torch only.
+GELU: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {}), (((11,),), {"approximate": "tanh"}),
+                    (((2, 3, 7, 6),), {"approximate": "tanh"})]
+ELU: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {"alpha": 0.5}), (((11,),), {"alpha": -1.5})]
 
 SOFTMAX: list[Case] = [
     (((3, 7),), {}),
@@ -145,6 +155,13 @@ FORWARD: dict[str, list[Case]] = {
     "sigmoid": ELEMENTWISE,
     "tanh": ELEMENTWISE,
     "leaky_relu": LEAKY_RELU,
+    "hardtanh": HARDTANH,
+    "silu": ACTIVATION,
+    "gelu": GELU,
+    "hardswish": ACTIVATION,
+    "hardsigmoid": ACTIVATION,
+    "elu": ELU,
+    "mish": ACTIVATION,
     "softmax": SOFTMAX,
     "log_softmax": SOFTMAX,
     "layer_norm": LAYER_NORM,
@@ -178,6 +195,7 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "sigmoid_grad": ("sigmoid", lambda s, a, y: ((y, y), {})),
     "tanh_grad": ("tanh", lambda s, a, y: ((y, y), {})),
     "leaky_relu_grad": ("leaky_relu", lambda s, a, y: ((y, s[0]), a)),
+    **{f"{op}_grad": (op, lambda s, a, y: ((y, s[0]), a)) for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
     "softmax_grad": ("softmax", lambda s, a, y: ((y, y), a)),
     "log_softmax_grad": ("log_softmax", lambda s, a, y: ((y, y), a)),
     "layer_norm_grad_input": ("layer_norm", lambda s, a, y: ((y, s[0], s[1]), a)),
@@ -190,14 +208,20 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
 }
 
 
-def _fused_case(shapes: tuple[Any, ...], attrs: dict[str, Any], out: tuple[int, ...]) -> Case:
-    """conv2d_fused from a conv2d case: with a residual and relu, and the plain variants in turn.
-    Outputs of fewer than 16 values get no relu: zeroing most of them would leave the relative error
-    of one or two float32 sums (or 0/0), which measures their conditioning, not the implementation."""
-    variant = (sum(shapes[0]) + sum(shapes[1])) % 3  # varied over the cases, fixed for each
-    residual = None if variant == 0 else out
-    relu = variant != 1 and math.prod(out) >= 16
-    return (shapes + (residual,), {**attrs, "activation": "relu" if relu else "none"})
+def _fused_cases() -> list[Case]:
+    """conv2d_fused from the conv2d cases: with a residual, an activation (each in turn), both, or neither,
+    varied over the cases. Outputs of fewer than 16 values get no activation: zeroing most of them would
+    leave the relative error of one or two float32 sums (or 0/0), which measures their conditioning, not
+    the implementation."""
+    activations = tuple(FUSED_ACTIVATIONS)
+    cases = []
+    for index, (shapes, attrs) in enumerate(CONV2D):
+        out = _out_shape("conv2d", shapes, attrs)
+        residual = None if index % 3 == 0 else out
+        activated = index % 3 != 1 and math.prod(out) >= 16
+        activation = activations[2 * index % len(activations)] if activated else "none"
+        cases.append((shapes + (residual,), {**attrs, "activation": activation}))
+    return cases
 
 
 def cases_for(op: str) -> list[Case]:
@@ -205,7 +229,7 @@ def cases_for(op: str) -> list[Case]:
     if op in FORWARD:
         return FORWARD[op]
     if op == "conv2d_fused":
-        return _grad_cases("conv2d", _fused_case)
+        return _fused_cases()
     if op in GRADIENT_BUILDERS:
         forward, build = GRADIENT_BUILDERS[op]
         return _grad_cases(forward, build)

@@ -24,6 +24,7 @@ import numpy as np
 import algoswap
 from helpers import as_float64, assert_close, dtype_name
 from op_cases import reference_name
+from op_scales_activations import ACTIVATION_RULES
 
 Scale = tuple[Any, int]  # (elementwise magnitudes or None for "the result itself", reduction length)
 
@@ -41,7 +42,7 @@ ELEMENTWISE = {
     "sqrt", "rsqrt", "sqrt_grad", "mul_scalar", "pow_scalar", "pow_scalar_grad", "rdiv_scalar",
     "rdiv_scalar_grad", "flatten", "reshape", "concat", "transpose", "slice", "split", "pad", "broadcast_to",
     "one_hot", "zeros_like", "ones_like", "where", "embedding", "maxpool2d", "dropout", "dropout2d", "dropout_grad",
-    "dropout2d_grad",
+    "dropout2d_grad", "hardtanh", "hardtanh_grad", "hardsigmoid_grad", "silu", "mish", "elu_grad",
 }
 
 
@@ -77,7 +78,14 @@ def sum_scale(compute: Callable[..., Any], inputs: list[Any]) -> Scale:
     return np.abs(as_float64(compute(*_magnitudes(inputs)))), terms
 
 
+# conv2d_fused's activations -> the largest |slope| each has (an error of the sum before it grows by that much)
+ACTIVATION_SLOPES = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "silu": 1.1, "hardswish": 1.5, "gelu": 1.13}
+
+
 def _sum(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    if op == "conv2d_fused":  # the sum's terms, before the activation, times its largest slope
+        scale, terms = sum_scale(lambda *arrays: _reference(op, list(arrays), {**attrs, "activation": "none"}), inputs)
+        return scale * ACTIVATION_SLOPES[attrs["activation"]], terms
     return sum_scale(lambda *arrays: _reference(op, list(arrays), attrs), inputs)
 
 
@@ -252,6 +260,7 @@ def _binary_cross_entropy_grad(op: str, inputs: list[Any], attrs: dict[str, Any]
 
 
 SPELLED_OUT: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
+    **ACTIVATION_RULES,
     "sigmoid_grad": _sigmoid_grad,
     "rsqrt_grad": _rsqrt_grad,
     "tanh_grad": _tanh_grad,

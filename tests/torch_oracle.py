@@ -16,6 +16,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from algoswap import FUSED_ACTIVATIONS
+
 F = torch.nn.functional
 aten = torch.ops.aten
 Fn = Callable[..., Any]
@@ -84,7 +86,10 @@ def _conv2d(x: Any, w: Any, b: Any, stride: Any = 1, padding: Any = ((0, 0), (0,
 def _conv2d_fused(x: Any, w: Any, b: Any, residual: Any, activation: str, **attrs: Any) -> Any:
     y = _conv2d(x, w, b, **attrs)
     y = y if residual is None else y + residual
-    return F.relu(y) if activation == "relu" else y
+    if activation == "none":
+        return y
+    op, op_attrs = FUSED_ACTIVATIONS[activation]
+    return FORWARD[op](y, **op_attrs)
 
 
 def _layer_norm(x: Any, w: Any, b: Any, normalized_ndim: int = 1, eps: float = 1e-5) -> Any:
@@ -110,6 +115,40 @@ def _dropout(channels: bool) -> Fn:
     return dropout
 
 
+# activations whose gradient op takes (grad_output, input, attributes): autograd's vector-Jacobian product
+ACTIVATIONS: dict[str, Fn] = {
+    "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
+    "silu": F.silu,
+    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
+    "mish": F.mish,
+}
+
+
+# torch 2.13's CPU kernels give some gradients at a NaN input one value in the vectorized body of an array and
+# another in its scalar tail (the last n % 64 elements or so): hardtanh 0 and grad_output, hardswish and elu NaN
+# and grad_output. The oracle runs them on arrays padded to whole vector blocks, so that every element takes the
+# body's path, the one most elements of any tensor take.
+VECTOR_BLOCK = 64
+
+
+def _in_vector_blocks(function: Fn) -> Fn:
+    """``function`` of same-shape tensors, run on their flat copies padded with zeros to whole vector blocks."""
+    def padded(*tensors: Any) -> Any:
+        size = tensors[0].numel()
+        pad = -size % VECTOR_BLOCK
+        flat = [torch.cat([t.reshape(-1), torch.zeros(pad, dtype=t.dtype)]) for t in tensors]
+        return function(*flat)[:size].reshape(tensors[0].shape)
+
+    return padded
+
+
+def _activation_grad(forward: Fn) -> Fn:
+    return lambda dy, x, **attrs: _in_vector_blocks(lambda g, v: _vjp(lambda u: forward(u, **attrs), v, g))(dy, x)
+
+
 FORWARD: dict[str, Fn] = {
     "conv2d": _conv2d,
     "conv2d_fused": _conv2d_fused,
@@ -123,6 +162,7 @@ FORWARD: dict[str, Fn] = {
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    **ACTIVATIONS,
     "flatten": lambda x, start_dim=1, end_dim=-1: torch.flatten(x, start_dim, end_dim),
     "reshape": lambda x, shape: x.reshape(shape),
     "concat": lambda *xs, axis=0: torch.cat(xs, axis),
@@ -202,6 +242,10 @@ GRADIENT: dict[str, Fn] = {
     "sigmoid_grad": lambda dy, y: aten.sigmoid_backward(dy, y),
     "tanh_grad": lambda dy, y: aten.tanh_backward(dy, y),
     "leaky_relu_grad": lambda dy, x, negative_slope=0.01: _vjp(lambda v: F.leaky_relu(v, negative_slope), x, dy),
+    **{f"{op}_grad": _activation_grad(forward) for op, forward in ACTIVATIONS.items()},
+    # torch's float64 hardsigmoid backward multiplies by 1/6 rounded to float32 (3e-8 off): the same gradient
+    # through relu6(x + 3) / 6 (NaN input: 0 either way)
+    "hardsigmoid_grad": _activation_grad(lambda x: F.relu6(x + 3) / 6),
     "batch_norm_train_grad_input": lambda dy, x, w, eps=1e-5: _vjp(lambda v: _batch_norm_train(v, w, None, eps), x, dy),
     "batch_norm_train_grad_weight": lambda dy, x, eps=1e-5: _vjp(lambda w: _batch_norm_train(x, w, None, eps),
                                                                   torch.ones(x.shape[1], dtype=x.dtype), dy),

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ._select import Selection
     from ._spec import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, Attr, GradRule, Input, OpCall, OpSpec
     from ._specs import FAMILIES
+    from ._specs.conv import FUSED_ACTIVATIONS
     from ._layout import is_channels_last
     from ._specs._geometry import ConvGeometry, conv_geometry, conv_output_size, pool_output_size
     from ._trace import trace
@@ -78,6 +79,7 @@ _LAZY = {
     "INT_DTYPES": ("._spec", "INT_DTYPES"),
     "ALL_DTYPES": ("._spec", "ALL_DTYPES"),
     "FAMILIES": ("._specs", "FAMILIES"),
+    "FUSED_ACTIVATIONS": ("._specs.conv", "FUSED_ACTIVATIONS"),
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
     "is_channels_last": ("._layout", "is_channels_last"),
     "conv_output_size": ("._specs._geometry", "conv_output_size"),

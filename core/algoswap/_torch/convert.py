@@ -73,8 +73,9 @@ def swap_backend(
     the weights and of the computation; inputs are cast to it. ``fallback="torch"`` runs the nodes
     no registry op serves in PyTorch instead of refusing the model (``explain()`` lists them).
 
-    ``fuse`` (default True): a conv2d whose output feeds only an add and/or a relu runs with them as
-    one ``conv2d_fused`` call where the conv2d's implementation has such a twin (oneDNN post-ops);
+    ``fuse`` (default True): a conv2d whose output feeds only an add and/or an activation (relu,
+    relu6, silu, hardswish, exact gelu) runs with them as one ``conv2d_fused`` call where the conv2d's
+    implementation has such a twin that fuses them (oneDNN post-ops, the CUDA epilogue);
     ``explain()`` shows each fused chain, or why it stayed unfused.
     """
     if not isinstance(module, nn.Module):

@@ -97,11 +97,11 @@ def _register_smm_gradients(registry: Any) -> None:
 
 def _register_forward(registry: Any, op: str) -> None:
     """Every forward convolution algorithm, for conv2d and for its fused twin (the conv2d, then bias,
-    residual and relu in one element-wise pass)."""
+    residual and activation in one element-wise pass)."""
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     fused = op == "conv2d_fused"
-    then = " Then bias, residual and relu in one element-wise pass." if fused else ""
+    then = " Then bias, residual and activation in one element-wise pass." if fused else ""
 
     def function(name: str) -> str:
         return f"{conv}:conv2d_{name}_fused" if fused else f"{conv}:conv2d_{name}"

@@ -70,7 +70,7 @@ def _register_conv(registry: Any) -> None:
     """conv2d and conv2d_fused, by algorithm (their gradients are in the conv family)."""
     add = registry.add_implementation
     conv = f"{__name__}.conv"
-    for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and relu as post-ops")):
+    for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and the activation as post-ops")):
         add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=BF16, priority=20, supports=f"{conv}:supports_auto",
             kernel=Ref(f"{conv}:kernel_auto"), layout="channels_last",
             description=f"oneDNN convolution_auto (the library picks the algorithm){what}")
@@ -92,6 +92,7 @@ _OPS: dict[str, dict[str, Any]] = {
     "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"},
     "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
     "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
+    **{op: {"layout": "any"} for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
     "transpose": {"description": "oneDNN reorder from the input's permuted strides"},
     "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
 }
@@ -118,4 +119,9 @@ _UNSUPPORTED = {
     "slice split slice_grad": "a copy into or out of a window: oneDNN 3.2 has no slicing primitive (a reorder of a "
                               "sub-memory could copy it, with NumPy's memory traffic; not mapped)",
     "pad pad_grad": "oneDNN 3.2 has no padding primitive (constant, reflect or replicate)",
+    "hardswish_grad hardsigmoid_grad": "oneDNN 3.2's backward decides the kinks on x/6 + 1/2 rounded to float32 (within an "
+                                       "ulp below x = 3 it passes grad_output where PyTorch has 1.5x or 1/6 of it) and "
+                                       "multiplies grad_output by 0 where PyTorch selects 0 (NaN for an infinite one)",
+    "mish_grad": "oneDNN 3.2's mish backward overflows: +-inf from |x| ~ 1e30 on and at x = +inf, where PyTorch has "
+                 "grad_output and NaN",
 }
