@@ -148,6 +148,7 @@ FORWARD: dict[str, Fn] = {
     "batch_matmul": _matmul,
     "reduce_sum": _reduce(torch.sum),
     "reduce_mean": _reduce(torch.mean),
+    "reduce_max": _reduce(torch.amax),
     "broadcast_to": lambda x, shape: x.broadcast_to(shape),
     "sum_to_shape": lambda x, shape: x.sum_to_size(shape) if shape else x.sum(),
     "slice": _slice,
@@ -237,6 +238,7 @@ GRADIENT: dict[str, Fn] = {
         lambda x: FORWARD["reduce_sum"](x, axes, keepdims), _zeros(input_size), dy),
     "reduce_mean_grad": lambda dy, input_size, axes=None, keepdims=False: _vjp(
         lambda x: FORWARD["reduce_mean"](x, axes, keepdims), _zeros(input_size), dy),
+    "reduce_max_grad": lambda dy, x, axes=None, keepdims=False: _vjp(lambda v: FORWARD["reduce_max"](v, axes, keepdims), x, dy),
     "slice_grad": lambda dy, begin, input_size: _vjp(lambda x: _slice(x, begin, dy.shape), _zeros(input_size), dy),
     "pad_grad": lambda dy, pads, input_size, mode="constant": _vjp(lambda x: _pad(x, pads, mode), _zeros(input_size), dy),
     "where_grad": lambda dy, condition, branch: _vjp(
