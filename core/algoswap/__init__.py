@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from ._specs import FAMILIES
     from ._layout import is_channels_last
     from ._specs._geometry import ConvGeometry, conv_geometry, conv_output_size, pool_output_size
+    from ._specs.attention import attention_mask
+    from ._specs.resample import interpolation_taps
     from ._trace import trace
     from .hookspecs import hookimpl
     from . import graph, zoo
@@ -79,6 +81,8 @@ _LAZY = {
     "ALL_DTYPES": ("._spec", "ALL_DTYPES"),
     "FAMILIES": ("._specs", "FAMILIES"),
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
+    "interpolation_taps": ("._specs.resample", "interpolation_taps"),
+    "attention_mask": ("._specs.attention", "attention_mask"),
     "is_channels_last": ("._layout", "is_channels_last"),
     "conv_output_size": ("._specs._geometry", "conv_output_size"),
     "conv_geometry": ("._specs._geometry", "conv_geometry"),

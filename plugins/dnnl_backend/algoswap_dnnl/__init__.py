@@ -1,5 +1,5 @@
 """The oneDNN backend of algoswap: float32 convolution, matmul, pooling, eltwise, normalisation,
-softmax, binary, reduction, reorder and concat primitives on the CPU.
+softmax, binary, reduction, resampling, reorder and concat primitives on the CPU.
 
 Implementations are registered as "module:attribute" strings, so discovery imports neither the
 compiled extension nor libdnnl; the availability probe loads them, once, when the backend is first
@@ -83,14 +83,14 @@ def _register_conv(registry: Any) -> None:
 # module's supports() predicate (None: none)
 _FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "activation": None, "norm": "supports",
              "softmax": None, "elementwise": "supports", "shape": None, "arith": "supports", "matmul": "supports",
-             "slicing": None, "reduce": "supports"}
+             "slicing": None, "reduce": "supports", "attention": "supports", "resample": "supports"}
 _BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
 _ANY = {"layout": "any"}  # float32 ops that take arrays in any memory order as they are
 _INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "linear": {"dtypes": BF16}, "maxpool2d": _BF16_ANY, "avgpool2d": _BF16_ANY,
-    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"},
+    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"}, "interpolate": _ANY,
     "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
     "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
     **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",

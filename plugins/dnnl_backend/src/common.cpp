@@ -323,4 +323,5 @@ PYBIND11_MODULE(_dnnl, m) {
     init_transpose(m);
     init_finite(m);
     init_reduce(m);
+    init_resample(m);
 }
