@@ -25,6 +25,8 @@ def memory_order(a: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
     """(``a``'s memory as a C-contiguous array, the axes of ``a`` in that order): ``a`` transposed, without a
     copy, where it is a permutation of a C-contiguous array (channels-last arrays among them); otherwise
     a C-contiguous copy of ``a`` and the identity order."""
+    if a.flags.c_contiguous:
+        return a, tuple(range(a.ndim))
     order = tuple(sorted(range(a.ndim), key=lambda axis: -a.strides[axis]))
     view = a.transpose(order)
     if view.flags.c_contiguous:

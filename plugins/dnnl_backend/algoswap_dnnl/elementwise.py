@@ -65,14 +65,17 @@ def binary(kind: str, a: np.ndarray, b: np.ndarray, post: Sequence[Post] = ()) -
     if 0 in full:
         return np.empty(shape, np.float32)
     memory, order = memory_order(src0.reshape(full))
+    permuted = order != tuple(range(len(full)))
 
     def ordered(x: np.ndarray) -> np.ndarray:
         """x (of a shape that broadcasts to the output's) seen in src0's memory order, C-contiguous."""
-        return np.ascontiguousarray(x.reshape(_pad(x.shape, len(full))).transpose(order))
+        padded = x.reshape(_pad(x.shape, len(full)))
+        return np.ascontiguousarray(padded.transpose(order) if permuted else padded)
 
     steps = [(k, None if x is None else ordered(x), alpha, beta)
              for k, x, alpha, beta in (_SWAP_BACK[kind] if swapped else []) + list(post)]
-    out = dnnl.binary(memory, ordered(src1), kind, steps).transpose(np.argsort(order))
+    out = dnnl.binary(memory, ordered(src1), kind, steps)
+    out = out.transpose(np.argsort(order)) if permuted else out
     return out if out.shape == shape else out.reshape(shape)
 
 
