@@ -53,6 +53,18 @@ def test_reductions_of_channels_last_inputs(op: str, axes: tuple[int, ...] | Non
     _check(op, [x], axes=axes, keepdims=keepdims)
 
 
+@pytest.mark.parametrize("shape, axes", [
+    ((8, 672, 14, 14), (2, 3)), ((4, 1 << 16), (1,)), ((3, 5000, 40), (1,)), ((1 << 20,), None), ((16, 1, 4096), (0, 2)),
+])
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max"])
+def test_long_reductions_stay_within_the_bound_of_their_length(op: str, shape: tuple[int, ...], axes: object,
+                                                               rng: np.random.Generator) -> None:
+    """oneDNN sums in float32 in its own order (vector lanes, then across them; the pooling window's order):
+    any order is within n * u of the sum of the magnitudes, which tests/op_scales.py bounds."""
+    x = rng.standard_normal(shape).astype(np.float32) + np.float32(0.5)  # not zero-mean: sums grow, as errors can
+    _check(op, [x], axes=axes)
+
+
 def test_the_squeeze_and_excitation_mean_reads_the_channels_last_memory(monkeypatch: pytest.MonkeyPatch,
                                                                         rng: np.random.Generator) -> None:
     """No copy of the activation: the pooling primitive is handed its NHWC memory itself."""

@@ -71,9 +71,10 @@ def scaled_dot_product_attention_grad_value(dy: np.ndarray, q: np.ndarray, k: np
 # ---------------------------------------------------------------------- selection and kernels
 
 
-def _padded(*shapes: Shape) -> list[list[int]]:
-    rank = max(len(s) for s in shapes)
-    return [[1] * (rank - len(s)) + list(s) for s in shapes]
+def _padded(a: Shape, b: Shape) -> tuple[list[int], list[int]]:
+    """Both shapes with leading 1s to one rank."""
+    rank = max(len(a), len(b))
+    return [1] * (rank - len(a)) + list(a), [1] * (rank - len(b)) + list(b)
 
 
 def _products(call: Any, scores: Shape) -> list[tuple[Shape, Shape, bool, bool]]:
@@ -91,18 +92,21 @@ def _plans(call: Any) -> list[tuple[str, Any]]:
     """(what, plan) of every primitive the call runs (ValueError: why one cannot be made)."""
     q, k = call.shape("query"), call.shape("key")
     scores = tuple(np.broadcast_shapes(q[:-2], k[:-2])) + (q[-2], k[-2])
-    plans = [("matmul", dnnl.matmul_impl(*_padded(q, k), False, False, True))]
+    left, right = _padded(q, k)
+    plans = [("matmul", dnnl.matmul_impl(left, right, False, False, True))]
     mask = (q[-2], k[-2]) if call.attrs["is_causal"] else call.shape("attn_mask")
     if mask is not None:
-        add = dnnl.binary_impl(*_padded(scores, mask), "add")
+        full, part = _padded(scores, mask)
+        add = dnnl.binary_impl(full, part, "add")
         if str(add.impl).startswith("ref"):
             raise ValueError(REFERENCE_KERNEL.format(a=scores, b=mask))
         plans.append(("binary add", add))
     plans.append(("softmax", dnnl.softmax_impl(list(scores), -1)))
     if "grad_output" in call.input_names and not call.op.endswith("_value"):
         plans.append(("softmax backward", dnnl.softmax_grad_impl(list(scores), -1)))
-    for left, right, trans_a, trans_b in _products(call, scores):
-        plans.append(("matmul", dnnl.matmul_impl(*_padded(left, right), False, trans_a, trans_b)))
+    for a, b, trans_a, trans_b in _products(call, scores):
+        left, right = _padded(a, b)
+        plans.append(("matmul", dnnl.matmul_impl(left, right, False, trans_a, trans_b)))
     return plans
 
 
