@@ -13,11 +13,21 @@ from torch import fx, nn
 
 from .._frozen import freeze
 from .._global import get_registry
+from .._requests import IN_TORCH
 from .._runner import bfloat16
 from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .lowering import Alias, Lowered, Lowerer, LoweredOp, PythonCall, Unsupported, target_name
+from .explain import KEPT_NOTE
+from .modules import own_request, plain
 from .tensors import NamedFunction
+
+@dataclass(frozen=True)
+class Kept:
+    """A node the selector left in PyTorch ("torch"): the op it would have run, and why it runs in torch."""
+
+    op: str
+    note: str = KEPT_NOTE
 
 
 @dataclass(frozen=True)
@@ -54,12 +64,15 @@ class ModelGraph:
 
 
 class ModelBuilder:
-    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16)."""
+    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16).
+    The fx nodes named in ``in_torch`` (and the batch norms that would be folded into them) become
+    torch nodes: the selector left them in PyTorch."""
 
-    def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool) -> None:
+    def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool, in_torch: frozenset[str] = frozenset()) -> None:
         self.caller, self.traced, self.dtype, self.fallback = caller, traced, dtype, fallback
+        self.in_torch = {name: KEPT_NOTE for name in in_torch}  # fx node name -> why it stays in torch
         self.lowerer = Lowerer(traced)
-        self.lowered: dict[fx.Node, Lowered | UnsupportedNode] = {}
+        self.lowered: dict[fx.Node, Lowered | UnsupportedNode | Kept] = {}
         self.node_of: dict[fx.Node, Node] = {}
         self.literals: dict[fx.Node, Any] = {}
         self.consts: dict[int, Node] = {}
@@ -78,6 +91,10 @@ class ModelBuilder:
             entry = self.lowered.get(node)
             if isinstance(entry, LoweredOp) and entry.op == "batchnorm2d":
                 self._fold(node, entry)
+        for node in nodes:
+            entry = self.lowered.get(node)
+            if node.name in self.in_torch and isinstance(entry, LoweredOp):
+                self.lowered[node] = Kept(entry.op, self.in_torch[node.name])
         for node in nodes:
             self._emit(node)
         self.graph.unsupported = unsupported
@@ -107,6 +124,9 @@ class ModelBuilder:
         mean, var, gamma, beta = bn.inputs[1:]
         if not all(t is None or isinstance(t, torch.Tensor) for t in (weight, bias, mean, var, gamma, beta)) or weight is None:
             return  # weights computed in forward: leave the batch norm as an op
+        if source.name in self.in_torch:
+            self.in_torch[node.name] = f"{KEPT_NOTE} with {source.name!r}, the convolution it would be folded into"
+            return
         with torch.no_grad():
             scale = 1.0 / torch.sqrt(var.double() + bn.attrs["eps"])
             scale = scale * gamma.double() if gamma is not None else scale
@@ -144,10 +164,13 @@ class ModelBuilder:
             self._add(node, Node(node.name, "python", (), "", source=Call(entry.function, self._ref(entry.args), {})))
         elif isinstance(entry, UnsupportedNode):
             self._add(node, Node(node.name, "torch", (), "", source=self._torch_call(node, entry.target, entry.reason)))
+        elif isinstance(entry, Kept):
+            call = self._torch_call(node, _describe(self.traced, node), entry.note)
+            self._add(node, Node(node.name, "torch", (), "", entry.op, request=IN_TORCH, source=call))
 
     def _emit_op(self, node: fx.Node, lowered: LoweredOp) -> None:
         module = str(node.target) if node.op == "call_module" else None
-        request = getattr(lowered.module, "algoswap_request", "default")  # a layer swapped before keeps its choice
+        request = own_request(lowered.module)  # a layer swapped before keeps its choice
         label = _describe(self.traced, node)
         twin = None if lowered.folded or not _parameterless(node, self.traced) else self._torch_call(node, label)
         names = [f"{module or node.name}.{name}" for name in get_registry().spec(lowered.op).flat_input_names(len(lowered.inputs))]
@@ -173,7 +196,7 @@ class ModelBuilder:
         """A copy of the module in the compute dtype (converted once, however often it is called)."""
         if id(module) not in self.fallback_modules:
             dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(self.dtype, torch.float32)
-            self.fallback_modules[id(module)] = copy.deepcopy(module).to(dtype).eval()
+            self.fallback_modules[id(module)] = copy.deepcopy(plain(module)).to(dtype).eval()
         return self.fallback_modules[id(module)]
 
     def _add(self, fx_node: fx.Node, node: Node) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from algoswap import attention_mask
 
-from ._ext import dnnl, refusal
+from ._ext import dnnl, refusal, too_many_dims
 from .elementwise import REFERENCE_KERNEL, binary
 from .matmul import batch_matmul
 
@@ -124,7 +124,7 @@ def _broadcast_operand(call: Any) -> str:
 
 
 def supports(call: Any) -> bool | str:
-    return _broadcast_operand(call) or refusal(lambda: _plans(call))
+    return too_many_dims(call.shapes) or _broadcast_operand(call) or refusal(lambda: _plans(call))
 
 
 def kernel(call: Any) -> str:

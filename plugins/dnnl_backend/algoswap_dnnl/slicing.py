@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._ext import dnnl
+from ._ext import dnnl, too_many_dims
 from ._layout import memory_order
 
 
@@ -20,6 +20,11 @@ def transpose(x: np.ndarray, *, perm: tuple[int, ...]) -> np.ndarray:
     memory, order = memory_order(x)
     out: np.ndarray = dnnl.transpose(memory, [order.index(axis) for axis in perm])
     return out
+
+
+def supports(call: Any) -> bool | str:
+    """Arrays oneDNN's memory descriptors can hold."""
+    return too_many_dims(call.shapes) or True
 
 
 def kernel(call: Any) -> str:
