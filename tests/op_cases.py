@@ -136,9 +136,44 @@ BATCH_NORM_TRAIN: list[Case] = [
 ]
 
 
+def _interpolate_grad_attrs(shape: tuple[int, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+    """interpolate_grad's attributes for a forward case: the canonical ones (the scale factor that maps coordinates)."""
+    canonical = bind("interpolate", (shape,), "float64", attrs).attrs
+    return {"input_size": shape, **{k: canonical[k] for k in ("scale_factor", "mode", "align_corners")}}
+
+
 def _only(attrs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if k in names}
 
+
+# nearest and bilinear, up and down, by size and by scale factor; no output coordinate whose taps differ
+# between float32 and float64 arithmetic (the non-finite suite compares float32 runs with a float64 oracle)
+INTERPOLATE: list[Case] = [
+    (((2, 3, 5, 4),), {"scale_factor": 2}),
+    (((1, 2, 5, 7),), {"size": (8, 3)}),
+    (((1, 2, 6, 5),), {"scale_factor": (1.5, 0.5)}),
+    (((2, 3, 5, 4),), {"scale_factor": 2, "mode": "bilinear"}),
+    (((1, 2, 4, 6),), {"size": (7, 9), "mode": "bilinear", "align_corners": True}),
+    (((1, 2, 5, 7),), {"size": (3, 10), "mode": "bilinear"}),
+    (((1, 3, 4, 5),), {"scale_factor": 1.7, "mode": "bilinear", "recompute_scale_factor": True}),
+    (((1, 1, 3, 3),), {"size": (3, 6), "mode": "bilinear"}),
+    (((1, 2, 7, 5),), {"scale_factor": (0.6, 2.5), "mode": "bilinear"}),
+    (((2, 3, 8, 6),), {"size": (4, 3), "mode": "bilinear"}),  # halving: each output between two inputs
+    (((1, 2, 3, 4),), {"size": (9, 8)}),
+]
+
+# query, key, value, attn_mask: batched heads, masks of both kinds (a (L, 1) bool mask masks whole rows:
+# fully masked queries give zeros), causal with L = S and L > S, broadcast batch dimensions, a given scale
+ATTENTION: list[Case] = [
+    (((2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 7), None), {}),
+    (((2, 4, 5), (2, 6, 5), (2, 6, 3), Arg((4, 6), "bool")), {}),
+    (((2, 4, 5), (2, 6, 5), (2, 6, 3), Arg((4, 1), "bool")), {}),
+    (((1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4), None), {"is_causal": True}),
+    (((2, 6, 4), (2, 3, 4), (2, 3, 5), None), {"is_causal": True}),
+    (((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8), (3, 4, 6)), {"scale": 0.3}),
+    (((3, 5, 4), (1, 7, 4), (1, 7, 2), None), {}),
+    (((5, 3), (4, 3), (4, 6), None), {"scale": -0.7}),
+]
 
 FORWARD: dict[str, list[Case]] = {
     "conv2d": CONV2D,
@@ -166,6 +201,8 @@ FORWARD: dict[str, list[Case]] = {
     "log_softmax": SOFTMAX,
     "layer_norm": LAYER_NORM,
     "batch_norm_train": BATCH_NORM_TRAIN,
+    "interpolate": INTERPOLATE,
+    "scaled_dot_product_attention": ATTENTION,
     **OPS_FORWARD,
 }
 
@@ -191,6 +228,9 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "maxpool2d_grad": ("maxpool2d", lambda s, a, y: ((y, s[0]), a)),
     "avgpool2d_grad": ("avgpool2d", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
     "adaptiveavgpool2d_grad": ("adaptiveavgpool2d", lambda s, a, y: ((y,), {"input_size": s[0]})),
+    "interpolate_grad": ("interpolate", lambda s, a, y: ((y,), _interpolate_grad_attrs(s[0], a))),
+    **{f"scaled_dot_product_attention_grad_{name}": ("scaled_dot_product_attention", lambda s, a, y: ((y,) + s, a))
+       for name in ("query", "key", "value")},
     "relu_grad": ("relu", lambda s, a, y: ((y, s[0]), {})),
     "sigmoid_grad": ("sigmoid", lambda s, a, y: ((y, y), {})),
     "tanh_grad": ("tanh", lambda s, a, y: ((y, y), {})),

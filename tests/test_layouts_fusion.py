@@ -34,8 +34,7 @@ def _layout_impls() -> list[Any]:
 
 @pytest.mark.parametrize("impl", _layout_impls())
 def test_channels_last_inputs_match_the_reference(impl: algoswap.ImplRecord, rng: np.random.Generator) -> None:
-    spec = algoswap.registry().spec(impl.op)
-    weights = tuple(i for i, given in enumerate(spec.inputs) if given.name in ("weight", "bias"))
+    weights = tuple(i for i, given in enumerate(algoswap.registry().spec(impl.op).inputs) if given.name in ("weight", "bias"))
     ran = 0
     for shapes, attrs in cases_for(impl.op):
         call = bind(impl.op, shapes, "float32", attrs)

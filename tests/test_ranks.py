@@ -43,6 +43,10 @@ def cases(rank: int) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         ("add", (x, x[1:]), {}),
         ("mul", (x, x), {}),
         ("transpose", (x,), {}),
+        ("reduce_sum", (x,), {"axes": 0}),
+        ("reduce_mean", (x,), {"axes": -1, "keepdims": True}),
+        ("reduce_max", (x,), {}),
+        ("scaled_dot_product_attention", (x, x, x, None), {}),
     ]
 
 

@@ -149,6 +149,29 @@ def _activation_grad(forward: Fn) -> Fn:
     return lambda dy, x, **attrs: _in_vector_blocks(lambda g, v: _vjp(lambda u: forward(u, **attrs), v, g))(dy, x)
 
 
+def _upsample(x: Any, size: Any, scale_factor: Any, mode: str, align_corners: Any) -> Any:
+    """aten's upsampling, which takes the output size and the scale factors that map coordinates together."""
+    scales = (None, None) if scale_factor is None else tuple(scale_factor)
+    if mode == "nearest":
+        return aten.upsample_nearest2d(x, list(size), *scales)
+    return aten.upsample_bilinear2d(x, list(size), bool(align_corners), *scales)
+
+
+def _interpolate(x: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest", align_corners: Any = None,
+                 recompute_scale_factor: Any = None) -> Any:
+    if size is not None and scale_factor is not None:  # the canonical form, aten's
+        return _upsample(x, size, scale_factor, mode, align_corners)
+    return F.interpolate(x, size, scale_factor, mode, align_corners, recompute_scale_factor)
+
+
+def _attention(q: Any, k: Any, v: Any, mask: Any = None, is_causal: bool = False, scale: Any = None) -> Any:
+    """torch's math path (algoswap._specs.attention says why not its CPU flash kernel, which it picks for 4-D inputs)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+
+
 FORWARD: dict[str, Fn] = {
     "conv2d": _conv2d,
     "conv2d_fused": _conv2d_fused,
@@ -158,6 +181,8 @@ FORWARD: dict[str, Fn] = {
     "avgpool2d": lambda x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: F.avg_pool2d(
         x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
     "adaptiveavgpool2d": lambda x, output_size: F.adaptive_avg_pool2d(x, output_size),
+    "interpolate": _interpolate,
+    "scaled_dot_product_attention": _attention,
     "relu": F.relu,
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
@@ -188,6 +213,7 @@ FORWARD: dict[str, Fn] = {
     "batch_matmul": _matmul,
     "reduce_sum": _reduce(torch.sum),
     "reduce_mean": _reduce(torch.mean),
+    "reduce_max": _reduce(torch.amax),
     "broadcast_to": lambda x, shape: x.broadcast_to(shape),
     "sum_to_shape": lambda x, shape: x.sum_to_size(shape) if shape else x.sum(),
     "slice": _slice,
@@ -228,6 +254,16 @@ def _leading_sum(dy: Any, trailing: int) -> Any:
     return dy.sum(dim=tuple(range(dy.ndim - trailing))) if dy.ndim > trailing else dy
 
 
+def _attention_grad(position: int) -> Fn:
+    """The vector-Jacobian product of the attention for query (0), key (1) or value (2)."""
+    def gradient(dy: Any, q: Any, k: Any, v: Any, mask: Any = None, **attrs: Any) -> Any:
+        arrays = [q, k, v]
+        def forward(moved: Any) -> Any:
+            return _attention(*(moved if i == position else a for i, a in enumerate(arrays)), mask, **attrs)
+        return _vjp(forward, arrays[position], dy)
+    return gradient
+
+
 GRADIENT: dict[str, Fn] = {
     "conv2d_grad_input": _conv_grad_input,
     "conv2d_grad_weight": _conv_grad_weight,
@@ -238,6 +274,9 @@ GRADIENT: dict[str, Fn] = {
     "maxpool2d_grad": lambda dy, x, **a: _vjp(lambda v: FORWARD["maxpool2d"](v, **a), x, dy),
     "avgpool2d_grad": lambda dy, input_size, **a: _vjp(lambda v: FORWARD["avgpool2d"](v, **a), _zeros(input_size), dy),
     "adaptiveavgpool2d_grad": lambda dy, input_size: _vjp(lambda v: F.adaptive_avg_pool2d(v, dy.shape[2:]), _zeros(input_size), dy),
+    "interpolate_grad": lambda dy, input_size, scale_factor=None, mode="nearest", align_corners=None: _vjp(
+        lambda x: _upsample(x, dy.shape[2:], scale_factor, mode, align_corners), _zeros(input_size), dy),
+    **{f"scaled_dot_product_attention_grad_{name}": _attention_grad(position) for position, name in enumerate(("query", "key", "value"))},
     "relu_grad": lambda dy, x: _vjp(F.relu, x, dy),
     "sigmoid_grad": lambda dy, y: aten.sigmoid_backward(dy, y),
     "tanh_grad": lambda dy, y: aten.tanh_backward(dy, y),
@@ -281,6 +320,7 @@ GRADIENT: dict[str, Fn] = {
         lambda x: FORWARD["reduce_sum"](x, axes, keepdims), _zeros(input_size), dy),
     "reduce_mean_grad": lambda dy, input_size, axes=None, keepdims=False: _vjp(
         lambda x: FORWARD["reduce_mean"](x, axes, keepdims), _zeros(input_size), dy),
+    "reduce_max_grad": lambda dy, x, axes=None, keepdims=False: _vjp(lambda v: FORWARD["reduce_max"](v, axes, keepdims), x, dy),
     "slice_grad": lambda dy, begin, input_size: _vjp(lambda x: _slice(x, begin, dy.shape), _zeros(input_size), dy),
     "pad_grad": lambda dy, pads, input_size, mode="constant": _vjp(lambda x: _pad(x, pads, mode), _zeros(input_size), dy),
     "where_grad": lambda dy, condition, branch: _vjp(

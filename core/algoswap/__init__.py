@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from ._specs.conv import FUSED_ACTIVATIONS
     from ._layout import is_channels_last
     from ._specs._geometry import ConvGeometry, conv_geometry, conv_output_size, pool_output_size
+    from ._specs.attention import attention_mask
+    from ._specs.resample import interpolation_taps
     from ._trace import trace
     from .hookspecs import hookimpl
     from . import graph, zoo
@@ -81,6 +83,8 @@ _LAZY = {
     "FAMILIES": ("._specs", "FAMILIES"),
     "FUSED_ACTIVATIONS": ("._specs.conv", "FUSED_ACTIVATIONS"),
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
+    "interpolation_taps": ("._specs.resample", "interpolation_taps"),
+    "attention_mask": ("._specs.attention", "attention_mask"),
     "is_channels_last": ("._layout", "is_channels_last"),
     "conv_output_size": ("._specs._geometry", "conv_output_size"),
     "conv_geometry": ("._specs._geometry", "conv_geometry"),

@@ -143,6 +143,8 @@ _KERNELS: dict[str, Any] = {
     "slicing": "CuPy copy / scatter-add", "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask",
     "loss": _REDUCING, "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
     "optim": "one CuPy element-wise kernel, in place",
+    "attention": "cuBLAS batched GEMM (cupy.matmul) and CuPy softmax." + _TF32_NOTE,
+    "resample": "CuPy raw kernel interpolate (one thread per output; the gradient scatters with atomicAdd)",
 }
 ANY_DTYPES = tuple(dtype for dtype in ALL_DTYPES if dtype != "bfloat16")  # CuPy has no bfloat16
 _COPY = {"dtypes": ANY_DTYPES, "kernel": "CuPy copy"}

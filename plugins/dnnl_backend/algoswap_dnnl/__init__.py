@@ -1,5 +1,5 @@
 """The oneDNN backend of algoswap: float32 convolution, matmul, pooling, eltwise, normalisation,
-softmax, binary, reorder and concat primitives on the CPU.
+softmax, binary, reduction, resampling, reorder and concat primitives on the CPU.
 
 Implementations are registered as "module:attribute" strings, so discovery imports neither the
 compiled extension nor libdnnl; the availability probe loads them, once, when the backend is first
@@ -83,17 +83,21 @@ def _register_conv(registry: Any) -> None:
 # module's supports() predicate (None: none)
 _FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "activation": None, "norm": "supports",
              "softmax": None, "elementwise": "supports", "shape": None, "arith": "supports", "matmul": "supports",
-             "slicing": "supports"}
+             "slicing": "supports", "reduce": "supports", "attention": "supports", "resample": "supports"}
 _BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
+_ANY = {"layout": "any"}  # float32 ops that take arrays in any memory order as they are
 _INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "linear": {"dtypes": BF16}, "maxpool2d": _BF16_ANY, "avgpool2d": _BF16_ANY,
-    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"},
+    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"}, "interpolate": _ANY,
     "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
     "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
-    **{op: {"layout": "any"} for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
-    "transpose": {"description": "oneDNN reorder from the input's permuted strides"},
+    **{op: _ANY for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
+    **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",
+                           "reduce_max")},
+    "transpose": {**_ANY, "description": "oneDNN reorder from the input's memory order (none where that already is the "
+                  "output's: the input seen through permuted strides)"},
     "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
 }
 _BIAS_GRADIENT = {"algorithm": "direct", "supports": None, "kernel": BIAS_KERNEL}
@@ -113,8 +117,10 @@ _UNSUPPORTED_FAMILIES = {
 }
 # other ops no oneDNN 3.2 primitive serves (space-separated) -> why
 _UNSUPPORTED = {
-    "reduce_sum reduce_mean sum_to_shape": REDUCTION_REASON,
+    "sum_to_shape": REDUCTION_REASON,
     "reduce_sum_grad reduce_mean_grad broadcast_to": "a broadcast copy: oneDNN 3.2 has no broadcast primitive",
+    "reduce_max_grad": "a comparison with the broadcast maximum, a count and a division: oneDNN 3.2 has no primitive for "
+                       "the comparison",
     "zeros_like ones_like": "a fill: oneDNN 3.2 has no fill primitive",
     "slice split slice_grad": "a copy into or out of a window: oneDNN 3.2 has no slicing primitive (a reorder of a "
                               "sub-memory could copy it, with NumPy's memory traffic; not mapped)",

@@ -182,5 +182,7 @@ void init_softmax(py::module_ &m);
 void init_binary(py::module_ &m);
 void init_transpose(py::module_ &m);
 void init_finite(py::module_ &m);
+void init_reduce(py::module_ &m);
+void init_resample(py::module_ &m);
 
 }  // namespace algoswap_dnnl
