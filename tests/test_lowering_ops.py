@@ -150,6 +150,25 @@ def test_reduction(function: Any, op: str, n: int, rng: np.random.Generator) -> 
     check_lowered(Fn(lambda m, x: function(x)), NCHW, [op], rng, reduction_length=n, scale=lambda x: function(x.abs()))
 
 
+# ---------------------------------------------------------------------------- normalisation
+
+
+def _conv_bn_act(m: Any, x: torch.Tensor) -> torch.Tensor:
+    y = m.conv(x)
+    torch._assert(y.ndim == 4, "expected a 4-D input")  # as timm's BatchNormAct2d
+    bn = m.bn
+    return F.batch_norm(y, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.1, bn.eps)
+
+
+def test_a_functional_batch_norm_after_a_shape_check_is_folded(rng: np.random.Generator) -> None:
+    module = Fn(_conv_bn_act, conv=nn.Conv2d(4, 3, 3), bn=nn.BatchNorm2d(3))
+    with torch.no_grad():
+        module.bn.running_var.uniform_(0.5, 2.0)
+        module.bn.running_mean.uniform_(-1, 1)
+    model = check_lowered(module, NCHW, ["conv2d"], rng, reduction_length=37)
+    assert model.folded_batchnorms == ["batch_norm"] and "batchnorm2d" not in model.op_counts()
+
+
 # ---------------------------------------------------------------------------- layer norm
 
 

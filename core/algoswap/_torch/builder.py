@@ -22,6 +22,7 @@ from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .lower_in_place import rewrite_in_place
 from .lowered import Alias, Constant, Deferred, Lowered, LoweredOp, PythonCall, Unsupported, describe, fx_nodes, target_name
+from .lower_python import SHAPE_READERS
 from .lowering import Lowerer
 from .tensors import NamedFunction
 
@@ -110,10 +111,11 @@ class ModelBuilder:
                 self.lowered[node] = UnsupportedNode(node.name, describe(self.traced, node), str(exc))
 
     def _fold(self, node: fx.Node, bn: LoweredOp) -> None:
-        """Fold an inference batch norm into the conv2d whose output feeds only it."""
+        """Fold an inference batch norm into the conv2d whose output feeds only it (and reads of its
+        shape: timm checks ``x.ndim`` first)."""
         source = bn.inputs[0]
         conv = self.lowered.get(source) if isinstance(source, fx.Node) else None
-        if not isinstance(conv, LoweredOp) or conv.op != "conv2d" or len(source.users) != 1:
+        if not isinstance(conv, LoweredOp) or conv.op != "conv2d" or any(u is not node and not self._reads_shape(u) for u in source.users):
             return
         weight, bias = conv.inputs[1], conv.inputs[2]
         mean, var, gamma, beta = (self.lowerer.constants.get(t, t) if isinstance(t, fx.Node) else t for t in bn.inputs[1:])
@@ -127,6 +129,10 @@ class ModelBuilder:
             conv.inputs[1:3] = [weight.double() * scale.reshape(-1, 1, 1, 1), folded_bias]
         conv.folded += [str(node.target) if node.op == "call_module" else node.name]
         self.lowered[node] = Alias(source)
+
+    def _reads_shape(self, node: fx.Node) -> bool:
+        entry = self.lowered.get(node)
+        return isinstance(entry, PythonCall) and entry.function in SHAPE_READERS
 
     # --------------------------------------------------------------- emitting nodes
 

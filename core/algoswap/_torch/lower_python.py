@@ -54,6 +54,9 @@ def numel_of(array: Any) -> int:
     return count
 
 
+SHAPE_READERS = (size_of, shape_of, ndim_of, numel_of)  # functions of an array's shape alone
+
+
 def check_guard(condition: Any, message: Any = "") -> None:
     """``torch._assert(condition, message)`` on Python values."""
     if not condition:
