@@ -26,7 +26,7 @@ setup: $(BIN)/python
 FOREIGN := torchvision==0.28.0 timm==1.0.31
 
 setup-test: setup
-	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3" pillow safetensors pyyaml huggingface_hub
+	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3" safetensors pyyaml huggingface_hub pillow
 	$(PIP) install --no-deps $(FOREIGN)
 
 demo: setup

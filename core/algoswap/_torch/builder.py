@@ -17,14 +17,25 @@ from torch import fx, nn
 
 from .._frozen import freeze
 from .._global import get_registry
+from .._requests import IN_TORCH
 from .._runner import bfloat16
 from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
+from .explain import KEPT_NOTE
 from .lower_in_place import rewrite_in_place
 from .lowered import Alias, Constant, Deferred, Lowered, LoweredOp, PythonCall, Unsupported, describe, fx_nodes, target_name
 from .lower_python import SHAPE_READERS
 from .lowering import Lowerer
+from .modules import own_request, plain
 from .tensors import NamedFunction
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A node the selector left in PyTorch ("torch"): the op it would have run, and why it runs in torch."""
+
+    op: str
+    note: str = KEPT_NOTE
 
 
 @dataclass(frozen=True)
@@ -62,12 +73,15 @@ class ModelGraph:
 
 
 class ModelBuilder:
-    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16)."""
+    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16).
+    The fx nodes named in ``in_torch`` (and the batch norms that would be folded into them) become
+    torch nodes: the selector left them in PyTorch."""
 
-    def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool) -> None:
+    def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool, in_torch: frozenset[str] = frozenset()) -> None:
         self.caller, self.traced, self.dtype, self.fallback = caller, traced, dtype, fallback
+        self.in_torch = {name: KEPT_NOTE for name in in_torch}  # fx node name -> why it stays in torch
         self.lowerer = Lowerer(traced)
-        self.lowered: dict[fx.Node, Lowered | UnsupportedNode] = {}
+        self.lowered: dict[fx.Node, Lowered | UnsupportedNode | Kept] = {}
         self.node_of: dict[fx.Node, Node] = {}
         self.literals: dict[fx.Node, Any] = {}
         self.consts: dict[int, Node] = {}
@@ -90,6 +104,10 @@ class ModelBuilder:
             entry = self.lowered.get(node)
             if isinstance(entry, LoweredOp) and entry.op == "batchnorm2d":
                 self._fold(node, entry)
+        for node in nodes:
+            entry = self.lowered.get(node)
+            if node.name in self.in_torch and isinstance(entry, LoweredOp):
+                self.lowered[node] = Kept(entry.op, self.in_torch[node.name])
         for node in nodes:
             self._emit(node)
         self.graph.unsupported = unsupported
@@ -121,6 +139,9 @@ class ModelBuilder:
         mean, var, gamma, beta = (self.lowerer.constants.get(t, t) if isinstance(t, fx.Node) else t for t in bn.inputs[1:])
         if not all(t is None or isinstance(t, torch.Tensor) for t in (weight, bias, mean, var, gamma, beta)) or weight is None:
             return  # weights computed in forward: leave the batch norm as an op
+        if source.name in self.in_torch:
+            self.in_torch[node.name] = f"{KEPT_NOTE} with {source.name!r}, the convolution it would be folded into"
+            return
         with torch.no_grad():
             scale = 1.0 / torch.sqrt(var.double() + bn.attrs["eps"])
             scale = scale * gamma.double() if gamma is not None else scale
@@ -165,6 +186,9 @@ class ModelBuilder:
             self._constant(node, entry.value, node.name)
         elif isinstance(entry, UnsupportedNode):
             self._add(node, Node(node.name, "torch", (), "", source=self._torch_call(node, entry.target, entry.reason)))
+        elif isinstance(entry, Kept):
+            call = self._torch_call(node, describe(self.traced, node), entry.note)
+            self._add(node, Node(node.name, "torch", (), "", entry.op, request=IN_TORCH, source=call))
         # Parts: nothing; the getitem nodes reading it lower its items
 
     def _constant(self, node: fx.Node, value: Any, name: str) -> None:
@@ -182,7 +206,7 @@ class ModelBuilder:
         assert owner is not None
         name = node.name if node is not None else self._name(f"{owner.name}.{lowered.op}")
         module = str(owner.target) if owner.op == "call_module" else None
-        request = getattr(lowered.module, "algoswap_request", "default")  # a layer swapped before keeps its choice
+        request = own_request(lowered.module)  # a layer swapped before keeps its choice
         label = describe(self.traced, owner)
         twin = None if node is None or lowered.folded or not self._runnable(node) else self._torch_call(node, label)
         names = [f"{module or name}.{n}" for n in get_registry().spec(lowered.op).flat_input_names(len(lowered.inputs))]
@@ -232,7 +256,7 @@ class ModelBuilder:
         """A copy of the module in the compute dtype (converted once, however often it is called)."""
         if id(module) not in self.fallback_modules:
             dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(self.dtype, torch.float32)
-            self.fallback_modules[id(module)] = copy.deepcopy(module).to(dtype).eval()
+            self.fallback_modules[id(module)] = copy.deepcopy(plain(module)).to(dtype).eval()
         return self.fallback_modules[id(module)]
 
     def _add(self, fx_node: fx.Node, node: Node) -> Node:

@@ -20,14 +20,14 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from .._errors import OpArgumentError, SelectorError
 from .._global import get_registry
-from .._requests import Selector, Subject, assign, selector_argument
+from .._requests import IN_TORCH, Selector, Subject, assign, selector_argument
 from .._select import select
 from ..graph._fusion import find_chains
 from ..graph._node import GraphError, Node, Origin, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
-from .modules import SwappedModule
+from .modules import SwappedModule, batched, binding_for
 from .bridge import _DTYPE_NAMES
 
 CALLER = "swap_backend"
@@ -63,7 +63,12 @@ def swap_backend(
 
     ``sample_input_shape`` (batch included) runs the module once in PyTorch (shape propagation):
     function selectors then see input shapes, and every step's implementation is selected and
-    checked now (errors name the node). Without it, selection happens at the first call.
+    checked now (errors name the node). Without it, selection happens at the first call. One
+    unbatched sample's shape (C, H, W), for a model whose input goes first into modules torch runs
+    unbatched (nn.Conv2d, the 2-D poolings), is read as a batch of one.
+
+    A step given ``"torch"`` (per op, layer or node, or for the whole model) stays in PyTorch, with a
+    batch norm that would be folded into it; ``explain()`` shows it as ``torch (requested)``.
 
     ``dtype`` (None: the module's; torch.float32/float64/bfloat16 or their names) is the dtype of
     the weights and of the computation; inputs are cast to it. ``fallback="torch"`` runs the nodes
@@ -81,14 +86,21 @@ def swap_backend(
         raise ConversionError(f"{CALLER}: fallback must be None or 'torch'; got {fallback!r}")
     selector = selector_argument(CALLER, algorithm, algos=algos, algorithms=algorithms)
     traced = _trace(module)
-    if sample_input_shape is not None:
-        _propagate(traced, module, tuple(sample_input_shape))
+    sample = None if sample_input_shape is None else _batched_sample(traced, tuple(sample_input_shape))
+    if sample is not None:
+        _propagate(traced, module, sample)
     graph = ModelBuilder(CALLER, traced, compute, fallback == "torch").build()
-    _assign_requests(graph, traced, selector, backends, sample_input_shape is not None, compute)
+    requests = _assign_requests(graph, traced, selector, backends, sample is not None, compute)
+    kept = frozenset(name for name, request in requests.items() if request == IN_TORCH)
+    if kept:  # built again with those nodes (and the batch norms folded into them) left in PyTorch
+        graph = ModelBuilder(CALLER, traced, compute, fallback == "torch", kept).build()
+    for node in graph.nodes:
+        if node.kind == "op":
+            node.request = requests[node.name]
     chains = find_chains(_outputs(graph)) if fuse else []
     model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch", graph.guards)
-    if sample_input_shape is not None:
-        _preselect(model, graph, tuple(sample_input_shape))
+    if sample is not None:
+        _preselect(model, graph, sample)
     return model
 
 
@@ -161,6 +173,19 @@ class _Recorder(ShapeProp):
         return result
 
 
+def _batched_sample(traced: fx.GraphModule, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The sample shape as a batch: one unbatched sample (C, H, W) of a model whose input goes first into
+    modules torch runs on one sample too (nn.Conv2d, the 2-D poolings) becomes a batch of one."""
+    placeholder = next((n for n in traced.graph.nodes if n.op == "placeholder"), None)
+    users = [] if placeholder is None else list(placeholder.users)
+    modules = [traced.get_submodule(str(n.target)) for n in users if n.op == "call_module"]
+    bindings = [binding_for(m) for m in modules]
+    if not users or len(modules) != len(users) or any(b is None for b in bindings):
+        return shape
+    widened = {batched(b, shape) for b in bindings if b is not None}
+    return widened.pop() if len(widened) == 1 else shape
+
+
 def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]) -> None:
     tensors = [*module.parameters(), *module.buffers()]
     dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
@@ -177,8 +202,9 @@ def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]
 
 
 def _assign_requests(graph: ModelGraph, traced: fx.GraphModule, algorithm: Selector, backends: Sequence[str] | None,
-                     shapes_known: bool, compute: str) -> None:
-    """Each op node's request from the selector (``algoswap._requests``); errors name the layer or node."""
+                     shapes_known: bool, compute: str) -> dict[str, str]:
+    """Each op node's request from the selector (``algoswap._requests``), by node name ("torch": leave it
+    in PyTorch); errors name the layer or node."""
     nodes = [n for n in graph.nodes if n.kind == "op"]
     subjects = [_subject(graph, n, shapes_known) for n in nodes]
     node_of = {id(subject): node for subject, node in zip(subjects, nodes)}
@@ -191,8 +217,7 @@ def _assign_requests(graph: ModelGraph, traced: fx.GraphModule, algorithm: Selec
             shapes = [None if i is None else i[0] for i in inputs]
             select(get_registry(), str(node.op), shapes, [None if i is None else i[1] for i in inputs], node.attrs, request, None)
 
-    for node, request in zip(nodes, assign(CALLER, subjects, algorithm, backends, check)):
-        node.request = request
+    return {node.name: request for node, request in zip(nodes, assign(CALLER, subjects, algorithm, backends, check, in_torch=True))}
 
 
 def _module_of(node: Node) -> str | None:

@@ -83,7 +83,7 @@ def _register_conv(registry: Any) -> None:
 # module's supports() predicate (None: none)
 _FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "activation": None, "norm": "supports",
              "softmax": None, "elementwise": "supports", "shape": None, "arith": "supports", "matmul": "supports",
-             "slicing": None}
+             "slicing": "supports"}
 _BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
 _INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
 # op -> how it differs from its family's defaults

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._ext import dnnl, refusal
+from ._ext import dnnl, refusal, too_many_dims
 from ._layout import elementwise
 
 Shape = tuple[int, ...]
@@ -93,6 +93,9 @@ def supports_binary(call: Any, kind: str, a: str = "a", b: str = "b", post: Sequ
         return found
     if 0 in found[1]:
         return True  # an empty output: nothing reaches oneDNN
+    too_many = too_many_dims([found[1]]) if found[1] != found[2] else ""  # same shapes run as one flat array
+    if too_many:
+        return too_many
     answer = refusal(lambda: plan(call, kind, a, b, post), call.dtype)
     if answer is True and str(plan(call, kind, a, b, post).impl).startswith("ref"):
         full, part = (b, a) if found[0] else (a, b)
