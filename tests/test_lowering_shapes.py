@@ -124,6 +124,15 @@ def test_values_made_from_weights_alone_are_folded_into_constants(rng: np.random
     assert [n.op for n in model.op_nodes()] == ["add"]
 
 
+def test_modules_and_in_place_calls_on_weights_alone_are_folded_too(rng: np.random.Generator) -> None:
+    mlp = nn.Sequential(nn.Linear(2, 8), nn.ReLU(inplace=True), nn.Linear(8, 6))  # as Swin V2's position-bias MLP
+    module = Fn(lambda m, x: x + m.mlp(m.coords).sigmoid_(), mlp=mlp, coords=nn.Buffer(torch.randn(5, 2)))
+    weights = [t.clone() for t in (*module.parameters(), *module.buffers())]
+    model = check_lowered(module, NCHW, ["add"], rng)
+    assert [n.op for n in model.op_nodes()] == ["add"]
+    assert all(torch.equal(a, b) for a, b in zip(weights, (*module.parameters(), *module.buffers())))
+
+
 def test_random_values_are_not_folded() -> None:
     module = Fn(lambda m, x: x + torch.randn_like(m.w), w=nn.Parameter(torch.zeros(6)))
     model = swap_backend(module.eval(), None, NCHW, fallback="torch")

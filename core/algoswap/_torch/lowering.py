@@ -78,9 +78,11 @@ class Lowerer:
         raise Unsupported(_no_op(node))
 
     def _fold(self, node: fx.Node) -> Constant | None:
-        """The node's value if it is computed from weights and literals alone (not randomly, not in place)."""
-        random = target_name(node.target).rpartition(".")[2] in _RANDOM
-        if node.op not in ("call_function", "call_method") or random or mutates(node, self.root):
+        """The node's value if it is computed from weights and literals alone (not randomly): a call, or a
+        module (in eval mode) called on weights (Swin V2's position-bias MLP). An in-place call changes a
+        copy: the weights stay as they are, and the readers of the changed value read this node."""
+        random = node.op != "call_module" and target_name(node.target).rpartition(".")[2] in _RANDOM
+        if node.op not in ("call_function", "call_method", "call_module") or random:
             return None
         inputs = fx_nodes(node.args, node.kwargs)
         if not inputs or not all(n in self.constants for n in inputs):
@@ -88,10 +90,16 @@ class Lowerer:
         if not any(isinstance(self.constants[n], torch.Tensor) for n in inputs):
             return None
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: self.constants[n])
+        if mutates(node, self.root):
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        if node.op == "call_method":
+            function: Any = getattr(args[0], str(node.target))
+            args = args[1:]
+        else:
+            function = self.root.get_submodule(str(node.target)) if node.op == "call_module" else node.target
         try:
             with torch.no_grad():
-                function: Any = getattr(args[0], str(node.target)) if node.op == "call_method" else node.target
-                value = function(*args[1:], **kwargs) if node.op == "call_method" else function(*args, **kwargs)
+                value = function(*args, **kwargs)
         except Exception:
             return None  # left to the rules (and, if none applies, to PyTorch at run time)
         return Constant(value.detach() if isinstance(value, torch.Tensor) else value)
