@@ -159,6 +159,15 @@ def test_stochastic_depth_in_eval_mode_is_the_identity(rng: np.random.Generator)
     assert [n.op for n in model.op_nodes()] == ["add"]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="timm is not installed (make setup-test installs it)")
+def test_timm_drop_path_in_eval_mode_is_the_identity(rng: np.random.Generator) -> None:
+    from algoswap._zoo_foreign import import_library
+
+    drop = import_library("timm").layers.DropPath(0.4)
+    model = check_lowered(Fn(lambda m, x: m.drop(x) * 2, drop=drop), NCHW, ["mul_scalar"], rng)
+    assert [n.op for n in model.op_nodes()] == ["mul_scalar"]
+
+
 @needs_torchvision
 def test_swin_patch_merging(rng: np.random.Generator) -> None:
     swin = _torchvision().models.swin_transformer
