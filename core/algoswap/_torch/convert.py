@@ -10,6 +10,7 @@ and the requests of ``algorithm`` are attached to the op nodes and checked here.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 from typing import Any, Sequence
 
@@ -98,7 +99,7 @@ def swap_backend(
         if node.kind == "op":
             node.request = requests[node.name]
     chains = find_chains(_outputs(graph)) if fuse else []
-    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch")
+    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch", graph.guards)
     if sample is not None:
         _preselect(model, graph, sample)
     return model
@@ -142,14 +143,25 @@ class _Tracer(fx.Tracer):
 
 
 def _trace(module: nn.Module) -> fx.GraphModule:
+    """The module traced with the defaults of its forward's optional arguments (``attn_mask=None``):
+    code that branches on them takes the default's branch, and the Model's inputs are the others."""
     try:
-        graph = _Tracer().trace(module)
+        graph = _Tracer().trace(module, concrete_args=_defaults(module) or None)
     except Exception as exc:
         raise ConversionError(
             f"{CALLER}: torch.fx cannot trace {type(module).__name__} ({type(exc).__name__}: {exc}); "
             "the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values)"
         ) from exc
     return fx.GraphModule(module, graph)
+
+
+def _defaults(module: nn.Module) -> dict[str, Any]:
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
 class _Recorder(ShapeProp):

@@ -47,16 +47,19 @@ class Model:
     """
 
     def __init__(self, inputs: list[Node], input_names: list[str], output: Any, nodes: list[Node], dtype: str,
-                 chains: Sequence[Chain] = (), fallback: bool = False) -> None:
+                 chains: Sequence[Chain] = (), fallback: bool = False, guards: Sequence[Node] = ()) -> None:
         self.inputs, self.input_names, self.output = inputs, input_names, output
         self.nodes, self.dtype, self.chains, self.fallback = nodes, dtype, list(chains), fallback
+        self.guards = list(guards)
         self._outputs = nodes_in(output)
         self.sample_ranks = _sample_ranks(inputs, nodes)
         self.executor = self._executor()
 
     def _executor(self) -> Executor:
+        """One subgraph: the outputs, then the model's shape guards, which planning checks for every
+        input signature (they compute nothing when the model runs)."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
-        return Executor({SUBGRAPH: self._outputs or self.inputs[:1]}, options=options)
+        return Executor({SUBGRAPH: [*(self._outputs or self.inputs[:1]), *self.guards]}, options=options)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -145,6 +148,8 @@ class Model:
     def plan(self, *shapes: Sequence[int]) -> Program:
         """The program for host inputs of these shapes (planned, and cached, now; one unbatched
         sample's shapes plan the batch of one it runs as)."""
+        if len(shapes) != len(self.inputs):
+            raise TypeError(f"Model.plan takes one shape per input ({', '.join(self.input_names)}); got {len(shapes)}")
         if self._one_sample([len(shape) for shape in shapes]):
             shapes = tuple((1, *shape) for shape in shapes)
         feed = {node: Shaped(tuple(shape), self.dtype) for node, shape in zip(self.inputs, shapes)}
@@ -164,7 +169,7 @@ class Model:
         array = host_array(value, "algoswap.Model", lambda: name)
         floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
         dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
-        return np.ascontiguousarray(array, dtype=dtype)
+        return np.ascontiguousarray(array, dtype=dtype).reshape(array.shape)  # a 0-d array stays 0-d
 
     # ------------------------------------------------------------------ pickling
 
@@ -289,7 +294,7 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
     a device's arrays go to a tensor on that device through DLPack, without a copy."""
     if isinstance(value, np.ndarray):
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
-        array = np.ascontiguousarray(array)  # channels-last activations come out NCHW
+        array = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # channels-last activations come out NCHW
         return array if like is None else array_to_tensor(array).to(like.device)
     if isinstance(value, (list, tuple)):
         return type(value)(_wrap(v, like) for v in value)
