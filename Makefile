@@ -22,7 +22,7 @@ setup: $(BIN)/python
 	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend)) $(CUDA_CI)
 
 # torchvision's and timm's architectures (zoo.build("torchvision:NAME")): without their dependencies, which
-# would replace the pinned torch (docs/development.md).
+# would replace the pinned torch (docs/development.md); pillow above is the one torchvision imports.
 FOREIGN := torchvision==0.28.0 timm==1.0.31
 
 setup-test: setup
@@ -41,10 +41,15 @@ N ?= 10
 test-repeat: setup-test
 	PYTHON=$(BIN)/python tests/repeat.sh $(N) $(TESTS)
 
-bench: setup
-	$(PIP) install matplotlib
+# ONNX Runtime next to the pinned torch (torch.onnx.export needs onnx) for benchmarks/models.py, which also
+# needs setup-test's torchvision and timm.
+BENCH_DEPS := matplotlib onnxruntime==1.32.0 onnx==1.23.2
+
+bench: setup-test
+	$(PIP) install $(TORCH) $(BENCH_DEPS)
 	$(BIN)/python benchmarks/registry_overhead.py
 	$(BIN)/python benchmarks/swap_models.py --plot docs/swap_models.png
+	$(BIN)/python benchmarks/models.py --json docs/models.json --plot docs/models.png
 
 # The oneDNN extension built with AddressSanitizer, and the tests that run it (README: "Sanitizer runs").
 # build/asan/venv only supplies headers and libdnnl (the test run uses .venv); build/asan/pkg holds an

@@ -4,10 +4,11 @@
 # change on the machine shows as a difference between the two rounds rather than as a regression.
 #
 #   git worktree add --detach ../base REV && make -C ../base setup-test
-#   bash benchmarks/before_after.sh ../base [OUTDIR]
+#   bash benchmarks/before_after.sh ../base [OUTDIR] ["models.py --models resnet18 --batch 1" ...]
 #
 # Prints each run's output under a header naming the tree and round; OUTDIR (default
-# benchmarks/results/before_after) keeps the logs. Run it on a quiet machine.
+# benchmarks/results/before_after) keeps the logs. Benchmarks given after OUTDIR replace the default list;
+# one the old tree lacks runs from this tree's benchmarks/ with the old tree's .venv. Run it on a quiet machine.
 set -uo pipefail
 base=${1:?usage: benchmarks/before_after.sh BASE_TREE [OUTDIR]}
 out=${2:-benchmarks/results/before_after}
@@ -20,13 +21,16 @@ benchmarks=(
     "swap_models.py --models resnet18 mobilenet squeezenet"
     "dnnl_ops.py --runs 10"
 )
+if [ $# -gt 2 ]; then benchmarks=("${@:3}"); fi
 for round in 1 2; do
     for bench in "${benchmarks[@]}"; do
         for tree in "$base" "$here"; do
             name=$( [ "$tree" = "$base" ] && echo before || echo after )
             log="$out/${bench%%.py*}-$name-$round.log"
             echo "=== $bench: $name (round $round, $(git -C "$tree" log --oneline -1 | cut -c1-60))"
-            (cd "$tree" && timeout 900 .venv/bin/python benchmarks/$bench) 2>&1 | tee "$log"
+            script=${bench%% *} args=${bench#"$script"}
+            [ -f "$tree/benchmarks/$script" ] && where="$tree/benchmarks" || where="$here/benchmarks"
+            (cd "$tree" && timeout 900 .venv/bin/python "$where/$script" $args) 2>&1 | tee "$log"
         done
     done
 done

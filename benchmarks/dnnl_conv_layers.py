@@ -34,6 +34,11 @@ ALGORITHMS = ("dnnl:direct", "dnnl:auto")
 def median_ms(runs: dict[str, Callable[[], Any]], count: int, warmup: int = 3, block: int = 1) -> dict[str, float]:
     """Median time of each callable over ``count`` timed calls; they run in turns, so that load elsewhere
     hits them alike, ``block`` calls of one in a row per turn (see sycl_conv_layers.py for why)."""
+    return {name: statistics.median(t) for name, t in times_in_turns_ms(runs, count, warmup, block).items()}
+
+
+def times_in_turns_ms(runs: dict[str, Callable[[], Any]], count: int, warmup: int = 3, block: int = 1) -> dict[str, list[float]]:
+    """Every timed call's milliseconds, per callable, timed in turns as ``median_ms`` describes."""
     for run in runs.values():
         for _ in range(warmup):
             run()
@@ -43,8 +48,8 @@ def median_ms(runs: dict[str, Callable[[], Any]], count: int, warmup: int = 3, b
             for _ in range(block):
                 start = time.perf_counter()
                 run()
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return times
 
 
 def sgemm_peak_gflops(n: int = 2048) -> dict[str, float]:

@@ -282,3 +282,17 @@ def test_the_layout_variable_is_read_once_and_set_layout_checks_its_argument(mon
             algoswap_dnnl.set_layout("blocked")
     finally:
         algoswap_dnnl.set_layout(None)
+
+
+def test_auto_layout_times_nhwc_activations_with_packed_weights_for_channels_last_callers() -> None:
+    """layout="auto" chose between the caller's plain layout and oneDNN's blocked one. For a 3-channel stem
+    on channels-last arrays the plain layout has only the reference kernel, so the blocked kernel ran, with a
+    reorder on each side (2-3x ORT's time at batch 8); the NHWC kernel with packed weights is a candidate now."""
+    from algoswap_dnnl._ext import dnnl
+
+    geometry = dict(stride=[2, 2], padding_l=[3, 3], padding_r=[3, 3], dilation=[1, 1], groups=1)
+    found = {c.layout: c.impl for c in dnnl.conv2d_forward_candidates([8, 3, 224, 224], [64, 3, 7, 7], True, False,
+                                                                      channels_last=True, **geometry)}
+    assert found["plain"].startswith("ref") and not found["nhwc"].startswith("ref"), found
+    nchw = dnnl.conv2d_forward_candidates([8, 3, 224, 224], [64, 3, 7, 7], True, False, channels_last=False, **geometry)
+    assert [c.layout for c in nchw] == ["plain", "any"]

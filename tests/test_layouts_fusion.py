@@ -46,10 +46,58 @@ def test_channels_last_inputs_match_the_reference(impl: algoswap.ImplRecord, rng
         wide = [None if a is None else a.astype(np.float64) for a in inputs]
         ref = algoswap.ops.call(impl.op, *wide, algorithm=reference_name(impl.op), **attrs)
         assert_op_close(impl.op, out, ref, inputs, attrs, context=f"{impl.qualified} on channels-last {shapes} {attrs}")
-        if impl.layout == "channels_last" and out.ndim == 4 and out.shape[1] > 1 and out.shape[2] * out.shape[3] > 1:
-            assert is_channels_last(out), f"{impl.qualified} should keep channels-last activations channels-last"
+        if _given_channels_last(impl, laid_out, weights) and out.ndim == 4 and out.shape[1] > 1 and out.shape[2] * out.shape[3] > 1:
+            assert is_channels_last(out), f"{impl.qualified} should keep channels-last activations channels-last ({shapes} {attrs})"
         ran += 1
     assert ran, f"{impl.qualified} ran none of the cases of {impl.op}"
+
+
+def _given_channels_last(impl: algoswap.ImplRecord, inputs: list[Any], weights: tuple[int, ...]) -> bool:
+    """Whether the implementation got only channels-last activations: it must then give one back. Those of
+    layout "any" get arrays as they are, and a 4-D operand broadcast along H and W is not channels-last."""
+    activations = [a for i, a in enumerate(inputs) if a is not None and i not in weights]
+    return impl.layout == "channels_last" or bool(activations) and all(is_channels_last(a) for a in activations)
+
+
+@pytest.mark.parametrize("op", ["batchnorm2d", "concat"])
+def test_dnnl_batch_norm_and_concat_take_channels_last_activations_as_they_are(op: str) -> None:
+    """Between channels-last convolutions (DenseNet: concat, batch norm, relu, conv) they ran on NCHW copies:
+    the runner gave them C-contiguous arrays. The test above checks that they keep the order they are given."""
+    (impl,) = [i for i in algoswap.registry().implementations(op) if i.backend == "dnnl"]
+    assert impl.layout == "any"
+
+
+class _DenseBlock(torch.nn.Module):
+    """DenseNet's pattern: every layer reads the concatenation of all earlier outputs through batch norm and relu."""
+
+    def __init__(self, channels: int = 8, growth: int = 4, layers: int = 3) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, channels, 3, padding=1)
+        widths = [channels + growth * i for i in range(layers)]
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm2d(w) for w in widths)
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(w, growth, 3, padding=1) for w in widths)
+
+    def forward(self, x: Any) -> Any:
+        features = [self.stem(x)]
+        for norm, conv in zip(self.norms, self.convs):
+            features.append(conv(torch.relu(norm(torch.cat(features, 1)))))
+        return torch.cat(features, 1)
+
+
+def test_a_dense_block_runs_concat_and_batch_norm_on_dnnl_and_matches_torch(rng: np.random.Generator) -> None:
+    torch.manual_seed(int(rng.integers(2**31)))  # the weights, from the test's seed
+    model = _DenseBlock().eval()
+    with torch.no_grad():
+        for norm in model.norms:
+            norm.running_mean.uniform_(-0.2, 0.2)
+            norm.running_var.uniform_(0.7, 1.5)
+    x = torch.from_numpy(rng.standard_normal((2, 3, 9, 7)).astype(np.float32))
+    converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape))
+    with torch.no_grad():
+        expected = model(x)
+    assert_close(converted(x), expected, **network_terms(model), context="dense block")
+    assert {(step.op, step.backend) for step in converted.program.steps if step.op in ("concat", "batchnorm2d")} == {
+        ("concat", "dnnl"), ("batchnorm2d", "dnnl")}
 
 
 def test_arrange_leaves_weights_and_already_ordered_arrays_alone() -> None:

@@ -87,12 +87,14 @@ _FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "acti
 _BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
 _ANY = {"layout": "any"}  # float32 ops that take arrays in any memory order as they are
 _INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
+_ANY = {"layout": "any"}  # float32 forward ops that take channels-last arrays as they are (and keep their order)
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "linear": {"dtypes": BF16}, "maxpool2d": _BF16_ANY, "avgpool2d": _BF16_ANY,
     "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"}, "interpolate": _ANY,
     "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
     "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
+    "batchnorm2d": _ANY, "concat": _ANY,
     **{op: _ANY for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
     **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",
                            "reduce_max")},

@@ -1,7 +1,9 @@
 """Batch and layer normalisation and their gradients on the oneDNN batch_normalization and
 layer_normalization primitives.
 
-batchnorm2d runs forward_inference with use_global_stats (the running statistics); batch_norm_train
+batchnorm2d runs forward_inference with use_global_stats (the running statistics), on channels-last
+input in NHWC memory (oneDNN 3.2's NCHW inference kernel, ncsp_bnorm, is several times slower than its
+NHWC one, and the convolutions around it work in NHWC: no copy either way); batch_norm_train
 normalises with the batch's statistics. layer_norm folds its leading dimensions into rows and its
 normalised trailing dimensions into one feature dimension: a 2-D (rows, features) layer
 normalisation. The gradient ops receive the forward input, not its statistics: the extension
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._ext import dnnl, refusal
+from ._layout import from_memory_order, is_channels_last, to_memory_order
 
 _BATCH_AXES = (0, 2, 3)
 
@@ -36,13 +39,16 @@ def _c(a: np.ndarray | None) -> np.ndarray | None:
 
 
 def _batch_norm(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weight: np.ndarray | None,
-                bias: np.ndarray | None, eps: float) -> np.ndarray:
+                bias: np.ndarray | None, eps: float, channels_last: bool = False) -> np.ndarray:
     """oneDNN's batch normalisation (the batch's statistics when mean and var are None), or PyTorch's
-    folded form where a per-channel parameter is not finite (a scan of a few numbers)."""
+    folded form where a per-channel parameter is not finite (a scan of a few numbers). ``channels_last``:
+    NCHW ``x`` in NHWC memory, run there (the result too)."""
     params = [_c(a) for a in (mean, var, weight, bias)]
-    if all(a is None or dnnl.all_finite(a) for a in params):
-        return dnnl.batch_norm(x, *params, eps)
-    return _folded(x, *params, eps)
+    if not all(a is None or dnnl.all_finite(a) for a in params):
+        return _folded(x, *params, eps)
+    if channels_last:
+        return from_memory_order(dnnl.batch_norm(to_memory_order(x, True), *params, eps, True), True)
+    return dnnl.batch_norm(np.ascontiguousarray(x), *params, eps)
 
 
 def _folded(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weight: np.ndarray | None,
@@ -64,8 +70,8 @@ def _folded(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weig
 
 def batchnorm2d(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray, weight: np.ndarray | None,
                 bias: np.ndarray | None, *, eps: float) -> np.ndarray:
-    """(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel."""
-    return _batch_norm(np.ascontiguousarray(x), running_mean, running_var, weight, bias, eps)
+    """(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel, in x's memory order."""
+    return _batch_norm(x, running_mean, running_var, weight, bias, eps, is_channels_last(x))
 
 
 def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
@@ -173,9 +179,9 @@ def _norm_input(call: Any) -> tuple[str, list[int]]:
 def _plan(call: Any) -> Any:
     a = call.attrs
     op, shape = _norm_input(call)
-    if op == "batchnorm2d":
+    if op == "batchnorm2d":  # as swap_backend models run it: on channels-last activations
         return dnnl.batch_norm_impl(list(call.shape("input")), True, call.shape("weight") is not None,
-                                    call.shape("bias") is not None, a["eps"])
+                                    call.shape("bias") is not None, a["eps"], channels_last=True)
     if op == "batch_norm_train":
         return dnnl.batch_norm_impl(shape, False, call.shape("weight") is not None,
                                     call.shape("bias") is not None, a["eps"])

@@ -150,13 +150,25 @@ Plan make_backward_weights(const Conv &c) {
 }
 
 // layout "auto": oneDNN's preferred (blocked) layouts with reorders, or the caller's plain layout,
-// whichever ran faster when the plan was made.
+// whichever ran faster when the plan was made; for a channels-last caller also its NHWC activations with
+// packed weights ("nhwc"). That one matters where oneDNN's "any" is blocked: for ResNet's 3-channel 7x7 stem
+// (batch 8, one thread) its blocked kernel with the reorders around it took 26 ms, jit:avx512_core on the
+// NHWC arrays 12-16 ms (and the plain layout's only kernel is the reference one).
+std::vector<Conv> auto_layouts(const Conv &c) {
+    std::vector<Conv> layouts;
+    for (const char *layout : {"plain", "any", "nhwc"}) {
+        if (std::string(layout) == "nhwc" && !c.channels_last) continue;
+        layouts.push_back(c);
+        layouts.back().layout = layout;
+    }
+    return layouts;
+}
+
 Plan make(const Conv &c, Plan (*maker)(const Conv &)) {
     if (c.layout != "auto") return maker(c);
-    Conv plain_layout = c, blocked = c;
-    plain_layout.layout = "plain";
-    blocked.layout = "any";
-    return pick_faster({maker(plain_layout), maker(blocked)});
+    std::vector<Plan> candidates;
+    for (const Conv &layout : auto_layouts(c)) candidates.push_back(maker(layout));
+    return pick_faster(std::move(candidates));
 }
 
 PlanPtr forward_plan(const Conv &c) { return cached_plan(c.key("conv2d"), [&] { return make(c, make_forward); }); }
@@ -332,6 +344,23 @@ void init_conv(py::module_ &m) {
         "impl_info_str() of the (cached) primitive conv2d_forward runs for these (logical NCHW) shapes.",
         std::tuple_cat(fused(py::arg("input_size"), py::arg("weight_size"), py::arg("bias"), py::arg("residual")),
                        std::make_tuple(py::arg("dtype") = "float32")));
+    def("conv2d_forward_candidates",
+        [](const V &x, const V &w, bool bias, bool residual, const V &s, const V &pl, const V &pr, const V &d, int64_t g,
+           const std::string &a, const std::string &act, bool cl, const std::string &type) {
+            return guarded("conv2d", [&] {
+                std::vector<PlanInfo> found;
+                for (const Conv &c : auto_layouts(parse("conv2d", as_dims(x), as_dims(w), bias, s, pl, pr, d, g, a, "auto", cl,
+                                                        residual, act, parse_type(type))))
+                    found.push_back(PlanInfo{make_forward(c).impl, c.layout, 0.0});
+                return found;
+            });
+        },
+        "The layouts layout='auto' times for these shapes, each as a PlanInfo whose layout is the candidate's name "
+        "('plain', 'any', 'nhwc'), untimed (reference kernels among them are dropped untimed when another is real).",
+        std::make_tuple(py::arg("input_size"), py::arg("weight_size"), py::arg("bias"), py::arg("residual"), py::arg("stride"),
+                        py::arg("padding_l"), py::arg("padding_r"), py::arg("dilation"), py::arg("groups"),
+                        py::arg("algorithm") = "direct", py::arg("activation") = "none", py::arg("channels_last") = false,
+                        py::arg("dtype") = "float32"));
     def("conv2d_backward_data_impl",
         [](const V &x, const V &w, const V &s, const V &pl, const V &pr, const V &d, int64_t g, const std::string &a,
            const std::string &l) {

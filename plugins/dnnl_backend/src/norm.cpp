@@ -1,5 +1,5 @@
-// Batch normalisation (NCHW, per channel) and layer normalisation (2-D (rows, features), per row),
-// forward and backward. Backward passes recompute the batch / row statistics with a cached
+// Batch normalisation (NCHW, per channel; inference also on NHWC memory) and layer normalisation
+// (2-D (rows, features), per row), forward and backward. Backward passes recompute the batch / row statistics with a cached
 // forward_training primitive first (the ops receive the forward input, not its statistics).
 #include "common.hpp"
 
@@ -11,27 +11,29 @@ using flags = dnnl::normalization_flags;
 
 struct Norm {
     bool layer;  // layer_normalization of (rows, features), else batch_normalization of NCHW
-    dims x;
+    dims x;      // the logical shape (NCHW for batch normalisation)
     float eps;
+    bool channels_last = false;  // batch normalisation of NHWC memory (oneDNN's nspc kernels; ncsp's are slower)
 
     const char *name() const { return layer ? "layer_norm" : "batch_norm"; }
     int64_t channels() const { return x[1]; }             // scale / shift length
     int64_t stats() const { return layer ? x[0] : x[1]; }  // mean / variance length
-    memory::desc data() const { return plain(x, layer ? tag::ab : tag::nchw); }
+    memory::desc data() const { return plain(x, layer ? tag::ab : channels_last ? tag::nhwc : tag::nchw); }
     std::string key(const char *op, flags f) const {
-        return make_key(op, {x}, float_text(eps) + "/" + std::to_string(static_cast<unsigned>(f)));
+        return make_key(op, {x}, float_text(eps) + "/" + std::to_string(static_cast<unsigned>(f)) + (channels_last ? "/nhwc" : ""));
     }
 };
 
 memory::desc vec(int64_t n) { return plain({n}, tag::a); }
 
-Norm parse(bool layer, const dims &x, float eps) {
+Norm parse(bool layer, const dims &x, float eps, bool channels_last = false) {
     std::string where = std::string("algoswap_dnnl ") + (layer ? "layer_norm" : "batch_norm") + ": ";
     if (layer && x.size() != 2) throw py::value_error(where + "input must be 2-D (rows, features)");
     if (!layer && x.size() != 4) throw py::value_error(where + "input must be 4-D (NCHW)");
     if (numel(x) == 0) throw py::value_error(where + "empty arrays are not passed to oneDNN");
     if (!(eps >= 0)) throw py::value_error(where + "eps must be >= 0");
-    return Norm{layer, x, eps};
+    if (channels_last && layer) throw py::value_error(where + "channels_last is for batch normalisation only");
+    return Norm{layer, channels_last ? dims{x[0], x[3], x[1], x[2]} : x, eps, channels_last};
 }
 
 bool has(flags f, flags bit) { return (static_cast<unsigned>(f) & static_cast<unsigned>(bit)) != 0; }
@@ -116,11 +118,13 @@ pk backward_prop(const Norm &n, const std::string &want, bool scale, const char 
 
 flags backward_flags(pk prop, bool scale) { return (scale || prop == pk::backward) ? flags::use_scale : flags::none; }
 
-py::array_t<float> forward(bool layer, py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps) {
+// channels_last: x is NHWC memory, given as its (N, H, W, C) array; the output is too.
+py::array_t<float> forward(bool layer, py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps,
+                           bool channels_last = false) {
     const char *op = layer ? "layer_norm" : "batch_norm";
     return guarded(op, [&] {
         F32 X = check_f32(x, op, "input");
-        Norm n = parse(layer, X.shape, eps);
+        Norm n = parse(layer, X.shape, eps, channels_last);
         if (mean.is_none() != var.is_none())
             throw py::value_error(std::string("algoswap_dnnl ") + op + ": give both mean and var, or neither");
         float *m = channel_arg(n, mean, "mean"), *v = channel_arg(n, var, "var");
@@ -162,9 +166,13 @@ py::array_t<float> backward(bool layer, py::handle dy, py::handle x, py::handle 
     });
 }
 
-PlanInfo forward_info(bool layer, const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps) {
+// x: the logical shape (NCHW), whatever the memory order.
+PlanInfo forward_info(bool layer, const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps,
+                      bool channels_last = false) {
     return guarded(layer ? "layer_norm" : "batch_norm", [&] {
-        return info(forward_plan(parse(layer, as_dims(x), eps), pk::forward_inference, forward_flags(global, scale, shift)));
+        dims shape = as_dims(x);
+        if (channels_last && shape.size() == 4) shape = {shape[0], shape[2], shape[3], shape[1]};
+        return info(forward_plan(parse(layer, shape, eps, channels_last), pk::forward_inference, forward_flags(global, scale, shift)));
     });
 }
 
@@ -182,13 +190,14 @@ PlanInfo backward_info(bool layer, const std::vector<int64_t> &x, bool scale, fl
 
 void init_norm(py::module_ &m) {
     m.def("batch_norm",
-          [](py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps) {
-              return forward(false, x, mean, var, w, b, eps);
+          [](py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps, bool channels_last) {
+              return forward(false, x, mean, var, w, b, eps, channels_last);
           },
-          "(input - mean) / sqrt(var + eps) * weight + bias per channel of an NCHW array; without mean and var, "
-          "the batch's own (biased) statistics over N, H, W.",
+          "(input - mean) / sqrt(var + eps) * weight + bias per channel of an NCHW array (channels_last: of an NHWC "
+          "array, (N, H, W, C), and the output too); without mean and var, the batch's own (biased) statistics over N, H, W.",
           py::arg("input"), py::arg("mean").none(true) = py::none(), py::arg("var").none(true) = py::none(),
-          py::arg("weight").none(true) = py::none(), py::arg("bias").none(true) = py::none(), py::arg("eps") = 1e-5f);
+          py::arg("weight").none(true) = py::none(), py::arg("bias").none(true) = py::none(), py::arg("eps") = 1e-5f,
+          py::arg("channels_last") = false);
     m.def("batch_norm_backward",
           [](py::handle dy, py::handle x, py::handle w, float eps, const std::string &want) {
               return backward(false, dy, x, w, eps, want);
@@ -210,11 +219,12 @@ void init_norm(py::module_ &m) {
           py::arg("grad_output"), py::arg("input"), py::arg("weight").none(true) = py::none(), py::arg("eps") = 1e-5f,
           py::arg("want") = "input");
     m.def("batch_norm_impl",
-          [](const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps) {
-              return forward_info(false, x, global, scale, shift, eps);
+          [](const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps, bool channels_last) {
+              return forward_info(false, x, global, scale, shift, eps, channels_last);
           },
-          "impl_info_str() of the primitive batch_norm runs.", py::arg("input_size"), py::arg("global_stats"),
-          py::arg("scale"), py::arg("shift"), py::arg("eps") = 1e-5f);
+          "impl_info_str() of the primitive batch_norm runs (input_size NCHW; channels_last: on NHWC memory).",
+          py::arg("input_size"), py::arg("global_stats"), py::arg("scale"), py::arg("shift"), py::arg("eps") = 1e-5f,
+          py::arg("channels_last") = false);
     m.def("batch_norm_backward_impl",
           [](const std::vector<int64_t> &x, bool scale, float eps, const std::string &want) {
               return backward_info(false, x, scale, eps, want);
