@@ -54,7 +54,10 @@ def test_channels_last_inputs_match_the_reference(impl: algoswap.ImplRecord, rng
 
 def _given_channels_last(impl: algoswap.ImplRecord, inputs: list[Any], weights: tuple[int, ...]) -> bool:
     """Whether the implementation got only channels-last activations: it must then give one back. Those of
-    layout "any" get arrays as they are, and a 4-D operand broadcast along H and W is not channels-last."""
+    layout "any" get arrays as they are, and a 4-D operand broadcast along H and W is not channels-last. A
+    transpose moves the axes themselves: its output's memory order is the permuted input's, not a layout."""
+    if impl.op == "transpose":
+        return False
     activations = [a for i, a in enumerate(inputs) if a is not None and i not in weights]
     return impl.layout == "channels_last" or bool(activations) and all(is_channels_last(a) for a in activations)
 

@@ -77,7 +77,8 @@ def test_many_dimensions_run_correctly_or_are_refused_with_a_reason(impl: algosw
         assert beyond == (impl.backend == "dnnl" and rank > DNNL_MAX_DIMS), f"{impl.qualified} on {rank}-D: {answer}"
         return
     inputs = [draw(rng, s, "float32") for s in shapes]
-    out = algoswap.ops.call(impl.op, *inputs, algorithm=impl.qualified, **attrs)
+    host = algoswap.registry().backends[impl.backend].memory.is_host
+    out = algoswap.ops.call(impl.op, *inputs, algorithm=impl.qualified, transfer=not host, **attrs)
     ref = algoswap.ops.call(impl.op, *[_wide(a) for a in inputs], algorithm=reference_name(impl.op), **attrs)
     assert out.shape == call.out_shape
     assert_op_close(impl.op, out, ref, [_wide(a) for a in inputs], attrs)
