@@ -13,9 +13,12 @@ import algoswap
 
 @dataclass(frozen=True)
 class Arg:
-    """A case input that is not a standard normal array of the tested float dtype: kind 'positive'
-    (uniform in [0.5, 2]), 'unit' (uniform in [0.05, 0.95]), 'int' (int64 in [0, high)), 'bool',
-    or 'csr' (a scipy.sparse CSR matrix of the tested dtype, density 0.4)."""
+    """A case input that is not a standard normal array of the tested float dtype: kind 'wide'
+    (standard normal times 4: past the kinks and saturations of activations at +-3 and +-6),
+    'positive' (uniform in [0.5, 2]), 'unit' (uniform in [0.05, 0.95]), 'pairs' (standard normal, the
+    two halves of each row along the last axis equal: every value twice, so a maximum over the last axis
+    is a tie of two, and no value thrice), 'int' (int64 in [0, high)), 'bool', or 'csr' (a scipy.sparse
+    CSR matrix of the tested dtype, density 0.4)."""
 
     shape: tuple[int, ...]
     kind: str
@@ -44,10 +47,15 @@ def draw(rng: np.random.Generator, entry: Any, dtype: str) -> Any:
         return None
     if not isinstance(entry, Arg):
         return np.asarray(rng.standard_normal(entry)).astype(dtype)
+    if entry.kind == "wide":
+        return (4 * rng.standard_normal(entry.shape)).astype(dtype)
     if entry.kind == "positive":
         return rng.uniform(0.5, 2.0, entry.shape).astype(dtype)
     if entry.kind == "unit":
         return rng.uniform(0.05, 0.95, entry.shape).astype(dtype)
+    if entry.kind == "pairs":
+        half = np.asarray(rng.standard_normal(entry.shape[:-1] + (entry.shape[-1] // 2,))).astype(dtype)
+        return np.concatenate([half, half], axis=-1)
     if entry.kind == "int":
         return rng.integers(0, entry.high, entry.shape)
     if entry.kind == "bool":

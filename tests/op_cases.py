@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from algoswap import FUSED_ACTIVATIONS
 from case_inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
 from op_cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
 
@@ -100,6 +101,15 @@ BATCHNORM2D: list[Case] = [
 ]
 
 LEAKY_RELU: list[Case] = [(((3, 4, 5),), {}), (((2, 3, 7, 6),), {"negative_slope": 0.2}), (((11,),), {"negative_slope": -1.5})]
+# activations with kinks or saturations away from 0: one case of wide inputs (normal times 4) reaches them
+ACTIVATION: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {}), (((11,),), {})]
+HARDTANH: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {"min_val": 0.0, "max_val": 6.0}),
+                        (((11,),), {"min_val": -0.5, "max_val": 0.25}), (((2, 5),), {"min_val": 0.5, "max_val": 0.5})]
+# The tanh form gets no wide inputs: below x = -6.6 its gradient is exactly 0 in torch's formula (1 + tanh(u)
+# and 1 - tanh(u)**2 round to 0), where ours keeps its digits (a sigmoid), so that inf * it is NaN in torch only.
+GELU: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {}), (((11,),), {"approximate": "tanh"}),
+                    (((2, 3, 7, 6),), {"approximate": "tanh"})]
+ELU: list[Case] = [(((3, 4, 5),), {}), ((Arg((2, 3, 7, 6), "wide"),), {"alpha": 0.5}), (((11,),), {"alpha": -1.5})]
 
 SOFTMAX: list[Case] = [
     (((3, 7),), {}),
@@ -126,9 +136,44 @@ BATCH_NORM_TRAIN: list[Case] = [
 ]
 
 
+def _interpolate_grad_attrs(shape: tuple[int, ...], attrs: dict[str, Any]) -> dict[str, Any]:
+    """interpolate_grad's attributes for a forward case: the canonical ones (the scale factor that maps coordinates)."""
+    canonical = bind("interpolate", (shape,), "float64", attrs).attrs
+    return {"input_size": shape, **{k: canonical[k] for k in ("scale_factor", "mode", "align_corners")}}
+
+
 def _only(attrs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if k in names}
 
+
+# nearest and bilinear, up and down, by size and by scale factor; no output coordinate whose taps differ
+# between float32 and float64 arithmetic (the non-finite suite compares float32 runs with a float64 oracle)
+INTERPOLATE: list[Case] = [
+    (((2, 3, 5, 4),), {"scale_factor": 2}),
+    (((1, 2, 5, 7),), {"size": (8, 3)}),
+    (((1, 2, 6, 5),), {"scale_factor": (1.5, 0.5)}),
+    (((2, 3, 5, 4),), {"scale_factor": 2, "mode": "bilinear"}),
+    (((1, 2, 4, 6),), {"size": (7, 9), "mode": "bilinear", "align_corners": True}),
+    (((1, 2, 5, 7),), {"size": (3, 10), "mode": "bilinear"}),
+    (((1, 3, 4, 5),), {"scale_factor": 1.7, "mode": "bilinear", "recompute_scale_factor": True}),
+    (((1, 1, 3, 3),), {"size": (3, 6), "mode": "bilinear"}),
+    (((1, 2, 7, 5),), {"scale_factor": (0.6, 2.5), "mode": "bilinear"}),
+    (((2, 3, 8, 6),), {"size": (4, 3), "mode": "bilinear"}),  # halving: each output between two inputs
+    (((1, 2, 3, 4),), {"size": (9, 8)}),
+]
+
+# query, key, value, attn_mask: batched heads, masks of both kinds (a (L, 1) bool mask masks whole rows:
+# fully masked queries give zeros), causal with L = S and L > S, broadcast batch dimensions, a given scale
+ATTENTION: list[Case] = [
+    (((2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 7), None), {}),
+    (((2, 4, 5), (2, 6, 5), (2, 6, 3), Arg((4, 6), "bool")), {}),
+    (((2, 4, 5), (2, 6, 5), (2, 6, 3), Arg((4, 1), "bool")), {}),
+    (((1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4), None), {"is_causal": True}),
+    (((2, 6, 4), (2, 3, 4), (2, 3, 5), None), {"is_causal": True}),
+    (((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8), (3, 4, 6)), {"scale": 0.3}),
+    (((3, 5, 4), (1, 7, 4), (1, 7, 2), None), {}),
+    (((5, 3), (4, 3), (4, 6), None), {"scale": -0.7}),
+]
 
 FORWARD: dict[str, list[Case]] = {
     "conv2d": CONV2D,
@@ -145,10 +190,19 @@ FORWARD: dict[str, list[Case]] = {
     "sigmoid": ELEMENTWISE,
     "tanh": ELEMENTWISE,
     "leaky_relu": LEAKY_RELU,
+    "hardtanh": HARDTANH,
+    "silu": ACTIVATION,
+    "gelu": GELU,
+    "hardswish": ACTIVATION,
+    "hardsigmoid": ACTIVATION,
+    "elu": ELU,
+    "mish": ACTIVATION,
     "softmax": SOFTMAX,
     "log_softmax": SOFTMAX,
     "layer_norm": LAYER_NORM,
     "batch_norm_train": BATCH_NORM_TRAIN,
+    "interpolate": INTERPOLATE,
+    "scaled_dot_product_attention": ATTENTION,
     **OPS_FORWARD,
 }
 
@@ -174,10 +228,14 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "maxpool2d_grad": ("maxpool2d", lambda s, a, y: ((y, s[0]), a)),
     "avgpool2d_grad": ("avgpool2d", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
     "adaptiveavgpool2d_grad": ("adaptiveavgpool2d", lambda s, a, y: ((y,), {"input_size": s[0]})),
+    "interpolate_grad": ("interpolate", lambda s, a, y: ((y,), _interpolate_grad_attrs(s[0], a))),
+    **{f"scaled_dot_product_attention_grad_{name}": ("scaled_dot_product_attention", lambda s, a, y: ((y,) + s, a))
+       for name in ("query", "key", "value")},
     "relu_grad": ("relu", lambda s, a, y: ((y, s[0]), {})),
     "sigmoid_grad": ("sigmoid", lambda s, a, y: ((y, y), {})),
     "tanh_grad": ("tanh", lambda s, a, y: ((y, y), {})),
     "leaky_relu_grad": ("leaky_relu", lambda s, a, y: ((y, s[0]), a)),
+    **{f"{op}_grad": (op, lambda s, a, y: ((y, s[0]), a)) for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
     "softmax_grad": ("softmax", lambda s, a, y: ((y, y), a)),
     "log_softmax_grad": ("log_softmax", lambda s, a, y: ((y, y), a)),
     "layer_norm_grad_input": ("layer_norm", lambda s, a, y: ((y, s[0], s[1]), a)),
@@ -190,14 +248,20 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
 }
 
 
-def _fused_case(shapes: tuple[Any, ...], attrs: dict[str, Any], out: tuple[int, ...]) -> Case:
-    """conv2d_fused from a conv2d case: with a residual and relu, and the plain variants in turn.
-    Outputs of fewer than 16 values get no relu: zeroing most of them would leave the relative error
-    of one or two float32 sums (or 0/0), which measures their conditioning, not the implementation."""
-    variant = (sum(shapes[0]) + sum(shapes[1])) % 3  # varied over the cases, fixed for each
-    residual = None if variant == 0 else out
-    relu = variant != 1 and math.prod(out) >= 16
-    return (shapes + (residual,), {**attrs, "activation": "relu" if relu else "none"})
+def _fused_cases() -> list[Case]:
+    """conv2d_fused from the conv2d cases: with a residual, an activation (each in turn), both, or neither,
+    varied over the cases. Outputs of fewer than 16 values get no activation: zeroing most of them would
+    leave the relative error of one or two float32 sums (or 0/0), which measures their conditioning, not
+    the implementation."""
+    activations = tuple(FUSED_ACTIVATIONS)
+    cases = []
+    for index, (shapes, attrs) in enumerate(CONV2D):
+        out = _out_shape("conv2d", shapes, attrs)
+        residual = None if index % 3 == 0 else out
+        activated = index % 3 != 1 and math.prod(out) >= 16
+        activation = activations[2 * index % len(activations)] if activated else "none"
+        cases.append((shapes + (residual,), {**attrs, "activation": activation}))
+    return cases
 
 
 def cases_for(op: str) -> list[Case]:
@@ -205,7 +269,7 @@ def cases_for(op: str) -> list[Case]:
     if op in FORWARD:
         return FORWARD[op]
     if op == "conv2d_fused":
-        return _grad_cases("conv2d", _fused_case)
+        return _fused_cases()
     if op in GRADIENT_BUILDERS:
         forward, build = GRADIENT_BUILDERS[op]
         return _grad_cases(forward, build)

@@ -16,6 +16,8 @@ BROADCAST: list[Case] = [
     (((3, 1), (4,)), {}),
     (((1,), (3, 2)), {}),
     (((1, 4, 1), (3, 1, 5)), {}),
+    (((2, 6, 4, 5), (2, 6, 1, 1)), {}),  # a squeeze-and-excitation gate
+    (((2, 6, 1, 1), (2, 6, 4, 5)), {}),
 ]
 
 POSITIVE: list[Case] = [((Arg((3, 4, 5), "positive"),), {}), ((Arg((11,), "positive"),), {})]
@@ -25,6 +27,8 @@ DIV: list[Case] = [
     (((2, 3, 4, 5), Arg((3, 1, 1), "positive")), {}),
     (((4, 1), Arg((3,), "positive")), {}),
     (((1,), Arg((2, 3), "positive")), {}),
+    (((2, 6, 4, 5), Arg((2, 6, 1, 1), "positive")), {}),
+    (((2, 6, 1, 1), Arg((2, 6, 4, 5), "positive")), {}),
 ]
 
 SCALAR: list[Case] = [(((3, 4),), {"value": 2.5}), (((2, 3, 4),), {"value": -1})]
@@ -51,7 +55,12 @@ REDUCE: list[Case] = [
     (((2, 3, 4),), {"axes": 1}),
     (((2, 3, 4, 5),), {"axes": (0, -1), "keepdims": True}),
     (((3, 5),), {"axes": (1, 0)}),
+    (((2, 6, 4, 5),), {"axes": (2, 3), "keepdims": True}),  # squeeze-and-excitation: over H, W
+    (((3, 4, 7),), {"axes": -1}),
 ]
+# maxima tied two by two, which the gradient shares between the tied elements (ties of three or more would put
+# kinks into the finite differences of tests/test_gradients.py that its bound does not cover)
+REDUCE_MAX: list[Case] = REDUCE + [((Arg((3, 4, 6), "pairs"),), {"axes": (1, 2)}), ((Arg((4, 6), "pairs"),), {"axes": -1})]
 
 BROADCAST_TO: list[Case] = [(((3, 1),), {"shape": (2, 3, 4)}), (((4,),), {"shape": (3, 4)}), (((2, 3),), {"shape": (2, 3)})]
 SUM_TO_SHAPE: list[Case] = [
@@ -143,6 +152,7 @@ OPS_FORWARD: dict[str, list[Case]] = {
     "batch_matmul": BATCH_MATMUL,
     "reduce_sum": REDUCE,
     "reduce_mean": REDUCE,
+    "reduce_max": REDUCE_MAX,
     "broadcast_to": BROADCAST_TO,
     "sum_to_shape": SUM_TO_SHAPE,
     "slice": SLICE,
@@ -183,6 +193,7 @@ OPS_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "batch_matmul_grad_b": ("batch_matmul", lambda s, a, y: ((y, s[0]), {**a, "b_size": s[1]})),
     "reduce_sum_grad": ("reduce_sum", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
     "reduce_mean_grad": ("reduce_mean", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
+    "reduce_max_grad": ("reduce_max", lambda s, a, y: ((y, s[0]), a)),
     "slice_grad": ("slice", lambda s, a, y: ((y,), {"begin": a["begin"], "input_size": s[0]})),
     "pad_grad": ("pad", lambda s, a, y: ((y,), {**_some(a, ("pads", "mode")), "input_size": s[0]})),
     "where_grad": ("where", lambda s, a, y: ((y, s[0]), {"branch": "y"})),

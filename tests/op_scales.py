@@ -24,6 +24,7 @@ import numpy as np
 import algoswap
 from helpers import as_float64, assert_close, dtype_name
 from op_cases import reference_name
+from op_scales_activations import ACTIVATION_RULES
 
 Scale = tuple[Any, int]  # (elementwise magnitudes or None for "the result itself", reduction length)
 
@@ -41,7 +42,8 @@ ELEMENTWISE = {
     "sqrt", "rsqrt", "sqrt_grad", "mul_scalar", "pow_scalar", "pow_scalar_grad", "rdiv_scalar",
     "rdiv_scalar_grad", "flatten", "reshape", "concat", "transpose", "slice", "split", "pad", "broadcast_to",
     "one_hot", "zeros_like", "ones_like", "where", "embedding", "maxpool2d", "dropout", "dropout2d", "dropout_grad",
-    "dropout2d_grad",
+    "dropout2d_grad", "hardtanh", "hardtanh_grad", "hardsigmoid_grad", "silu", "mish", "elu_grad",
+    "reduce_max", "reduce_max_grad",
 }
 
 
@@ -77,7 +79,14 @@ def sum_scale(compute: Callable[..., Any], inputs: list[Any]) -> Scale:
     return np.abs(as_float64(compute(*_magnitudes(inputs)))), terms
 
 
+# conv2d_fused's activations -> the largest |slope| each has (an error of the sum before it grows by that much)
+ACTIVATION_SLOPES = {"none": 1.0, "relu": 1.0, "relu6": 1.0, "silu": 1.1, "hardswish": 1.5, "gelu": 1.13}
+
+
 def _sum(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    if op == "conv2d_fused":  # the sum's terms, before the activation, times its largest slope
+        scale, terms = sum_scale(lambda *arrays: _reference(op, list(arrays), {**attrs, "activation": "none"}), inputs)
+        return scale * ACTIVATION_SLOPES[attrs["activation"]], terms
     return sum_scale(lambda *arrays: _reference(op, list(arrays), attrs), inputs)
 
 
@@ -251,7 +260,41 @@ def _binary_cross_entropy_grad(op: str, inputs: list[Any], attrs: dict[str, Any]
     return np.abs(dy) * (x + np.abs(target)) / np.maximum(x * (1 - x), 1e-12) / count, 1
 
 
+def _interpolate(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """Sums of taps times weights (weights >= 0: the reference on |x|), whose coordinates are computed in the
+    input's precision as torch does: off by a rounding of a coordinate up to the largest size, in weight."""
+    scale, terms = _sum(op, inputs, attrs)
+    sizes = attrs["input_size"][2:] if op == "interpolate_grad" else inputs[0].shape[2:]
+    return scale, terms + max(*sizes, *np.shape(scale)[2:])
+
+
+def _attention(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
+    """Products of the softmax weights P >= 0 of the scores s = scale * q @ k^T (+ mask). A rounding of s (E
+    terms of |scale * q * k|) changes each weight relatively by that much, the softmax adds S roundings: the
+    weights' magnitude is P * (1 + |s|), |s| the largest score term sum of the row. Gradients add their
+    products' terms: dV = P^T dy, dS = P * (dP - rowsum(dP * P)) with dP = dy v^T, dQ = scale dS k, dK = scale dS^T q."""
+    from algoswap_numpy.attention import attention_weights
+
+    call = algoswap.registry().spec(op).bind([getattr(a, "shape", None) for a in inputs],
+                                             [None if a is None else str(a.dtype) for a in inputs], attrs)
+    dy, (q, k, v, mask) = (inputs[0], inputs[1:]) if op.endswith(("_query", "_key", "_value")) else (None, inputs)
+    scale, causal = call.attrs["scale"], call.attrs["is_causal"]
+    terms = abs(scale) * np.max(np.abs(q) @ np.swapaxes(np.abs(k), -1, -2), axis=-1, keepdims=True)
+    weights = attention_weights(q, k, mask, causal, scale) * (1 + terms)
+    length = q.shape[-1] + k.shape[-2] + q.shape[-2] + v.shape[-1]
+    if dy is None:
+        return weights @ np.abs(v), length
+    d_weights = np.abs(dy) @ np.swapaxes(np.abs(v), -1, -2)
+    d_scores = abs(scale) * weights * (d_weights + np.sum(d_weights * weights, axis=-1, keepdims=True))
+    wrt, product = {"_query": (q, lambda: d_scores @ np.abs(k)), "_key": (k, lambda: np.swapaxes(d_scores, -1, -2) @ np.abs(q)),
+                    "_value": (v, lambda: np.swapaxes(weights, -1, -2) @ np.abs(dy))}[op[op.rindex("_"):]]
+    full = product()
+    summed = _reference("sum_to_shape", [full], {"shape": wrt.shape})
+    return summed, length + full.size // max(summed.size, 1)
+
+
 SPELLED_OUT: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
+    **ACTIVATION_RULES,
     "sigmoid_grad": _sigmoid_grad,
     "rsqrt_grad": _rsqrt_grad,
     "tanh_grad": _tanh_grad,
@@ -260,6 +303,9 @@ SPELLED_OUT: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
     "softmax_grad": _softmax_grad,
     "log_softmax_grad": _log_softmax_grad,
     "batchnorm2d": _batchnorm2d,
+    "interpolate": _interpolate,
+    **{f"scaled_dot_product_attention{part}": _attention for part in ("", "_grad_query", "_grad_key", "_grad_value")},
+    "interpolate_grad": _interpolate,
     "softmax_cross_entropy": _cross_entropy,
     "softmax_cross_entropy_grad": _cross_entropy_grad,
     "binary_cross_entropy": _binary_cross_entropy,

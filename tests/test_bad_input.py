@@ -247,7 +247,7 @@ NOT_ARRAYS = [
     (b"abc", "got a bytes b'abc'; expected a numpy array"),
     ({"a": 1}, "got a dict; expected a numpy array"),
     ({1.0, 2.0}, "got a set; expected a numpy array"),
-    (1.5, "got a float 1.5 (as an array: 0-D); expected a 1-D or 2-D"),
+    (1.5, "got a float 1.5 (as an array: 0-D); expected a 1-D to 64-D array"),
     ([[1.0, 2.0], [3.0]], "got a ragged nested list (rows of different lengths); expected a numpy array"),
     (np.array(["a", "b"]), "got '<U1'; expected a floating dtype"),
     (np.ones(3, ">f4"), "got a big-endian array (dtype '>f4'); expected an array in this machine's byte order"),

@@ -257,10 +257,15 @@ def test_conv2d_fused_relu_keeps_nan_and_gives_positive_zeros(algorithm: str, rn
 
 @pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])
 @pytest.mark.parametrize("case", ["finite", "nan input", "inf weight", "inf bias", "nan residual"])
-def test_conv2d_fused_relu_on_large_outputs(algorithm: str, case: str, rng: np.random.Generator, same: Any) -> None:
+@pytest.mark.parametrize("activation", ["relu", "relu6", "gelu"])
+def test_conv2d_fused_activations_on_large_outputs(algorithm: str, case: str, activation: str, rng: np.random.Generator,
+                                                   same: Any) -> None:
     """Where the output has conv.FINITE_RELU_FROM elements or more, a fused relu runs a NaN-dropping clip
-    post-op when the sums cannot be NaN (finite inputs, no overflow possible), the NaN-keeping one otherwise."""
+    post-op when the sums cannot be NaN (finite inputs, no overflow possible), the NaN-keeping one otherwise;
+    relu6 and gelu run oneDNN's clip_v2 and gelu_erf post-ops then, and after the convolution otherwise."""
     from algoswap_dnnl import conv
+
+    from torch_oracle import FORWARD
 
     x = rng.standard_normal((1, 2, 130, 130)).astype(np.float32)  # 8 x 130 x 130 = 135,200 outputs
     w, b = rng.standard_normal((8, 2, 3, 3)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
@@ -276,27 +281,40 @@ def test_conv2d_fused_relu_on_large_outputs(algorithm: str, case: str, rng: np.r
     elif case == "nan residual":
         residual[(0, 6, *place)] = NAN
     wide = {name: torch.tensor(a, dtype=torch.float64) for name, a in (("x", x), ("w", w), ("b", b), ("r", residual))}
-    expected = F.relu(F.conv2d(wide["x"], wide["w"], wide["b"], padding=1) + wide["r"])
+    op, attrs = algoswap.FUSED_ACTIVATIONS[activation]
+    expected = FORWARD[op](F.conv2d(wide["x"], wide["w"], wide["b"], padding=1) + wide["r"], **attrs)
     frozen_w, frozen_b = algoswap.freeze(w.copy()), algoswap.freeze(b.copy())
     for weight, bias in ((w, b), (frozen_w, frozen_b)):
-        got = algoswap.ops.call("conv2d_fused", x, weight, bias, residual, padding=1, activation="relu", algorithm=algorithm)
-        same(got, expected, f"conv2d_fused, {case}, {'frozen' if weight is frozen_w else 'plain'} weights")
-        assert not np.signbit(got[got == 0]).any(), "relu gave -0"
-    chosen = conv._finite_activation("relu", 8 * 130 * 130, x, w, b, residual)
-    assert chosen == ("relu_finite" if case == "finite" else "relu"), chosen
+        got = algoswap.ops.call("conv2d_fused", x, weight, bias, residual, padding=1, activation=activation, algorithm=algorithm)
+        same(got, expected, f"conv2d_fused, {activation}, {case}, {'frozen' if weight is frozen_w else 'plain'} weights")
+        if activation == "relu":
+            assert not np.signbit(got[got == 0]).any(), "relu gave -0"
+    chosen = conv._post_op(activation, 8 * 130 * 130, x, w, b, residual)
+    assert chosen == (f"{activation}_finite" if case == "finite" else "relu" if activation == "relu" else None), chosen
 
 
-def test_conv2d_fused_relu_keeps_the_exact_post_op_where_sums_could_overflow(rng: np.random.Generator) -> None:
-    """Finite inputs whose products can overflow (inf - inf = NaN in some sum) take the NaN-keeping relu."""
+def test_fused_activations_keep_exact_paths_where_sums_could_overflow(rng: np.random.Generator) -> None:
+    """Finite inputs whose products can overflow (inf - inf = NaN in some sum) take the NaN-keeping relu, and
+    relu6 and gelu after the convolution; gelu does from half the largest float32 on (oneDNN's gelu_erf
+    overflows from 1.7e38 on)."""
     from algoswap_dnnl import conv
 
     x = rng.standard_normal((1, 2, 130, 130)).astype(np.float32)
-    w = rng.standard_normal((8, 2, 3, 3)).astype(np.float32)
-    assert conv._finite_activation("relu", 8 * 130 * 130, x, w, None, None) == "relu_finite"
-    x[0, 0, 0, 0] = 1e38  # 18 terms * 1e38 * max|w| (a max of 144 normal draws) is beyond float32's 3.4e38
-    assert conv._finite_activation("relu", 8 * 130 * 130, x, w, None, None) == "relu"
-    x[0, 0, 0, 0] = 0.0  # finite sums again, but a small output
-    assert conv._finite_activation("relu", conv.FINITE_RELU_FROM - 1, x, w, None, None) == "relu"
+    w = np.ones((8, 2, 3, 3), np.float32)  # 18 terms, max|w| = 1
+    post_ops = {activation: conv._post_op(activation, 8 * 130 * 130, x, w, None, None) for activation in ("relu", "relu6", "gelu")}
+    assert post_ops == {"relu": "relu_finite", "relu6": "relu6_finite", "gelu": "gelu_finite"}
+    x[0, 0, 0, 0] = 1.5e38 / 18  # every sum below 1.5e38: not 1.7e38
+    assert conv._post_op("gelu", 8 * 130 * 130, x, w, None, None) == "gelu_finite"
+    x[0, 0, 0, 0] = 1e37  # sums up to 1.8e38
+    post_ops = {activation: conv._post_op(activation, 8 * 130 * 130, x, w, None, None) for activation in ("relu", "relu6", "gelu")}
+    assert post_ops == {"relu": "relu_finite", "relu6": "relu6_finite", "gelu": None}
+    x[0, 0, 0, 0] = 1e38  # sums up to 1.8e39, beyond float32's 3.4e38
+    post_ops = {activation: conv._post_op(activation, 8 * 130 * 130, x, w, None, None) for activation in ("relu", "relu6", "gelu")}
+    assert post_ops == {"relu": "relu", "relu6": None, "gelu": None}
+    x[0, 0, 0, 0] = 0.0  # finite sums again, but a small output: relu keeps its exact post-ops
+    assert conv._post_op("relu", conv.FINITE_RELU_FROM - 1, x, w, None, None) == "relu"
+    assert conv._post_op("relu6", conv.FINITE_RELU_FROM - 1, x, w, None, None) == "relu6_finite"
+    assert {conv._post_op(a, 16, x, w, None, None) for a in ("silu", "hardswish", "none")} == {"silu", "hardswish", "none"}
 
 
 @pytest.mark.parametrize("algorithm", ["dnnl:direct", "dnnl:auto"])

@@ -174,6 +174,13 @@ def _one_entry_a_row() -> Any:
     return scipy.sparse.csr_matrix((_nan_at((5,)), [0, 1, 2, 0, 3], [0, 1, 2, 3, 4, 5]), shape=(5, 4))
 
 
+def _rows_masked(shape: tuple[int, int], row: int) -> np.ndarray:
+    """A bool attention mask taking every key but for the queries of ``row``, which take none."""
+    mask = np.ones(shape, bool)
+    mask[row] = False
+    return mask
+
+
 _POOL = {"kernel_size": 2, "stride": 2}
 # The defects issue 12 reports (and others this suite found), as fixed inputs: (op, inputs, attrs).
 KNOWN_CASES: dict[str, tuple[str, list[Any], dict[str, Any]]] = {
@@ -199,6 +206,21 @@ KNOWN_CASES: dict[str, tuple[str, list[Any], dict[str, Any]]] = {
     "csrmm with nan and -inf in the dense first row": ("csrmm", [_one_entry_a_row(), _nan_and_minus_inf((4, 3))], {}),
     "csrmm gradient with nan and -inf in the first row": ("csrmm_grad_dense", [_one_entry_a_row(), _nan_and_minus_inf((5, 3))],
                                                           {}),
+    "reduce_max of a row with a nan and of a row of -inf": (
+        "reduce_max", [_nan_at((3, 4), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3), value=-np.inf), ], {"axes": 1}),
+    # torch's safe softmax: a query whose scores are all -inf attends to nothing (zeros); 0 * inf is still NaN
+    "attention of a fully masked query, an inf value": (
+        "scaled_dot_product_attention", [_nan_at((2, 3, 4)), _nan_at((2, 5, 4)), _nan_at((2, 5, 2), (0, 1, 0), value=np.inf),
+                                         _rows_masked((3, 5), 1)], {}),
+    "attention of a fully masked query with a nan key": (
+        "scaled_dot_product_attention", [_nan_at((1, 3, 4)), _nan_at((1, 5, 4), (0, 2, 1)), _nan_at((1, 5, 2)),
+                                         np.where(_rows_masked((3, 5), 0), 0, -np.inf).astype(np.float32)], {}),
+    "attention gradient of a fully masked query": (
+        "scaled_dot_product_attention_grad_query", [_nan_at((2, 3, 2)), _nan_at((2, 3, 4)), _nan_at((2, 5, 4)),
+                                                    _nan_at((2, 5, 2)), _rows_masked((3, 5), 2)], {}),
+    # torch multiplies the neighbour of a clamped coordinate by weight 0: an inf there is NaN
+    "bilinear upscale with an inf beside the edge": (
+        "interpolate", [_nan_at((1, 1, 2, 3), (0, 0, 0, 1), value=np.inf)], {"size": (2, 6), "mode": "bilinear"}),
 }
 
 

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from algoswap import FUSED_ACTIVATIONS
+
 F = torch.nn.functional
 aten = torch.ops.aten
 Fn = Callable[..., Any]
@@ -84,7 +86,10 @@ def _conv2d(x: Any, w: Any, b: Any, stride: Any = 1, padding: Any = ((0, 0), (0,
 def _conv2d_fused(x: Any, w: Any, b: Any, residual: Any, activation: str, **attrs: Any) -> Any:
     y = _conv2d(x, w, b, **attrs)
     y = y if residual is None else y + residual
-    return F.relu(y) if activation == "relu" else y
+    if activation == "none":
+        return y
+    op, op_attrs = FUSED_ACTIVATIONS[activation]
+    return FORWARD[op](y, **op_attrs)
 
 
 def _layer_norm(x: Any, w: Any, b: Any, normalized_ndim: int = 1, eps: float = 1e-5) -> Any:
@@ -110,6 +115,63 @@ def _dropout(channels: bool) -> Fn:
     return dropout
 
 
+# activations whose gradient op takes (grad_output, input, attributes): autograd's vector-Jacobian product
+ACTIVATIONS: dict[str, Fn] = {
+    "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
+    "silu": F.silu,
+    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
+    "mish": F.mish,
+}
+
+
+# torch 2.13's CPU kernels give some gradients at a NaN input one value in the vectorized body of an array and
+# another in its scalar tail (the last n % 64 elements or so): hardtanh 0 and grad_output, hardswish and elu NaN
+# and grad_output. The oracle runs them on arrays padded to whole vector blocks, so that every element takes the
+# body's path, the one most elements of any tensor take.
+VECTOR_BLOCK = 64
+
+
+def _in_vector_blocks(function: Fn) -> Fn:
+    """``function`` of same-shape tensors, run on their flat copies padded with zeros to whole vector blocks."""
+    def padded(*tensors: Any) -> Any:
+        size = tensors[0].numel()
+        pad = -size % VECTOR_BLOCK
+        flat = [torch.cat([t.reshape(-1), torch.zeros(pad, dtype=t.dtype)]) for t in tensors]
+        return function(*flat)[:size].reshape(tensors[0].shape)
+
+    return padded
+
+
+def _activation_grad(forward: Fn) -> Fn:
+    return lambda dy, x, **attrs: _in_vector_blocks(lambda g, v: _vjp(lambda u: forward(u, **attrs), v, g))(dy, x)
+
+
+def _upsample(x: Any, size: Any, scale_factor: Any, mode: str, align_corners: Any) -> Any:
+    """aten's upsampling, which takes the output size and the scale factors that map coordinates together."""
+    scales = (None, None) if scale_factor is None else tuple(scale_factor)
+    if mode == "nearest":
+        return aten.upsample_nearest2d(x, list(size), *scales)
+    return aten.upsample_bilinear2d(x, list(size), bool(align_corners), *scales)
+
+
+def _interpolate(x: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest", align_corners: Any = None,
+                 recompute_scale_factor: Any = None) -> Any:
+    if size is not None and scale_factor is not None:  # the canonical form, aten's
+        return _upsample(x, size, scale_factor, mode, align_corners)
+    return F.interpolate(x, size, scale_factor, mode, align_corners, recompute_scale_factor)
+
+
+def _attention(q: Any, k: Any, v: Any, mask: Any = None, is_causal: bool = False, scale: Any = None) -> Any:
+    """torch's math path (algoswap._specs.attention says why not its CPU flash kernel, which it picks for 4-D inputs)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+
+
 FORWARD: dict[str, Fn] = {
     "conv2d": _conv2d,
     "conv2d_fused": _conv2d_fused,
@@ -119,10 +181,13 @@ FORWARD: dict[str, Fn] = {
     "avgpool2d": lambda x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: F.avg_pool2d(
         x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
     "adaptiveavgpool2d": lambda x, output_size: F.adaptive_avg_pool2d(x, output_size),
+    "interpolate": _interpolate,
+    "scaled_dot_product_attention": _attention,
     "relu": F.relu,
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    **ACTIVATIONS,
     "flatten": lambda x, start_dim=1, end_dim=-1: torch.flatten(x, start_dim, end_dim),
     "reshape": lambda x, shape: x.reshape(shape),
     "concat": lambda *xs, axis=0: torch.cat(xs, axis),
@@ -148,6 +213,7 @@ FORWARD: dict[str, Fn] = {
     "batch_matmul": _matmul,
     "reduce_sum": _reduce(torch.sum),
     "reduce_mean": _reduce(torch.mean),
+    "reduce_max": _reduce(torch.amax),
     "broadcast_to": lambda x, shape: x.broadcast_to(shape),
     "sum_to_shape": lambda x, shape: x.sum_to_size(shape) if shape else x.sum(),
     "slice": _slice,
@@ -188,6 +254,16 @@ def _leading_sum(dy: Any, trailing: int) -> Any:
     return dy.sum(dim=tuple(range(dy.ndim - trailing))) if dy.ndim > trailing else dy
 
 
+def _attention_grad(position: int) -> Fn:
+    """The vector-Jacobian product of the attention for query (0), key (1) or value (2)."""
+    def gradient(dy: Any, q: Any, k: Any, v: Any, mask: Any = None, **attrs: Any) -> Any:
+        arrays = [q, k, v]
+        def forward(moved: Any) -> Any:
+            return _attention(*(moved if i == position else a for i, a in enumerate(arrays)), mask, **attrs)
+        return _vjp(forward, arrays[position], dy)
+    return gradient
+
+
 GRADIENT: dict[str, Fn] = {
     "conv2d_grad_input": _conv_grad_input,
     "conv2d_grad_weight": _conv_grad_weight,
@@ -198,10 +274,17 @@ GRADIENT: dict[str, Fn] = {
     "maxpool2d_grad": lambda dy, x, **a: _vjp(lambda v: FORWARD["maxpool2d"](v, **a), x, dy),
     "avgpool2d_grad": lambda dy, input_size, **a: _vjp(lambda v: FORWARD["avgpool2d"](v, **a), _zeros(input_size), dy),
     "adaptiveavgpool2d_grad": lambda dy, input_size: _vjp(lambda v: F.adaptive_avg_pool2d(v, dy.shape[2:]), _zeros(input_size), dy),
+    "interpolate_grad": lambda dy, input_size, scale_factor=None, mode="nearest", align_corners=None: _vjp(
+        lambda x: _upsample(x, dy.shape[2:], scale_factor, mode, align_corners), _zeros(input_size), dy),
+    **{f"scaled_dot_product_attention_grad_{name}": _attention_grad(position) for position, name in enumerate(("query", "key", "value"))},
     "relu_grad": lambda dy, x: _vjp(F.relu, x, dy),
     "sigmoid_grad": lambda dy, y: aten.sigmoid_backward(dy, y),
     "tanh_grad": lambda dy, y: aten.tanh_backward(dy, y),
     "leaky_relu_grad": lambda dy, x, negative_slope=0.01: _vjp(lambda v: F.leaky_relu(v, negative_slope), x, dy),
+    **{f"{op}_grad": _activation_grad(forward) for op, forward in ACTIVATIONS.items()},
+    # torch's float64 hardsigmoid backward multiplies by 1/6 rounded to float32 (3e-8 off): the same gradient
+    # through relu6(x + 3) / 6 (NaN input: 0 either way)
+    "hardsigmoid_grad": _activation_grad(lambda x: F.relu6(x + 3) / 6),
     "batch_norm_train_grad_input": lambda dy, x, w, eps=1e-5: _vjp(lambda v: _batch_norm_train(v, w, None, eps), x, dy),
     "batch_norm_train_grad_weight": lambda dy, x, eps=1e-5: _vjp(lambda w: _batch_norm_train(x, w, None, eps),
                                                                   torch.ones(x.shape[1], dtype=x.dtype), dy),
@@ -237,6 +320,7 @@ GRADIENT: dict[str, Fn] = {
         lambda x: FORWARD["reduce_sum"](x, axes, keepdims), _zeros(input_size), dy),
     "reduce_mean_grad": lambda dy, input_size, axes=None, keepdims=False: _vjp(
         lambda x: FORWARD["reduce_mean"](x, axes, keepdims), _zeros(input_size), dy),
+    "reduce_max_grad": lambda dy, x, axes=None, keepdims=False: _vjp(lambda v: FORWARD["reduce_max"](v, axes, keepdims), x, dy),
     "slice_grad": lambda dy, begin, input_size: _vjp(lambda x: _slice(x, begin, dy.shape), _zeros(input_size), dy),
     "pad_grad": lambda dy, pads, input_size, mode="constant": _vjp(lambda x: _pad(x, pads, mode), _zeros(input_size), dy),
     "where_grad": lambda dy, condition, branch: _vjp(

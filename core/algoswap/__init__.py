@@ -37,8 +37,11 @@ if TYPE_CHECKING:
     from ._select import Selection
     from ._spec import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, Attr, GradRule, Input, OpCall, OpSpec
     from ._specs import FAMILIES
+    from ._specs.conv import FUSED_ACTIVATIONS
     from ._layout import is_channels_last
     from ._specs._geometry import ConvGeometry, conv_geometry, conv_output_size, pool_output_size
+    from ._specs.attention import attention_mask
+    from ._specs.resample import interpolation_taps
     from ._trace import trace
     from .hookspecs import hookimpl
     from . import graph, zoo
@@ -78,7 +81,10 @@ _LAZY = {
     "INT_DTYPES": ("._spec", "INT_DTYPES"),
     "ALL_DTYPES": ("._spec", "ALL_DTYPES"),
     "FAMILIES": ("._specs", "FAMILIES"),
+    "FUSED_ACTIVATIONS": ("._specs.conv", "FUSED_ACTIVATIONS"),
     "pool_output_size": ("._specs._geometry", "pool_output_size"),
+    "interpolation_taps": ("._specs.resample", "interpolation_taps"),
+    "attention_mask": ("._specs.attention", "attention_mask"),
     "is_channels_last": ("._layout", "is_channels_last"),
     "conv_output_size": ("._specs._geometry", "conv_output_size"),
     "conv_geometry": ("._specs._geometry", "conv_geometry"),

@@ -7,7 +7,9 @@ of ``swap_backend``, a node of ``graph.Executor``. Each front end describes its 
 A selector (the ``algorithm=`` argument; ``algos=`` and ``algorithms=`` are its old names) is
 
 - a string, the request of every subject: ``"default"``, ``"auto"``, an algorithm (``"smm"``) or
-  ``"backend:algorithm"``; but a whole-model ``"backend:default"`` is a preference (below);
+  ``"backend:algorithm"``; but a whole-model ``"backend:default"`` is a preference (below); and
+  ``"torch"``, "leave it in PyTorch", where the front end has PyTorch to leave it in (the layers of
+  ``swap_conv2d``/``swap_operation``/``swap_backend``; ``assign(..., in_torch=True)``);
 - a list or tuple: one request per subject, in forward order;
 - a dict from op name to a selector for that op's subjects, or from a subject's name (a module
   name such as ``"layer1.0.conv1"``, an fx or graph node name) to a selector for that subject;
@@ -39,6 +41,7 @@ from ._select import check_known
 from ._spec import Shape
 
 OLD_NAMES = ("algos", "algorithms")
+IN_TORCH = "torch"  # the request that leaves a subject in PyTorch
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,10 @@ def selector_argument(caller: str, algorithm: Any, **old: Any) -> Any:
 
 
 def assign(caller: str, subjects: Sequence[Subject], selector: Selector, backends: Sequence[str] | None = None,
-           check: Check | None = None) -> list[str]:
-    """One validated request per subject (see the module's docstring); errors name the subject."""
-    return _Resolver(caller, list(subjects), check).run(selector, _checked_backends(caller, backends))
+           check: Check | None = None, *, in_torch: bool = False) -> list[str]:
+    """One validated request per subject (see the module's docstring); errors name the subject.
+    ``in_torch``: the front end can leave a subject in PyTorch, so ``"torch"`` is a request it takes."""
+    return _Resolver(caller, list(subjects), check, in_torch).run(selector, _checked_backends(caller, backends))
 
 
 def _checked_backends(caller: str, backends: Sequence[str] | None) -> list[str] | None:
@@ -124,8 +128,8 @@ def _registry() -> Any:
 class _Resolver:
     """One call of `assign`: the requests given so far, by subject position."""
 
-    def __init__(self, caller: str, subjects: list[Subject], check: Check | None) -> None:
-        self.caller, self.subjects, self.check = caller, subjects, check
+    def __init__(self, caller: str, subjects: list[Subject], check: Check | None, in_torch: bool) -> None:
+        self.caller, self.subjects, self.check, self.in_torch = caller, subjects, check, in_torch
         self.given: list[Any] = [None] * len(subjects)
         self.prefers: str | None = None
         self.registry = _registry()
@@ -227,6 +231,8 @@ class _Resolver:
         """Refuse a preferred request that names no implementation of any op it is given for (a typo)."""
         ops = sorted({self.subjects[i].op for i in scope})
         for request in preference.requests:
+            if request == IN_TORCH:
+                continue
             reasons = [self._unknown(op, request) for op in ops]
             if ops and None not in reasons:
                 raise SelectorError(f"{self.caller}: {preference!r}: {request!r} serves no {' or '.join(ops)}: {reasons[0]}")
@@ -265,6 +271,9 @@ class _Resolver:
     def _serves(self, i: int, request: str) -> str | None:
         """None when ``request`` is known for the subject's op and passes the front end's check, else why not."""
         subject = self.subjects[i]
+        if request == IN_TORCH:
+            return None if self.in_torch else (f"'torch' (leave it in PyTorch) is a request for the layers of a torch model "
+                                               f"(swap_conv2d, swap_operation, swap_backend); {self.caller} runs no PyTorch")
         if request != "default":  # the absence of a request: selection reports an op nothing serves
             reason = self._unknown(subject.op, request)
             if reason is not None:

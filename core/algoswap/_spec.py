@@ -128,6 +128,18 @@ Resolver = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 GeometryRule = Callable[[dict[str, Any], dict[str, Any]], Any]
 
 
+def ranks_text(ranks: Sequence[int], separator: str) -> str:
+    """"2-D or 4-D"; a run of three or more ranks as "1-D to 64-D"."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts = [f"{run[0]}-D to {run[-1]}-D" if len(run) > 2 else separator.join(f"{r}-D" for r in run) for run in runs]
+    return separator.join(parts)
+
+
 def _no_resolve(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
@@ -244,8 +256,7 @@ class OpSpec:
             raise OpArgumentError(self.name, spec.name, f"shape {tuple(shape)}", "a shape of ints")
         shape = tuple(int(s) for s in shape)
         if spec.ranks is not None and len(shape) not in spec.ranks:
-            ranks = " or ".join(f"{r}-D" for r in spec.ranks)
-            raise OpArgumentError(self.name, spec.name, f"a {len(shape)}-D array of shape {shape}", f"a {ranks} array")
+            raise OpArgumentError(self.name, spec.name, f"a {len(shape)}-D array of shape {shape}", f"a {ranks_text(spec.ranks, ' or ')} array")
         if any(s < 0 for s in shape):
             raise OpArgumentError(self.name, spec.name, f"shape {shape}", "sizes >= 0 (no negative sizes)")
         return shape
@@ -311,6 +322,6 @@ class OpSpec:
 
     @staticmethod
     def _input_text(spec: Input) -> str:
-        ranks = "" if spec.ranks is None else "/".join(f"{r}-D" for r in spec.ranks)
+        ranks = "" if spec.ranks is None else ranks_text(spec.ranks, "/")
         storage = "" if spec.format == "dense" else f" {spec.format}"
         return f"{spec.name}{'?' if spec.optional else ''}{' ' + ranks if ranks else ''}{storage}"

@@ -11,7 +11,8 @@ from ._convert import _is_int, bounded
 Pair = tuple[int, int]
 Padding = tuple[Pair, Pair]
 NO_PADDING: Padding = ((0, 0), (0, 0))
-ANY_RANK = tuple(range(1, 9))  # ranks 1 to 8: ops that take arrays of any practical rank
+MAX_RANK = 64  # numpy 2's NPY_MAXDIMS: the most dimensions an array of the reference backend has (torch has more)
+ANY_RANK = tuple(range(1, MAX_RANK + 1))  # ops that take arrays of any rank but 0-D
 
 
 def shape_attr(rank: int) -> Callable[[Any], tuple[int, ...]]:

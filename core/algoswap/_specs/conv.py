@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
@@ -146,7 +147,16 @@ conv2d_grad_bias = OpSpec(
     doc="Gradient of conv2d with respect to its bias: grad_output summed over N, H and W.",
 )
 
-ACTIVATIONS = ("none", "relu")
+# conv2d_fused's activations -> the op and attributes each stands for (a chain's last member: relu6 is a
+# hardtanh node from 0 to 6, gelu the exact one)
+FUSED_ACTIVATIONS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({
+    "relu": ("relu", MappingProxyType({})),
+    "relu6": ("hardtanh", MappingProxyType({"min_val": 0.0, "max_val": 6.0})),
+    "silu": ("silu", MappingProxyType({})),
+    "hardswish": ("hardswish", MappingProxyType({})),
+    "gelu": ("gelu", MappingProxyType({"approximate": "none"})),
+})
+ACTIVATIONS = ("none", *FUSED_ACTIVATIONS)
 
 
 def _fused_geometry(shapes: dict[str, Any], attrs: dict[str, Any]) -> ConvGeometry:
@@ -161,12 +171,14 @@ conv2d_fused = OpSpec(
     "conv2d_fused",
     (Input("input", (4,)), Input("weight", (4,)), Input("bias", (1,), optional=True),
      Input("residual", (4,), optional=True, doc="added to the convolution's output (a residual connection)")),
-    CONV_ATTRS + (Attr("activation", "none", choice(*ACTIVATIONS), "applied last: 'none' or 'relu'"),),
+    CONV_ATTRS + (Attr("activation", "none", choice(*ACTIVATIONS),
+                       "applied last: 'none', 'relu', 'relu6', 'silu', 'hardswish' or 'gelu' (exact)"),),
     resolve=_resolve_conv2d,
     geometry=_fused_geometry,
     family="conv",
     doc="activation(conv2d(input, weight, bias) + residual): a convolution with the add and activation after it "
-        "fused; swap_backend runs one where a conv2d feeds only an add and/or a relu.",
+        "fused; swap_backend runs one where a conv2d feeds only an add and/or an activation (relu, relu6, silu, "
+        "hardswish, exact gelu) and the backend serving the convolution fuses them.",
 )
 
 SPECS = (conv2d, conv2d_grad_input, conv2d_grad_weight, conv2d_grad_bias, conv2d_fused)

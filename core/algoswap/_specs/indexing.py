@@ -16,10 +16,12 @@ from ._convert import choice, integer
 from ._dtypes import typed
 from ._geometry import ANY_RANK
 
+LIFTED_RANK = ANY_RANK[:-1]  # inputs whose output has one more dimension
+
 # ---------------------------------------------------------------------------------- one_hot
 
 one_hot = OpSpec(
-    "one_hot", (Input("indices", ANY_RANK),),
+    "one_hot", (Input("indices", LIFTED_RANK),),
     (
         Attr("num_classes", convert=integer(1), doc="the length of each one-hot vector"),
         Attr("dtype", "float32", choice("float16", "float32", "float64"), "the output dtype"),
@@ -74,7 +76,7 @@ def _embedding_grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shap
 
 
 embedding = OpSpec(
-    "embedding", (Input("weight", (2,)), Input("indices", ANY_RANK)), (),
+    "embedding", (Input("weight", (2,)), Input("indices", LIFTED_RANK)), (),
     shape_rule=lambda shapes, attrs: shapes["indices"] + (shapes["weight"][1],),
     dtype_rule=typed(ints=("indices",)), family="indexing",
     gradients=(
@@ -84,7 +86,7 @@ embedding = OpSpec(
     "(indices outside [0, num_embeddings) are an error when the op runs). Its sparse gradient is (indices, grad_output).",
 )
 embedding_grad = OpSpec(
-    "embedding_grad", (Input("grad_output", tuple(r + 1 for r in ANY_RANK if r < 8)), Input("indices", ANY_RANK)),
+    "embedding_grad", (Input("grad_output", tuple(r + 1 for r in LIFTED_RANK)), Input("indices", LIFTED_RANK)),
     (Attr("num_embeddings", convert=integer(1), doc="rows of the embedding table"),),
     shape_rule=_embedding_grad_shape, dtype_rule=typed(ints=("indices",)), family="indexing", grad_of="embedding",
     empty_fill=0.0,  # no index: no row gets a gradient

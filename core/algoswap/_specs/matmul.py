@@ -8,6 +8,7 @@ from typing import Any
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
 from ._convert import boolean, shape
+from ._geometry import MAX_RANK
 from .elementwise import broadcast_shape
 
 _FAMILY = "matmul"
@@ -15,7 +16,7 @@ _TRANS = (
     Attr("trans_a", False, boolean, "use a with its last two axes swapped"),
     Attr("trans_b", False, boolean, "use b with its last two axes swapped"),
 )
-_BATCH_RANKS = tuple(range(3, 9))
+_BATCH_RANKS = tuple(range(3, MAX_RANK + 1))
 
 
 def _rows_cols(x: Shape, transposed: bool) -> tuple[int, int]:
@@ -102,7 +103,7 @@ matmul, matmul_grad_a, matmul_grad_b = _family(
 )
 batch_matmul, batch_matmul_grad_a, batch_matmul_grad_b = _family(
     "batch_matmul", _BATCH_RANKS,
-    "op(a) @ op(b) over the last two axes of 3-D to 8-D a and b, their batch dimensions broadcast as in "
+    "op(a) @ op(b) over the last two axes of 3-D to 64-D a and b, their batch dimensions broadcast as in "
     "numpy.matmul, op transposing the last two axes when trans_a / trans_b.", sized=True,
 )
 

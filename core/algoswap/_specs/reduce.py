@@ -1,5 +1,5 @@
-"""Reductions over axes (reduce_sum, reduce_mean) with their gradients, and the broadcasting pair:
-broadcast_to and its adjoint sum_to_shape (the gradient of every broadcasting op's operands)."""
+"""Reductions over axes (reduce_sum, reduce_mean, reduce_max) with their gradients, and the broadcasting
+pair: broadcast_to and its adjoint sum_to_shape (the gradient of every broadcasting op's operands)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,29 @@ reduce_mean, reduce_mean_grad = _reduction(
     empty_fill=float("nan"),  # like torch.mean over no element
 )
 
+
+
+def _max_grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    expected = reduced_shape(shapes["input"], attrs["axes"], attrs["keepdims"])
+    if shapes["grad_output"] != expected:
+        raise InvalidSpec("grad_output", f"shape {shapes['grad_output']}", f"{expected}, the input {shapes['input']} reduced")
+    return shapes["input"]
+
+
+reduce_max = OpSpec(
+    "reduce_max", (Input("input"),), (_AXES, _KEEPDIMS),
+    shape_rule=lambda shapes, attrs: reduced_shape(shapes["input"], attrs["axes"], attrs["keepdims"]),
+    resolve=_resolve_axes, family=_FAMILY,  # no empty_fill: a maximum over no element is refused, as torch.amax does
+    gradients=(GradRule("input", "reduce_max_grad", ("grad_output", "input"), lambda call: dict(call.attrs)),),
+    doc="Maximum over axes, like torch.amax(input, dim, keepdim): NaN if the reduced elements hold one.",
+)
+reduce_max_grad = OpSpec(
+    "reduce_max_grad", (Input("grad_output"), Input("input")), (_AXES, _KEEPDIMS),
+    shape_rule=_max_grad_shape, resolve=_resolve_axes, family=_FAMILY, grad_of="reduce_max",
+    doc="Gradient of reduce_max, like torch.amax's: grad_output shared evenly among the elements equal to the "
+    "maximum (ties split it), zero elsewhere; NaN over reduced elements whose maximum is NaN.",
+)
+
 # ---------------------------------------------------------------------------- broadcasting
 
 
@@ -114,4 +137,4 @@ sum_to_shape = OpSpec(
     "stretched, like torch.Tensor.sum_to_size. The gradient of each operand of a broadcasting op.",
 )
 
-SPECS = (reduce_sum, reduce_sum_grad, reduce_mean, reduce_mean_grad, broadcast_to, sum_to_shape)
+SPECS = (reduce_sum, reduce_sum_grad, reduce_mean, reduce_mean_grad, reduce_max, reduce_max_grad, broadcast_to, sum_to_shape)

@@ -1,5 +1,9 @@
 """From a traced model to the graph a Model runs: lower every node, fold batch norms, turn
-weights into frozen numpy arrays once, and make the nodes no registry op serves torch nodes."""
+weights into frozen numpy arrays once, and make the nodes no registry op serves torch nodes.
+
+A node lowered to several ops (``x[:, 0]``: a slice, then a reshape) gives one graph node per op,
+the inner ones named ``<node>.<op>``; sizes computed when planning (``Deferred``) become python
+nodes named ``<node>.<function>``."""
 
 from __future__ import annotations
 
@@ -13,11 +17,25 @@ from torch import fx, nn
 
 from .._frozen import freeze
 from .._global import get_registry
+from .._requests import IN_TORCH
 from .._runner import bfloat16
 from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
-from .lowering import Alias, Lowered, Lowerer, LoweredOp, PythonCall, Unsupported, target_name
+from .explain import KEPT_NOTE
+from .lower_in_place import rewrite_in_place
+from .lowered import Alias, Constant, Deferred, Lowered, LoweredOp, PythonCall, Unsupported, describe, fx_nodes, target_name
+from .lower_python import SHAPE_READERS
+from .lowering import Lowerer
+from .modules import own_request, plain
 from .tensors import NamedFunction
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A node the selector left in PyTorch ("torch"): the op it would have run, and why it runs in torch."""
+
+    op: str
+    note: str = KEPT_NOTE
 
 
 @dataclass(frozen=True)
@@ -51,23 +69,31 @@ class ModelGraph:
     unsupported: list[UnsupportedNode]
     subjects: dict[str, Any] = field(default_factory=dict)  # op node name -> its module or FunctionalCall
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # op node name -> its first input's shape
+    guards: list[Node] = field(default_factory=list)  # python nodes checking input shapes, planned with the outputs
 
 
 class ModelBuilder:
-    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16)."""
+    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16).
+    The fx nodes named in ``in_torch`` (and the batch norms that would be folded into them) become
+    torch nodes: the selector left them in PyTorch."""
 
-    def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool) -> None:
+    def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool, in_torch: frozenset[str] = frozenset()) -> None:
         self.caller, self.traced, self.dtype, self.fallback = caller, traced, dtype, fallback
+        self.in_torch = {name: KEPT_NOTE for name in in_torch}  # fx node name -> why it stays in torch
         self.lowerer = Lowerer(traced)
-        self.lowered: dict[fx.Node, Lowered | UnsupportedNode] = {}
+        self.lowered: dict[fx.Node, Lowered | UnsupportedNode | Kept] = {}
         self.node_of: dict[fx.Node, Node] = {}
         self.literals: dict[fx.Node, Any] = {}
         self.consts: dict[int, Node] = {}
         self.keep_alive: list[torch.Tensor] = []
         self.fallback_modules: dict[int, nn.Module] = {}
+        self.made: dict[int, Node] = {}  # id(LoweredOp or Deferred) -> its graph node
+        self.names: set[str] = set()
+        self.emitting: fx.Node | None = None
         self.graph = ModelGraph([], [], None, [], [])
 
     def build(self) -> ModelGraph:
+        rewrite_in_place(self.traced.graph, self.traced, self.caller)
         nodes = list(self.traced.graph.nodes)
         for node in nodes:
             self._lower(node)
@@ -79,6 +105,10 @@ class ModelBuilder:
             if isinstance(entry, LoweredOp) and entry.op == "batchnorm2d":
                 self._fold(node, entry)
         for node in nodes:
+            entry = self.lowered.get(node)
+            if node.name in self.in_torch and isinstance(entry, LoweredOp):
+                self.lowered[node] = Kept(entry.op, self.in_torch[node.name])
+        for node in nodes:
             self._emit(node)
         self.graph.unsupported = unsupported
         return self.graph
@@ -86,27 +116,32 @@ class ModelBuilder:
     # --------------------------------------------------------------- lowering and folding
 
     def _lower(self, node: fx.Node) -> None:
-        if node.op in ("placeholder", "get_attr"):
-            if node.op == "placeholder" or isinstance(self._attr(node), torch.Tensor):
-                self.lowerer.tensor_nodes.add(node)
-            return
-        if node.op == "output":
-            return
-        try:
-            self.lowered[node] = self.lowerer.lower(node)
-        except Unsupported as exc:
-            self.lowered[node] = UnsupportedNode(node.name, _describe(self.traced, node), str(exc))
+        if node.op == "placeholder" and node.args:  # an argument of forward with a default: traced with it
+            self.lowerer.constants[node] = node.args[0]
+        elif node.op == "placeholder":
+            self.lowerer.tensor_nodes.add(node)
+        elif node.op == "get_attr":
+            self.lowerer.constants[node] = self._attr(node)
+        elif node.op != "output":
+            try:
+                self.lowered[node] = self.lowerer.lower(node)
+            except Unsupported as exc:
+                self.lowered[node] = UnsupportedNode(node.name, describe(self.traced, node), str(exc))
 
     def _fold(self, node: fx.Node, bn: LoweredOp) -> None:
-        """Fold an inference batch norm into the conv2d whose output feeds only it."""
+        """Fold an inference batch norm into the conv2d whose output feeds only it (and reads of its
+        shape: timm checks ``x.ndim`` first)."""
         source = bn.inputs[0]
         conv = self.lowered.get(source) if isinstance(source, fx.Node) else None
-        if not isinstance(conv, LoweredOp) or conv.op != "conv2d" or len(source.users) != 1:
+        if not isinstance(conv, LoweredOp) or conv.op != "conv2d" or any(u is not node and not self._reads_shape(u) for u in source.users):
             return
         weight, bias = conv.inputs[1], conv.inputs[2]
-        mean, var, gamma, beta = bn.inputs[1:]
+        mean, var, gamma, beta = (self.lowerer.constants.get(t, t) if isinstance(t, fx.Node) else t for t in bn.inputs[1:])
         if not all(t is None or isinstance(t, torch.Tensor) for t in (weight, bias, mean, var, gamma, beta)) or weight is None:
             return  # weights computed in forward: leave the batch norm as an op
+        if source.name in self.in_torch:
+            self.in_torch[node.name] = f"{KEPT_NOTE} with {source.name!r}, the convolution it would be folded into"
+            return
         with torch.no_grad():
             scale = 1.0 / torch.sqrt(var.double() + bn.attrs["eps"])
             scale = scale * gamma.double() if gamma is not None else scale
@@ -116,20 +151,23 @@ class ModelBuilder:
         conv.folded += [str(node.target) if node.op == "call_module" else node.name]
         self.lowered[node] = Alias(source)
 
+    def _reads_shape(self, node: fx.Node) -> bool:
+        entry = self.lowered.get(node)
+        return isinstance(entry, PythonCall) and entry.function in SHAPE_READERS
+
     # --------------------------------------------------------------- emitting nodes
 
     def _emit(self, node: fx.Node) -> None:
         entry = self.lowered.get(node)
-        if node.op == "placeholder":
+        self.emitting = node
+        if node.op == "placeholder" and node.args:
+            self.literals[node] = node.args[0]
+        elif node.op == "placeholder":
             self.node_of[node] = placeholder = Node(str(node.target), "placeholder", (), "")
             self.graph.inputs.append(placeholder)
             self.graph.input_names.append(str(node.target))
         elif node.op == "get_attr":
-            value = self._attr(node)
-            if isinstance(value, torch.Tensor):
-                self.node_of[node] = self._const(value, str(node.target))
-            else:
-                self.literals[node] = value
+            self._constant(node, self._attr(node), str(node.target))
         elif node.op == "output":
             self.graph.output = self._ref(node.args[0])
         elif isinstance(entry, Alias):
@@ -139,27 +177,72 @@ class ModelBuilder:
             else:
                 self.literals[node] = ref
         elif isinstance(entry, LoweredOp):
-            self._emit_op(node, entry)
+            self.node_of[node] = self._op_node(entry, node)
         elif isinstance(entry, PythonCall):
-            self._add(node, Node(node.name, "python", (), "", source=Call(entry.function, self._ref(entry.args), {})))
+            python = self._add(node, Node(node.name, "python", (), "", source=Call(entry.function, self._ref(entry.args), {})))
+            if entry.guard:
+                self.graph.guards.append(python)
+        elif isinstance(entry, Constant):
+            self._constant(node, entry.value, node.name)
         elif isinstance(entry, UnsupportedNode):
             self._add(node, Node(node.name, "torch", (), "", source=self._torch_call(node, entry.target, entry.reason)))
+        elif isinstance(entry, Kept):
+            call = self._torch_call(node, describe(self.traced, node), entry.note)
+            self._add(node, Node(node.name, "torch", (), "", entry.op, request=IN_TORCH, source=call))
+        # Parts: nothing; the getitem nodes reading it lower its items
 
-    def _emit_op(self, node: fx.Node, lowered: LoweredOp) -> None:
-        module = str(node.target) if node.op == "call_module" else None
-        request = getattr(lowered.module, "algoswap_request", "default")  # a layer swapped before keeps its choice
-        label = _describe(self.traced, node)
-        twin = None if lowered.folded or not _parameterless(node, self.traced) else self._torch_call(node, label)
-        names = [f"{module or node.name}.{name}" for name in get_registry().spec(lowered.op).flat_input_names(len(lowered.inputs))]
-        inputs = tuple(self._input(v, name) for v, name in zip(lowered.inputs, names))
-        op = Node(node.name, "op", (), "", lowered.op, inputs, self._ref(lowered.attrs), request=str(request),
-                  source=Origin(module, label, twin, tuple(lowered.folded)))
-        self.graph.subjects[node.name] = lowered.module if lowered.module is not None else FunctionalCall(node.name, node.target, lowered.op, dict(lowered.attrs))
+    def _constant(self, node: fx.Node, value: Any, name: str) -> None:
+        if isinstance(value, torch.Tensor):
+            self.node_of[node] = self._const(value, name)
+        else:
+            self.literals[node] = value
+
+    def _op_node(self, lowered: LoweredOp, node: fx.Node | None = None) -> Node:
+        """The graph node of an op (made once): ``node`` is the fx node it lowers; None for the inner ops
+        of a node lowered to several, made first."""
+        if id(lowered) in self.made:
+            return self.made[id(lowered)]
+        owner = self.emitting
+        assert owner is not None
+        name = node.name if node is not None else self._name(f"{owner.name}.{lowered.op}")
+        module = str(owner.target) if owner.op == "call_module" else None
+        request = own_request(lowered.module)  # a layer swapped before keeps its choice
+        label = describe(self.traced, owner)
+        twin = None if node is None or lowered.folded or not self._runnable(node) else self._torch_call(node, label)
+        names = [f"{module or name}.{n}" for n in get_registry().spec(lowered.op).flat_input_names(len(lowered.inputs))]
+        inputs = tuple(self._input(v, n) for v, n in zip(lowered.inputs, names))
+        op = Node(name, "op", (), "", lowered.op, inputs, self._ref(lowered.attrs), request=str(request),
+                  source=Origin(module if node is not None else None, label, twin, tuple(lowered.folded)))
+        target = node.target if node is not None else owner.target
+        self.graph.subjects[name] = lowered.module if lowered.module is not None else FunctionalCall(name, target, lowered.op, dict(lowered.attrs))
         first = lowered.inputs[0] if lowered.inputs else None
         shape = getattr(first.meta.get("tensor_meta"), "shape", None) if isinstance(first, fx.Node) else None
         if shape is not None:  # known after shape propagation (a sample input)
-            self.graph.input_shapes[node.name] = tuple(int(s) for s in shape)
-        self._add(node, op)
+            self.graph.input_shapes[name] = tuple(int(s) for s in shape)
+        self.made[id(lowered)] = self._append(op)
+        return op
+
+    def _python_node(self, value: Deferred) -> Node:
+        """A value computed when planning, as a python node (made once)."""
+        if id(value) not in self.made:
+            owner = self.emitting
+            assert owner is not None
+            name = self._name(f"{owner.name}.{getattr(value.function, '__name__', 'python')}")
+            self.made[id(value)] = self._append(Node(name, "python", (), "", source=Call(value.function, self._ref(value.args), {})))
+        return self.made[id(value)]
+
+    def _name(self, wanted: str) -> str:
+        name, count = wanted, 1
+        while name in self.names:
+            name, count = f"{wanted}_{count}", count + 1
+        self.names.add(name)
+        return name
+
+    def _runnable(self, node: fx.Node) -> bool:
+        """Whether PyTorch can run the node in its place (its twin): it holds no weights of its own and
+        every value it reads is made (not an item of a tuple only its readers lower)."""
+        made = all(n in self.node_of or n in self.literals for n in fx_nodes(node.args, node.kwargs))
+        return made and _parameterless(node, self.traced)
 
     def _torch_call(self, node: fx.Node, label: str, reason: str = "") -> Call:
         target: Any = node.target
@@ -173,13 +256,17 @@ class ModelBuilder:
         """A copy of the module in the compute dtype (converted once, however often it is called)."""
         if id(module) not in self.fallback_modules:
             dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(self.dtype, torch.float32)
-            self.fallback_modules[id(module)] = copy.deepcopy(module).to(dtype).eval()
+            self.fallback_modules[id(module)] = copy.deepcopy(plain(module)).to(dtype).eval()
         return self.fallback_modules[id(module)]
 
-    def _add(self, fx_node: fx.Node, node: Node) -> None:
+    def _add(self, fx_node: fx.Node, node: Node) -> Node:
+        self.node_of[fx_node] = self._append(node)
+        return node
+
+    def _append(self, node: Node) -> Node:
         node.needs = tuple(nodes_in((node.source.args, node.source.kwargs) if isinstance(node.source, Call) else node.attrs))
         self.graph.nodes.append(node)
-        self.node_of[fx_node] = node
+        return node
 
     # --------------------------------------------------------------- constants
 
@@ -208,6 +295,8 @@ class ModelBuilder:
             return None
         if isinstance(value, torch.Tensor):
             return self._const(value, name)
+        if isinstance(value, LoweredOp):
+            return self._op_node(value)
         if isinstance(value, fx.Node) and value in self.node_of:
             return self.node_of[value]
         raise ConversionError(f"{self.caller}: an op input is not a tensor: {value!r}")
@@ -218,6 +307,10 @@ class ModelBuilder:
             return self.literals[value] if value in self.literals else self.node_of[value]
         if isinstance(value, torch.Tensor):
             return self._const(value, f"constant_{len(self.consts)}")
+        if isinstance(value, LoweredOp):
+            return self._op_node(value)
+        if isinstance(value, Deferred):
+            return self._python_node(value)
         if isinstance(value, (list, tuple)):
             items = [self._ref(v) for v in value]
             return items if isinstance(value, list) else tuple(items)
@@ -240,12 +333,6 @@ def _parameterless(node: fx.Node, root: fx.GraphModule) -> bool:
     return not any(True for _ in module.parameters()) and not any(True for _ in module.buffers())
 
 
-def _describe(root: fx.GraphModule, node: fx.Node) -> str:
-    if node.op == "call_module":
-        return f"{type(root.get_submodule(str(node.target))).__name__} module {node.target!r}"
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    return target_name(node.target)
 
 
 def _picklable(function: Any) -> Any:

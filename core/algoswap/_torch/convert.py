@@ -10,6 +10,7 @@ and the requests of ``algorithm`` are attached to the op nodes and checked here.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 from typing import Any, Sequence
 
@@ -19,14 +20,14 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from .._errors import OpArgumentError, SelectorError
 from .._global import get_registry
-from .._requests import Selector, Subject, assign, selector_argument
+from .._requests import IN_TORCH, Selector, Subject, assign, selector_argument
 from .._select import select
 from ..graph._fusion import find_chains
 from ..graph._node import GraphError, Node, Origin, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
-from .modules import SwappedModule
+from .modules import SwappedModule, batched, binding_for
 from .bridge import _DTYPE_NAMES
 
 CALLER = "swap_backend"
@@ -62,14 +63,20 @@ def swap_backend(
 
     ``sample_input_shape`` (batch included) runs the module once in PyTorch (shape propagation):
     function selectors then see input shapes, and every step's implementation is selected and
-    checked now (errors name the node). Without it, selection happens at the first call.
+    checked now (errors name the node). Without it, selection happens at the first call. One
+    unbatched sample's shape (C, H, W), for a model whose input goes first into modules torch runs
+    unbatched (nn.Conv2d, the 2-D poolings), is read as a batch of one.
+
+    A step given ``"torch"`` (per op, layer or node, or for the whole model) stays in PyTorch, with a
+    batch norm that would be folded into it; ``explain()`` shows it as ``torch (requested)``.
 
     ``dtype`` (None: the module's; torch.float32/float64/bfloat16 or their names) is the dtype of
     the weights and of the computation; inputs are cast to it. ``fallback="torch"`` runs the nodes
     no registry op serves in PyTorch instead of refusing the model (``explain()`` lists them).
 
-    ``fuse`` (default True): a conv2d whose output feeds only an add and/or a relu runs with them as
-    one ``conv2d_fused`` call where the conv2d's implementation has such a twin (oneDNN post-ops);
+    ``fuse`` (default True): a conv2d whose output feeds only an add and/or an activation (relu,
+    relu6, silu, hardswish, exact gelu) runs with them as one ``conv2d_fused`` call where the conv2d's
+    implementation has such a twin that fuses them (oneDNN post-ops, the CUDA epilogue);
     ``explain()`` shows each fused chain, or why it stayed unfused.
     """
     if not isinstance(module, nn.Module):
@@ -80,14 +87,21 @@ def swap_backend(
         raise ConversionError(f"{CALLER}: fallback must be None or 'torch'; got {fallback!r}")
     selector = selector_argument(CALLER, algorithm, algos=algos, algorithms=algorithms)
     traced = _trace(module)
-    if sample_input_shape is not None:
-        _propagate(traced, module, tuple(sample_input_shape))
+    sample = None if sample_input_shape is None else _batched_sample(traced, tuple(sample_input_shape))
+    if sample is not None:
+        _propagate(traced, module, sample)
     graph = ModelBuilder(CALLER, traced, compute, fallback == "torch").build()
-    _assign_requests(graph, traced, selector, backends, sample_input_shape is not None, compute)
+    requests = _assign_requests(graph, traced, selector, backends, sample is not None, compute)
+    kept = frozenset(name for name, request in requests.items() if request == IN_TORCH)
+    if kept:  # built again with those nodes (and the batch norms folded into them) left in PyTorch
+        graph = ModelBuilder(CALLER, traced, compute, fallback == "torch", kept).build()
+    for node in graph.nodes:
+        if node.kind == "op":
+            node.request = requests[node.name]
     chains = find_chains(_outputs(graph)) if fuse else []
-    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch")
-    if sample_input_shape is not None:
-        _preselect(model, graph, tuple(sample_input_shape))
+    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch", graph.guards)
+    if sample is not None:
+        _preselect(model, graph, sample)
     return model
 
 
@@ -129,14 +143,25 @@ class _Tracer(fx.Tracer):
 
 
 def _trace(module: nn.Module) -> fx.GraphModule:
+    """The module traced with the defaults of its forward's optional arguments (``attn_mask=None``):
+    code that branches on them takes the default's branch, and the Model's inputs are the others."""
     try:
-        graph = _Tracer().trace(module)
+        graph = _Tracer().trace(module, concrete_args=_defaults(module) or None)
     except Exception as exc:
         raise ConversionError(
             f"{CALLER}: torch.fx cannot trace {type(module).__name__} ({type(exc).__name__}: {exc}); "
             "the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values)"
         ) from exc
     return fx.GraphModule(module, graph)
+
+
+def _defaults(module: nn.Module) -> dict[str, Any]:
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
 class _Recorder(ShapeProp):
@@ -147,6 +172,19 @@ class _Recorder(ShapeProp):
         if not isinstance(result, torch.Tensor):
             n.meta["algoswap_value"] = result
         return result
+
+
+def _batched_sample(traced: fx.GraphModule, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The sample shape as a batch: one unbatched sample (C, H, W) of a model whose input goes first into
+    modules torch runs on one sample too (nn.Conv2d, the 2-D poolings) becomes a batch of one."""
+    placeholder = next((n for n in traced.graph.nodes if n.op == "placeholder"), None)
+    users = [] if placeholder is None else list(placeholder.users)
+    modules = [traced.get_submodule(str(n.target)) for n in users if n.op == "call_module"]
+    bindings = [binding_for(m) for m in modules]
+    if not users or len(modules) != len(users) or any(b is None for b in bindings):
+        return shape
+    widened = {batched(b, shape) for b in bindings if b is not None}
+    return widened.pop() if len(widened) == 1 else shape
 
 
 def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]) -> None:
@@ -165,8 +203,9 @@ def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]
 
 
 def _assign_requests(graph: ModelGraph, traced: fx.GraphModule, algorithm: Selector, backends: Sequence[str] | None,
-                     shapes_known: bool, compute: str) -> None:
-    """Each op node's request from the selector (``algoswap._requests``); errors name the layer or node."""
+                     shapes_known: bool, compute: str) -> dict[str, str]:
+    """Each op node's request from the selector (``algoswap._requests``), by node name ("torch": leave it
+    in PyTorch); errors name the layer or node."""
     nodes = [n for n in graph.nodes if n.kind == "op"]
     subjects = [_subject(graph, n, shapes_known) for n in nodes]
     node_of = {id(subject): node for subject, node in zip(subjects, nodes)}
@@ -179,8 +218,7 @@ def _assign_requests(graph: ModelGraph, traced: fx.GraphModule, algorithm: Selec
             shapes = [None if i is None else i[0] for i in inputs]
             select(get_registry(), str(node.op), shapes, [None if i is None else i[1] for i in inputs], node.attrs, request, None)
 
-    for node, request in zip(nodes, assign(CALLER, subjects, algorithm, backends, check)):
-        node.request = request
+    return {node.name: request for node, request in zip(nodes, assign(CALLER, subjects, algorithm, backends, check, in_torch=True))}
 
 
 def _module_of(node: Node) -> str | None:

@@ -11,8 +11,12 @@ from torch import nn
 from .._errors import AlgoswapError
 from .._select import Selection
 from .bridge import gradient_choices
-from .modules import SwappedModule
+from .._requests import IN_TORCH
+from .modules import LEFT_IN_TORCH, SwappedModule, binding_for
 from .selectors import Layer, _select_for
+
+REQUESTED = "torch (requested)"  # the implementation column of a layer the selector left in PyTorch
+KEPT_NOTE = "the selector left it in PyTorch"
 
 
 @dataclass
@@ -91,14 +95,22 @@ def _module_row(name: str, module: SwappedModule) -> Row:
     return Row.from_selection(name, selection, module.algoswap_request, shape)
 
 
+def _kept_row(name: str, module: nn.Module) -> Row:
+    binding = binding_for(module)
+    op = binding.op if binding is not None else type(module).__name__
+    return Row(name, op, None, IN_TORCH, REQUESTED, "PyTorch", note=KEPT_NOTE)
+
+
 def explain(model: Any) -> Explanation:
     """What runs each swapped layer of ``model`` (an ``nn.Module`` or an ``algoswap.Model``):
-    backend, algorithm, kernel, the candidates rejected with their reasons, and the backward ops."""
+    backend, algorithm, kernel, the candidates rejected with their reasons, and the backward ops;
+    layers a selector left in PyTorch ("torch") are listed too."""
     if hasattr(model, "explain") and not isinstance(model, nn.Module):
         return model.explain()  # type: ignore[no-any-return]
     if not isinstance(model, nn.Module):
         raise TypeError(f"explain: expected a torch.nn.Module or an algoswap.Model, got {type(model).__name__}")
-    return Explanation(_module_row(name, m) for name, m in model.named_modules() if isinstance(m, SwappedModule))
+    return Explanation(_module_row(name, m) if isinstance(m, SwappedModule) else _kept_row(name, m)
+                       for name, m in model.named_modules() if isinstance(m, SwappedModule) or m.__dict__.get(LEFT_IN_TORCH))
 
 
 __all__ = ["explain", "Explanation", "Row", "torch"]

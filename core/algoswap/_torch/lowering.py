@@ -1,151 +1,162 @@
 """The node table of ``swap_backend``: which registry op (if any) runs each node of a traced model.
 
-``Lowerer.lower(node)`` turns one ``torch.fx`` node into:
-
-- ``LoweredOp``: a registry op, its inputs (fx nodes, constant tensors, None) and attributes
-  (which may hold fx nodes whose Python values are only known per call, e.g. ``x.size(0)``);
-- ``Alias``: the node's value is another node's (dropout in eval mode, ``contiguous``);
-- ``PythonCall``: arithmetic on Python values (sizes, shapes, tuple items);
-- or raises ``Unsupported(reason)``.
-
-Modules: those with a torch module binding (``Conv2d``, ``Linear``, the pools, ``ReLU``,
-``Flatten``), ``BatchNorm2d`` (running statistics) and the dropouts / ``Identity``. Functions and
-methods: see ``FUNCTIONS`` and ``METHODS``.
+``Lowerer.lower(node)`` turns one ``torch.fx`` node into one of the kinds of ``lowered.py``, or
+raises ``Unsupported(reason)``. The rules live by responsibility: ``lower_python`` (Python values,
+sizes and shape guards), ``lower_elementwise`` (arithmetic, activations, softmax, dropouts),
+``lower_shapes`` (views, permutations, indexing, splitting, padding), ``lower_linalg`` (linear,
+convolutions, pools, normalisations, reductions, matrix products, attention), ``lower_modules``
+(``nn.Module`` calls) and ``lower_torchvision`` (torchvision's fx-wrapped functions, by name).
+Before any rule, a node computed from weights and literals alone is folded into a constant
+(``Constant``); in-place ops were rewritten before lowering (``lower_in_place``).
 """
 
 from __future__ import annotations
 
-import builtins
-import inspect
 import operator
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
-from torch import fx, nn
+from torch import fx
 
 from .._errors import OpArgumentError
 from .._global import get_registry
-from .modules import binding_for
+from . import lower_elementwise, lower_linalg, lower_modules, lower_python, lower_shapes, lower_torchvision
+from .lower_in_place import mutates
+from .lowered import (Alias, Constant, Deferred, Handler, Lowered, LoweredOp, Parts, PythonCall, Unsupported,
+                      contains_node, describe, fx_nodes, signature, target_name)
 
-
-class Unsupported(Exception):
-    """A node no registry op runs; the message says why."""
-
-
-@dataclass
-class LoweredOp:
-    op: str
-    inputs: list[Any]
-    attrs: dict[str, Any]
-    module: nn.Module | None = None
-    folded: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Alias:
-    source: Any
-
-
-@dataclass
-class PythonCall:
-    function: Callable[..., Any]
-    args: tuple[Any, ...]
-    python_result: bool = True  # False: the result may be a tensor (an item of a fallback node's tuple)
-
-
-# Python-value functions of python nodes (module-level, so that models pickle).
-
-
-def size_of(array: Any, dim: int | None = None) -> Any:
-    """``Tensor.size(dim)`` of an array: its shape as a tuple, or one size."""
-    return tuple(array.shape) if dim is None else int(array.shape[dim])
-
-
-def shape_of(array: Any) -> tuple[int, ...]:
-    """``Tensor.shape`` of an array."""
-    return tuple(array.shape)
-
-
-def ndim_of(array: Any) -> int:
-    """``Tensor.dim()`` / ``Tensor.ndim`` of an array."""
-    return int(array.ndim)
-
-
-PYTHON_OPERATORS: dict[Any, Callable[..., Any]] = {
-    f: f for f in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
-                   operator.neg, operator.getitem, operator.iadd, operator.imul)
+FUNCTIONS: dict[Any, Handler] = {
+    **lower_python.FUNCTIONS, **lower_elementwise.FUNCTIONS, **lower_shapes.FUNCTIONS, **lower_linalg.FUNCTIONS,
 }
+METHODS: dict[str, Handler] = {
+    **lower_python.METHODS, **lower_elementwise.METHODS, **lower_shapes.METHODS, **lower_linalg.METHODS,
+}
+NAMED: dict[str, Handler] = {**lower_torchvision.NAMED}  # functions of libraries not imported here, by qualified name
 
-
-Lowered = LoweredOp | Alias | PythonCall
-Handler = Callable[["Lowerer", fx.Node], Lowered]
-
-_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
-DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
-
-
-def signature(*required: str, **optional: Any) -> inspect.Signature:
-    """A call signature: required parameters, then optional ones with their defaults."""
-    params = [inspect.Parameter(name, _KEYWORD) for name in required]
-    params += [inspect.Parameter(name, _KEYWORD, default=value) for name, value in optional.items()]
-    return inspect.Signature(params)
-
-
-def contains_node(value: Any) -> bool:
-    if isinstance(value, fx.Node):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(contains_node(v) for v in value)
-    if isinstance(value, dict):
-        return any(contains_node(v) for v in value.values())
-    return False
+_RANDOM = {"rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli", "normal",
+           "multinomial", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+           "feature_alpha_dropout", "rrelu", "gumbel_softmax"}  # functions and methods never folded into constants
 
 
 class Lowerer:
-    """Lowers the nodes of one traced model, in graph order (it remembers which hold Python values)."""
+    """Lowers the nodes of one traced model, in graph order (it remembers what each node was lowered to)."""
 
-    def __init__(self, root: nn.Module) -> None:
+    def __init__(self, root: fx.GraphModule) -> None:
         self.root = root
         self.python_nodes: set[fx.Node] = set()
         self.tensor_nodes: set[fx.Node] = set()
+        self.constants: dict[fx.Node, Any] = {}  # get_attr nodes and folded nodes: their values
+        self.results: dict[fx.Node, Lowered] = {}
+
+    # ------------------------------------------------------------------ lowering
 
     def lower(self, node: fx.Node) -> Lowered:
+        folded = self._fold(node)
+        lowered = folded if folded is not None else self._dispatch(node)
+        items = [lowered.item(index) for index in _indices_read(node)] if isinstance(lowered, Parts) else [lowered]
+        for op in _ops_in(items):  # a tuple whose read items cannot all be lowered is left to PyTorch whole
+            self._validate(op)
+        self.results[node] = lowered
+        if isinstance(lowered, PythonCall) and lowered.python_result or isinstance(lowered, Constant) and self.is_python(lowered.value):
+            self.python_nodes.add(node)
+        elif isinstance(lowered, (LoweredOp, Constant)) or (isinstance(lowered, Alias) and self.is_tensor(lowered.source)):
+            self.tensor_nodes.add(node)
+        if isinstance(lowered, Constant):
+            self.constants[node] = lowered.value
+        return lowered
+
+    def _dispatch(self, node: fx.Node) -> Lowered:
         if node.op == "call_module":
-            lowered = self._module(node)
-        elif node.op == "call_function" and _hashable(node.target) and node.target in FUNCTIONS:
-            lowered = FUNCTIONS[node.target](self, node)
-        elif node.op == "call_method" and node.target in METHODS:
-            lowered = METHODS[str(node.target)](self, node)
+            return lower_modules.lower_module(self, node, self.root.get_submodule(str(node.target)))
+        if node.op == "call_function":
+            handler = FUNCTIONS.get(node.target) if _hashable(node.target) else None
+            handler = handler or NAMED.get(_qualified(node.target))
+            if handler is not None:
+                return handler(self, node)
+        if node.op == "call_method" and node.target in METHODS:
+            return METHODS[str(node.target)](self, node)
+        raise Unsupported(_no_op(node))
+
+    def _fold(self, node: fx.Node) -> Constant | None:
+        """The node's value if it is computed from weights and literals alone (not randomly): a call, or a
+        module (in eval mode) called on weights (Swin V2's position-bias MLP). An in-place call changes a
+        copy: the weights stay as they are, and the readers of the changed value read this node."""
+        random = node.op != "call_module" and target_name(node.target).rpartition(".")[2] in _RANDOM
+        if node.op not in ("call_function", "call_method", "call_module") or random:
+            return None
+        inputs = fx_nodes(node.args, node.kwargs)
+        if not inputs or not all(n in self.constants for n in inputs):
+            return None
+        if not any(isinstance(self.constants[n], torch.Tensor) for n in inputs):
+            return None
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: self.constants[n])
+        if mutates(node, self.root):
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        if node.op == "call_method":
+            function: Any = getattr(args[0], str(node.target))
+            args = args[1:]
         else:
-            raise Unsupported(_no_op(node))
-        if isinstance(lowered, LoweredOp) and not contains_node(lowered.attrs):
-            try:  # attributes computed in forward are checked at each call instead
+            function = self.root.get_submodule(str(node.target)) if node.op == "call_module" else node.target
+        try:
+            with torch.no_grad():
+                value = function(*args, **kwargs)
+        except Exception:
+            return None  # left to the rules (and, if none applies, to PyTorch at run time)
+        return Constant(value.detach() if isinstance(value, torch.Tensor) else value)
+
+    def _validate(self, lowered: LoweredOp) -> None:
+        """An op the registry lacks, or attributes it refuses (known now), make the node unsupported."""
+        if lowered.op not in get_registry().ops:
+            raise Unsupported(f"the op {lowered.op!r} it lowers to is not registered")
+        if not contains_node(lowered.attrs):  # attributes computed in forward are checked at each call instead
+            try:
                 get_registry().spec(lowered.op).canonical_attrs(lowered.attrs)
             except OpArgumentError as exc:
                 raise Unsupported(str(exc)) from None
-        if isinstance(lowered, PythonCall) and lowered.python_result:
-            self.python_nodes.add(node)
-        elif isinstance(lowered, LoweredOp) or (isinstance(lowered, Alias) and self.is_tensor(lowered.source)):
-            self.tensor_nodes.add(node)
-        return lowered
+
+    # ------------------------------------------------------------------ what the rules ask
 
     def is_python(self, value: Any) -> bool:
         """Whether ``value`` is a Python value (a literal, or a node computing sizes), not a tensor."""
         if isinstance(value, fx.Node):
+            if value in self.constants:
+                return not isinstance(self.constants[value], torch.Tensor)
+            if isinstance(self.results.get(value), Parts):
+                return False
             known = value.meta.get("type")  # recorded by shape propagation, when it ran
             return value in self.python_nodes if known is None else not issubclass(known, torch.Tensor)
-        return not isinstance(value, torch.Tensor)
+        return not isinstance(value, (torch.Tensor, LoweredOp))
 
     def is_tensor(self, value: Any) -> bool:
         """Whether ``value`` is known to be a tensor (a fallback node's output may be anything)."""
         if not isinstance(value, fx.Node):
-            return isinstance(value, torch.Tensor)
+            return isinstance(value, (torch.Tensor, LoweredOp))
+        if value in self.constants:
+            return isinstance(self.constants[value], torch.Tensor)
         known = value.meta.get("type")
         return value in self.tensor_nodes if known is None else issubclass(known, torch.Tensor)
 
-    def bind(self, sig: inspect.Signature, node: fx.Node) -> dict[str, Any]:
+    def shape(self, value: Any) -> tuple[int, ...] | None:
+        """The shape of a tensor operand where it is known now (a weight, or the sample run's), else None."""
+        if isinstance(value, torch.Tensor):
+            return tuple(value.shape)
+        if isinstance(value, fx.Node):
+            constant = self.constants.get(value)
+            if isinstance(constant, torch.Tensor):
+                return tuple(constant.shape)
+            shape = getattr(value.meta.get("tensor_meta"), "shape", None)
+            if shape is not None:
+                return tuple(int(s) for s in shape)
+        return None
+
+    def rank(self, value: Any, what: str) -> int:
+        """The rank of a tensor operand, which ``what`` needs to choose its ops; unsupported when unknown."""
+        shape = self.shape(value)
+        if shape is None:
+            raise Unsupported(f"{what} depends on the operands' ranks, known only with a sample_input_shape")
+        return len(shape)
+
+    def bind(self, sig: Any, node: fx.Node) -> dict[str, Any]:
         try:
             bound = sig.bind(*node.args, **node.kwargs)
         except TypeError as exc:
@@ -153,38 +164,31 @@ class Lowerer:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def operand(self, value: Any) -> Any:
-        """A tensor operand of an elementwise op: a node, or a Python number as a constant 0-d tensor."""
-        if isinstance(value, fx.Node):
-            if self.is_python(value):
-                raise Unsupported("an elementwise op between a tensor and a Python number computed in forward")
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return torch.tensor(float(value), dtype=torch.float64)
-        raise Unsupported(f"an operand of type {type(value).__name__}")
+    def check_users_index(self, node: fx.Node) -> None:
+        """A tuple-valued node (``Parts``) is lowered only where every reader takes one item by a literal index."""
+        for user in node.users:
+            if user.op != "call_function" or user.target is not operator.getitem or not isinstance(user.args[1], int):
+                raise Unsupported(f"its tuple is used as a whole by {user.name!r}; only taking its items by index is lowered")
 
-    def _module(self, node: fx.Node) -> Lowered:
-        module = self.root.get_submodule(str(node.target))
-        if len(node.args) != 1 or node.kwargs:
-            raise Unsupported(f"{type(module).__name__} called with {len(node.args)} arguments and keywords {sorted(node.kwargs)}")
-        x = node.args[0]
-        if isinstance(module, DROPOUT_MODULES + (nn.Identity,)):
-            return Alias(x)
-        binding = binding_for(module)
-        if binding is not None:
-            try:
-                attrs = binding.attrs(module)
-            except OpArgumentError as exc:
-                raise Unsupported(str(exc)) from None
-            sentinel = torch.empty(0, device="meta")
-            inputs = [x if t is sentinel else t for t in binding.inputs(module, sentinel)]
-            return LoweredOp(binding.op, inputs, attrs, module)
-        if isinstance(module, nn.BatchNorm2d):
-            if module.running_mean is None or module.running_var is None:
-                raise Unsupported("batch norm without running statistics (track_running_stats=False) normalises with batch statistics")
-            inputs = [x, module.running_mean, module.running_var, module.weight, module.bias]
-            return LoweredOp("batchnorm2d", inputs, {"eps": module.eps}, module)
-        raise Unsupported(f"no registry op runs {type(module).__name__} modules")
+
+def _ops_in(lowered: Any) -> Iterator[LoweredOp]:
+    """Every ``LoweredOp`` in a lowering (its inputs and deferred attributes included)."""
+    stack: list[Any] = [lowered]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, LoweredOp):
+            yield item
+            stack.extend(item.inputs)
+            stack.extend(item.attrs.values())
+        elif isinstance(item, Deferred):
+            stack.extend(item.args)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+
+
+def _indices_read(node: fx.Node) -> list[int]:
+    """The items its getitem readers take from a tuple-valued node (``check_users_index`` made sure they are ints)."""
+    return [user.args[1] for user in node.users if isinstance(user.args[1], int)]
 
 
 def _hashable(target: Any) -> bool:
@@ -195,168 +199,15 @@ def _hashable(target: Any) -> bool:
     return True
 
 
+def _qualified(target: Any) -> str:
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+
+
 def _no_op(node: fx.Node) -> str:
     if node.op == "call_method":
         return f"no registry op runs Tensor.{node.target}"
     return f"no registry op runs {target_name(node.target)}"
 
 
-def target_name(target: Any) -> str:
-    """A readable name of an fx target: "torch.sigmoid", "operator.mul", "Tensor.view"."""
-    if isinstance(target, str):
-        return target
-    try:
-        return str(fx.node._get_qualified_name(target))
-    except Exception:
-        return getattr(target, "__name__", repr(target))
-
-
-# ---------------------------------------------------------------------------- handlers
-
-
-def op_rule(op: str, sig: inspect.Signature, inputs: tuple[str, ...], drop: tuple[str, ...] = (), require: dict[str, Any] | None = None) -> Handler:
-    """A node that maps onto ``op``: the named arguments are its inputs, the others its attributes
-    (except ``drop``ped ones); ``require`` lists arguments that must have one value."""
-
-    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
-        bound = lw.bind(sig, node)
-        for name, allowed in (require or {}).items():
-            if bound[name] != allowed:
-                raise Unsupported(f"{name}={bound[name]!r} (only {name}={allowed!r} is supported)")
-        skip = set(inputs) | set(drop) | set(require or {})
-        return LoweredOp(op, [bound[name] for name in inputs], {k: v for k, v in bound.items() if k not in skip})
-
-    return handler
-
-
-def _identity_unless_training(lw: Lowerer, node: fx.Node) -> Lowered:
-    bound = lw.bind(signature("input", p=0.5, training=True, inplace=False), node)
-    if bound["training"] is not False:
-        raise Unsupported("dropout with training=True (random); pass training=self.training and convert in eval mode")
-    return Alias(bound["input"])
-
-
-def _add(lw: Lowerer, node: fx.Node) -> Lowered:
-    bound = lw.bind(signature("input", "other", alpha=1), node)
-    a, b = bound["input"], bound["other"]
-    if lw.is_python(a) and lw.is_python(b) and bound["alpha"] == 1:
-        return PythonCall(operator.add, (a, b))
-    if bound["alpha"] != 1:
-        raise Unsupported(f"alpha={bound['alpha']!r} (add computes a + b)")
-    return LoweredOp("add", [lw.operand(a), lw.operand(b)], {})
-
-
-def _python_only(function: Callable[..., Any]) -> Handler:
-    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
-        if node.kwargs or not all(lw.is_python(a) for a in node.args):
-            raise Unsupported(f"{target_name(function)} of tensors has no registry op")
-        return PythonCall(function, tuple(node.args))
-
-    return handler
-
-
-def _getitem(lw: Lowerer, node: fx.Node) -> Lowered:
-    """An item of a Python value (``x.shape[1]``) or of a fallback node's tuple (``torch.sort(x)[0]``)."""
-    container, index = node.args[0], node.args[1]
-    if lw.is_python(container):
-        return PythonCall(operator.getitem, tuple(node.args))
-    if lw.is_tensor(container) or not isinstance(index, int):
-        raise Unsupported("indexing or slicing a tensor has no registry op")
-    return PythonCall(operator.getitem, tuple(node.args), python_result=False)
-
-
-def _getattr(lw: Lowerer, node: fx.Node) -> Lowered:
-    obj, name = node.args[0], node.args[1]
-    if lw.is_python(obj):
-        return PythonCall(builtins.getattr, (obj, name))
-    functions = {"shape": shape_of, "ndim": ndim_of}
-    if name not in functions:
-        raise Unsupported(f"tensor attribute {name!r} has no registry op")
-    return PythonCall(functions[str(name)], (obj,))
-
-
-def _cat(axis_name: str) -> Handler:
-    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
-        bound = lw.bind(signature("tensors", **{axis_name: 0}), node)
-        tensors = bound["tensors"]
-        if not isinstance(tensors, (list, tuple)) or not tensors:
-            raise Unsupported("concatenating something other than a list of tensors")
-        return LoweredOp("concat", list(tensors), {"axis": bound[axis_name]})
-
-    return handler
-
-
-def _view(lw: Lowerer, node: fx.Node) -> Lowered:
-    """``x.view(a, b)``, ``x.view((a, b))``, ``x.view(shape)``, ``x.reshape(...)``: sizes may be computed in forward."""
-    x, rest = node.args[0], node.args[1:]
-    shape = node.kwargs.get("shape", node.kwargs.get("size"))
-    if shape is None:
-        shape = rest[0] if len(rest) == 1 and not isinstance(rest[0], int) else tuple(rest)
-    if isinstance(shape, torch.dtype):
-        raise Unsupported("Tensor.view(dtype) reinterprets the bytes; no registry op does that")
-    return LoweredOp("reshape", [x], {"shape": tuple(shape) if isinstance(shape, list) else shape})
-
-
-def _reshape(lw: Lowerer, node: fx.Node) -> Lowered:
-    bound = lw.bind(signature("input", "shape"), node)
-    shape = bound["shape"]
-    return LoweredOp("reshape", [bound["input"]], {"shape": tuple(shape) if isinstance(shape, list) else shape})
-
-
-def _size(lw: Lowerer, node: fx.Node) -> Lowered:
-    bound = lw.bind(signature("self", dim=None), node)
-    return PythonCall(size_of, (bound["self"], bound["dim"]))
-
-
-def _method_alias(lw: Lowerer, node: fx.Node) -> Lowered:
-    return Alias(node.args[0])
-
-
-_RELU = op_rule("relu", signature("input", inplace=False), ("input",), drop=("inplace",))
-_FLATTEN = op_rule("flatten", signature("input", start_dim=0, end_dim=-1), ("input",))
-_MAXPOOL = op_rule(
-    "maxpool2d", signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False),
-    ("input",), require={"return_indices": False},
-)
-_AVGPOOL = op_rule(
-    "avgpool2d", signature("input", "kernel_size", stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None),
-    ("input",),
-)
-_BATCH_NORM = op_rule(
-    "batchnorm2d", signature("input", "running_mean", "running_var", weight=None, bias=None, training=False, momentum=0.1, eps=1e-5),
-    ("input", "running_mean", "running_var", "weight", "bias"), drop=("momentum",), require={"training": False},
-)
-
-FUNCTIONS: dict[Any, Handler] = {
-    F.relu: _RELU, torch.relu: _RELU, torch.relu_: _RELU,
-    torch.flatten: _FLATTEN,
-    F.max_pool2d: _MAXPOOL, torch.max_pool2d: _MAXPOOL,
-    F.avg_pool2d: _AVGPOOL,
-    F.adaptive_avg_pool2d: op_rule("adaptiveavgpool2d", signature("input", "output_size"), ("input",)),
-    F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
-    F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
-    F.batch_norm: _BATCH_NORM,
-    torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"),
-    operator.add: _add, operator.iadd: _add, torch.add: _add,
-    torch.reshape: _reshape,
-    F.dropout: _identity_unless_training, F.dropout1d: _identity_unless_training, F.dropout2d: _identity_unless_training,
-    F.dropout3d: _identity_unless_training, F.alpha_dropout: _identity_unless_training, F.feature_alpha_dropout: _identity_unless_training,
-    operator.getitem: _getitem,
-    builtins.getattr: _getattr,
-    **{f: _python_only(f) for f in PYTHON_OPERATORS if f not in (operator.add, operator.iadd, operator.getitem)},
-}  # fmt: skip
-
-METHODS: dict[str, Handler] = {
-    "relu": op_rule("relu", signature("self"), ("self",)),
-    "relu_": op_rule("relu", signature("self"), ("self",)),
-    "flatten": op_rule("flatten", signature("self", start_dim=0, end_dim=-1), ("self",)),
-    "view": _view,
-    "reshape": _view,
-    "size": _size,
-    "dim": lambda lw, node: PythonCall(ndim_of, (node.args[0],)),
-    "add": _add,
-    "add_": _add,
-    "contiguous": _method_alias,
-    "detach": _method_alias,
-}
-
+__all__ = ["Alias", "Constant", "Deferred", "Lowered", "LoweredOp", "Lowerer", "Parts", "PythonCall", "Unsupported",
+           "describe", "signature", "target_name"]

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.utils.dlpack
 
+from .._errors import OpArgumentError
 from .._frozen import freeze
 from .._global import get_registry
 from .._inputs import host_array
@@ -18,11 +19,13 @@ from .._ref import resolve_ref
 from .._runner import bfloat16
 from ..graph._executor import Executor, space_of
 from ..graph._fusion import Chain
-from ..graph._node import Node, Origin, Shaped, nodes_in, topological, with_values
+from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topological, with_values
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
-from .explain import Explanation, Row
+from .._requests import IN_TORCH
+from .explain import REQUESTED, Explanation, Row
 from .fallback import TorchRunner, reaches
+from .modules import batched_ranks
 from .tensors import array_to_tensor, tensor_to_array
 
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -37,18 +40,26 @@ class Model:
     on the GPU throughout) or numpy arrays (it returns arrays); floating inputs are cast to
     ``dtype``, the dtype of its weights and computation. It is for inference: no gradients flow
     through it. ``nodes`` lists the graph's nodes; ``program`` is the plan of the latest call.
+
+    One unbatched sample, as torch's nn.Conv2d and 2-D poolings take it ((C, H, W) for an (N, C, H,
+    W) input), is run as a batch of one, and the batch axis is removed from the outputs again: where
+    every input of the model goes first into such ops (``sample_ranks``).
     """
 
     def __init__(self, inputs: list[Node], input_names: list[str], output: Any, nodes: list[Node], dtype: str,
-                 chains: Sequence[Chain] = (), fallback: bool = False) -> None:
+                 chains: Sequence[Chain] = (), fallback: bool = False, guards: Sequence[Node] = ()) -> None:
         self.inputs, self.input_names, self.output = inputs, input_names, output
         self.nodes, self.dtype, self.chains, self.fallback = nodes, dtype, list(chains), fallback
+        self.guards = list(guards)
         self._outputs = nodes_in(output)
+        self.sample_ranks = _sample_ranks(inputs, nodes)
         self.executor = self._executor()
 
     def _executor(self) -> Executor:
+        """One subgraph: the outputs, then the model's shape guards, which planning checks for every
+        input signature (they compute nothing when the model runs)."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
-        return Executor({SUBGRAPH: self._outputs or self.inputs[:1]}, options=options)
+        return Executor({SUBGRAPH: [*(self._outputs or self.inputs[:1]), *self.guards]}, options=options)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -90,12 +101,42 @@ class Model:
     # ------------------------------------------------------------------ running
 
     def __call__(self, *inputs: Any) -> Any:
+        return self._call(inputs, next((x for x in inputs if isinstance(x, torch.Tensor)), None))
+
+    def predict(self, *inputs: Any, out_type: type | None = None) -> Any:
+        """The outputs for ``inputs`` (no gradients, as every call) as ``out_type``: ``torch.Tensor``,
+        ``numpy.ndarray`` or None (the kind of the inputs, as ``model(*inputs)``). The swapping
+        library's ``Model.predict(input, out_type)``."""
+        if out_type is None:
+            return self(*inputs)
+        if out_type is np.ndarray:
+            return self._call(inputs, None)
+        if out_type is torch.Tensor:
+            tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+            return self._call(inputs, tensors[0] if tensors else torch.empty(0))  # numpy inputs: CPU tensors out
+        raise OpArgumentError("Model.predict", "out_type", out_type, "torch.Tensor, numpy.ndarray or None (the inputs' kind)")
+
+    def _call(self, inputs: Sequence[Any], like: torch.Tensor | None) -> Any:
+        """The outputs as tensors on ``like``'s device, or as host arrays when ``like`` is None."""
         if len(inputs) != len(self.inputs):
             names = ", ".join(self.input_names)
             raise TypeError(f"Model takes {len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''} ({names}); got {len(inputs)}")
-        like = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
         arrays = [self._to_array(x, name) for x, name in zip(inputs, self.input_names)]
-        return _wrap(self.run(*arrays), like)
+        if not self._one_sample([len(a.shape) for a in arrays]):
+            return _wrap(self.run(*arrays), like)
+        outputs = self.run(*(a.reshape((1, *a.shape)) for a in arrays))
+        return _wrap(mapped(outputs, _unbatched), like)
+
+    def _one_sample(self, ranks: Sequence[int]) -> bool:
+        """Whether inputs of these ranks are one unbatched sample each (all of them, or none, may be)."""
+        single = [r is not None and rank == r - 1 for rank, r in zip(ranks, self.sample_ranks)]
+        if single and all(single):
+            return True
+        if any(single):
+            shown = ", ".join(f"{name} {rank}-D" for name, rank in zip(self.input_names, ranks))
+            raise OpArgumentError("algoswap.Model", "inputs", shown, "every input batched, or every one an unbatched "
+                                  f"sample (ranks {', '.join(map(str, self.sample_ranks))} with the batch)")
+        return False
 
     def run(self, *arrays: Any) -> Any:
         """Run on arrays already in ``dtype`` (numpy arrays, or a device backend's arrays); returns the
@@ -105,7 +146,12 @@ class Model:
         return with_values(self.output, values)
 
     def plan(self, *shapes: Sequence[int]) -> Program:
-        """The program for host inputs of these shapes (planned, and cached, now)."""
+        """The program for host inputs of these shapes (planned, and cached, now; one unbatched
+        sample's shapes plan the batch of one it runs as)."""
+        if len(shapes) != len(self.inputs):
+            raise TypeError(f"Model.plan takes one shape per input ({', '.join(self.input_names)}); got {len(shapes)}")
+        if self._one_sample([len(shape) for shape in shapes]):
+            shapes = tuple((1, *shape) for shape in shapes)
         feed = {node: Shaped(tuple(shape), self.dtype) for node, shape in zip(self.inputs, shapes)}
         program = self.executor.last = self.executor.plan(SUBGRAPH, feed)
         return program
@@ -123,7 +169,7 @@ class Model:
         array = host_array(value, "algoswap.Model", lambda: name)
         floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
         dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
-        return np.ascontiguousarray(array, dtype=dtype)
+        return np.ascontiguousarray(array, dtype=dtype).reshape(array.shape)  # a 0-d array stays 0-d
 
     # ------------------------------------------------------------------ pickling
 
@@ -134,6 +180,7 @@ class Model:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.sample_ranks = _sample_ranks(self.inputs, self.nodes)
         for node in topological(self._outputs):
             if node.kind == "constant":
                 node.host = freeze(node.host)  # frozen again: backends keep what they derive from frozen arrays only
@@ -170,9 +217,8 @@ class Model:
             parts.append(f"{folded} batch norm{'s' if folded != 1 else ''} folded")
         if self.chains:
             parts.append(f"{len(self.chains)} conv2d chain{'s' if len(self.chains) != 1 else ''} fusable")
-        fallbacks = sum(n.kind == "torch" for n in self.nodes)
-        if fallbacks:
-            parts.append(f"{fallbacks} node{'s' if fallbacks != 1 else ''} in torch (fallback)")
+        for why, count in Counter("requested" if n.request == IN_TORCH else "fallback" for n in self.nodes if n.kind == "torch").items():
+            parts.append(f"{count} node{'s' if count != 1 else ''} in torch ({why})")
         parts += [f"backends: {backends}", f"dtype {self.dtype}"]
         return f"algoswap.Model({'; '.join(parts)})"
 
@@ -193,10 +239,46 @@ def _op_row(step: Step) -> Row:
 
 
 def _torch_row(step: Step) -> Row:
-    op = step.node.op if step.node is not None and step.node.kind == "op" else step.op
+    node = step.node
     where = "" if step.memory.is_host else f" on {step.memory.name}" if reaches(step.memory) else f" (via host, for {step.memory.name})"
-    reason = step.note if step.node is not None and step.node.kind == "op" else f"not in the registry: {step.note}"
+    if node is not None and node.request == IN_TORCH:
+        return Row(step.name, str(node.op), step.input_shape, IN_TORCH, f"{REQUESTED}{where}", "PyTorch", note=step.note)
+    op = node.op if node is not None and node.kind == "op" else step.op
+    reason = step.note if node is not None and node.kind == "op" else f"not in the registry: {step.note}"
     return Row(step.name, str(op), step.input_shape, "-", f"torch (fallback){where}", "PyTorch", note=reason)
+
+
+def _sample_ranks(inputs: list[Node], nodes: list[Node]) -> list[int | None]:
+    """For each input, the rank of its batched form where every node it feeds runs one unbatched sample
+    in torch too (the ops of nn.Conv2d and the 2-D poolings), else None."""
+    takes = batched_ranks()
+    users: dict[int, list[Node]] = {id(i): [] for i in inputs}
+    for node in nodes:
+        for source in _fed_by(node):
+            if id(source) in users:
+                users[id(source)].append(node)
+    ranks: list[int | None] = []
+    for i in inputs:
+        found = {takes.get(str(n.op)) for n in users[id(i)]}
+        ranks.append(found.pop() if len(found) == 1 and None not in found else None)
+    return ranks
+
+
+def _fed_by(node: Node) -> list[Node]:
+    """The nodes whose values ``node`` reads."""
+    if isinstance(node.source, Call):
+        return nodes_in((node.source.args, node.source.kwargs))
+    return [i for i in node.inputs if i is not None]
+
+
+def _unbatched(value: Any) -> Any:
+    """An output of a batch of one without its batch axis."""
+    if not hasattr(value, "shape"):
+        return value  # a Python value the model returns
+    shape = tuple(value.shape)
+    if shape[:1] != (1,):
+        raise OpArgumentError("algoswap.Model", "output", f"shape {shape}", "a batch axis to remove (the input was one unbatched sample)")
+    return value.reshape(shape[1:])
 
 
 def _device_space(device_type: str) -> MemorySpace | None:
@@ -212,7 +294,7 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
     a device's arrays go to a tensor on that device through DLPack, without a copy."""
     if isinstance(value, np.ndarray):
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
-        array = np.ascontiguousarray(array)  # channels-last activations come out NCHW
+        array = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # channels-last activations come out NCHW
         return array if like is None else array_to_tensor(array).to(like.device)
     if isinstance(value, (list, tuple)):
         return type(value)(_wrap(v, like) for v in value)

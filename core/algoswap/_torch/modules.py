@@ -15,7 +15,12 @@ import torch
 from torch import nn
 
 from .._errors import OpArgumentError
+from .._global import get_registry
+from .._requests import IN_TORCH
+from .._spec import Shape
 from .bridge import encode_attrs, run
+
+LEFT_IN_TORCH = "algoswap_left_in_torch"  # marks a module a selector left in PyTorch (for explain)
 
 
 @dataclass(frozen=True)
@@ -58,11 +63,13 @@ def register_module_binding(binding: ModuleBinding) -> type[nn.Module]:
 
 
 class SwappedModule(nn.Module):
-    """Mixin of every swapped module: ``forward`` runs the registry with this layer's request."""
+    """Mixin of every swapped module: ``forward`` runs the registry with this layer's request and its
+    attributes as they are at the call (``conv.stride = 2`` after swapping takes effect, as in torch)."""
 
     algoswap_base: type[nn.Module]
     algoswap_request: str = "default"
-    algoswap_attrs: str = "{}"
+    algoswap_attrs: str = "{}"  # the attributes encoded for the bridge, as of algoswap_attr_values
+    algoswap_attr_values: dict[str, Any] | None = None
     algoswap_last_input: tuple[tuple[int, ...], torch.dtype] | None = None
 
     @property
@@ -76,6 +83,9 @@ class SwappedModule(nn.Module):
             x = x.unsqueeze(0)
         if not torch.compiler.is_compiling():
             self.__dict__["algoswap_last_input"] = (tuple(x.shape), x.dtype)
+        attrs = binding.attrs(self)
+        if attrs != self.algoswap_attr_values:  # changed since the last call (or set by hand): checked again
+            set_attrs(self, binding.op, attrs)
         out = run(binding.op, self.algoswap_request, self.algoswap_attrs, binding.inputs(self, x))
         return out.squeeze(0) if unbatched else out
 
@@ -84,20 +94,64 @@ class SwappedModule(nn.Module):
         return f"{base}, algorithm={self.algoswap_request!r}" if base else f"algorithm={self.algoswap_request!r}"
 
 
+def set_attrs(module: SwappedModule, op: str, attrs: dict[str, Any]) -> None:
+    """Make ``attrs`` (checked by the op's spec: a bad value is an error naming it) the attributes a
+    swapped module runs with."""
+    get_registry().spec(op).canonical_attrs(attrs)
+    module.__dict__.update(algoswap_attrs=encode_attrs(attrs), algoswap_attr_values=attrs)
+
+
 def swap_in(module: nn.Module, request: str, attrs: dict[str, Any]) -> nn.Module:
     """The swapped twin of ``module``: a new object sharing all of its state."""
-    base = module.algoswap_base if isinstance(module, SwappedModule) else type(module)
-    cls = getattr(sys.modules[__name__], f"Swapped{base.__name__}")
+    cls = getattr(sys.modules[__name__], f"Swapped{_base(module).__name__}")
     twin: SwappedModule = cls.__new__(cls)
     twin.__dict__.update(module.__dict__)
-    twin.__dict__.update(algoswap_request=request, algoswap_attrs=encode_attrs(attrs))
+    twin.__dict__.pop(LEFT_IN_TORCH, None)
+    twin.__dict__.update(algoswap_request=request, algoswap_attrs=encode_attrs(attrs), algoswap_attr_values=attrs)
     return twin
+
+
+def plain(module: nn.Module) -> nn.Module:
+    """``module`` as its own torch class: a swapped module's original-class twin sharing all of its state."""
+    if not isinstance(module, SwappedModule):
+        return module
+    base = _base(module)
+    twin = base.__new__(base)
+    twin.__dict__.update({k: v for k, v in module.__dict__.items() if not k.startswith("algoswap_")})
+    return twin
+
+
+def leave_in_torch(module: nn.Module) -> nn.Module:
+    """``module`` run by PyTorch (the selector asked for "torch"), marked so that ``explain`` lists it."""
+    kept = plain(module)
+    kept.__dict__[LEFT_IN_TORCH] = True
+    return kept
+
+
+def own_request(module: nn.Module | None) -> str:
+    """The request a layer swapped before keeps: its own, "torch" where a selector left it in PyTorch, else "default"."""
+    if isinstance(module, SwappedModule):
+        return module.algoswap_request
+    return IN_TORCH if module is not None and module.__dict__.get(LEFT_IN_TORCH) else "default"
+
+
+def _base(module: nn.Module) -> type[nn.Module]:
+    return module.algoswap_base if isinstance(module, SwappedModule) else type(module)
 
 
 def binding_for(module: nn.Module) -> ModuleBinding | None:
     """The binding of a module (swapped or not), or None if no op serves its type."""
-    base = module.algoswap_base if isinstance(module, SwappedModule) else type(module)
-    return BINDINGS.get(base)
+    return BINDINGS.get(_base(module))
+
+
+def batched(binding: ModuleBinding, shape: Shape) -> Shape:
+    """An input shape with the batch dimension an unbatched input (one rank short) gets added."""
+    return (1, *shape) if binding.batched_rank is not None and len(shape) == binding.batched_rank - 1 else tuple(shape)
+
+
+def batched_ranks() -> dict[str, int]:
+    """The ops whose modules torch also runs on one unbatched sample, and the rank of their batched input."""
+    return {b.op: b.batched_rank for b in BINDINGS.values() if b.batched_rank is not None}
 
 
 def require_binding(module: nn.Module) -> ModuleBinding:

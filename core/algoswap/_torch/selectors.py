@@ -13,13 +13,13 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from .._errors import SelectorError
+from .._errors import AlgoswapError, OpArgumentError, SelectorError
 from .._global import get_registry
 from .._requests import Selector, Subject, assign, prefer
 from .._select import Selection, select
 from .._spec import Shape
 from .bridge import _DTYPE_NAMES, memory_of
-from .modules import binding_for, require_binding
+from .modules import batched, binding_for, require_binding
 
 __all__ = ["Layer", "Selector", "SelectorError", "find_layers", "prefer", "resolve"]
 
@@ -34,7 +34,8 @@ class Layer:
     input_dtype: torch.dtype | None = None
 
 
-def find_layers(root: nn.Module, op: str, sample_input_shape: Sequence[int] | None, dtype: torch.dtype | None) -> list[Layer]:
+def find_layers(caller: str, root: nn.Module, op: str, sample_input_shape: Sequence[int] | None,
+                dtype: torch.dtype | None) -> list[Layer]:
     """Modules of ``root`` that run ``op``: in forward order with their input shapes when a sample
     input shape is given (one forward pass records them), else in registration order."""
     layers = {id(m): Layer(name, m) for name, m in root.named_modules() if (b := binding_for(m)) and b.op == op}
@@ -49,9 +50,15 @@ def find_layers(root: nn.Module, op: str, sample_input_shape: Sequence[int] | No
             order.append(layer)
 
     handles = [layer.module.register_forward_pre_hook(record) for layer in layers.values()]
+    shape = tuple(sample_input_shape)
     try:
         with torch.no_grad():
-            root(torch.randn(tuple(sample_input_shape), dtype=dtype or _float_dtype(root), device=_device(root)))
+            root(torch.randn(shape, dtype=dtype or _float_dtype(root), device=_device(root)))
+    except AlgoswapError:
+        raise
+    except Exception as exc:
+        raise OpArgumentError(caller, "sample_input_shape", shape,
+                              f"the shape of an input the module runs on (it raised {type(exc).__name__}: {exc})") from exc
     finally:
         for handle in handles:
             handle.remove()
@@ -71,7 +78,8 @@ def resolve(caller: str, op: str, layers: list[Layer], algorithm: Selector, back
     by_name = {layer.name: layer for layer in layers}
     subjects = [Subject(op, layer.name, layer.module, layer.input_shape) for layer in layers]
     selector = None if algorithm is None else {op: algorithm}
-    return assign(caller, subjects, selector, backends, lambda subject, request: _check_layer(by_name[subject.name], request))
+    return assign(caller, subjects, selector, backends, lambda subject, request: _check_layer(by_name[subject.name], request),
+                  in_torch=True)
 
 
 def _check_layer(layer: Layer, request: str) -> None:
@@ -84,9 +92,11 @@ def _check_layer(layer: Layer, request: str) -> None:
 
 
 def _select_for(op: str, layer: Layer, request: str, attrs: dict[str, Any]) -> Selection:
-    """The selection for the layer's recorded input (in the memory of its weights' device)."""
+    """The selection for the layer's recorded input (an unbatched one as the batch of one it runs as), in
+    the memory of its weights' device."""
     binding = require_binding(layer.module)
-    tensors = binding.inputs(layer.module, torch.empty(tuple(layer.input_shape or ()), dtype=layer.input_dtype, device="meta"))
+    shape = batched(binding, layer.input_shape or ())
+    tensors = binding.inputs(layer.module, torch.empty(shape, dtype=layer.input_dtype, device="meta"))
     shapes = [None if t is None else tuple(t.shape) for t in tensors]
     dtypes = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in tensors]
     device_of = next((t for t in tensors[1:] if t is not None), None)

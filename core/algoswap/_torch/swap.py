@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 import torch
 from torch import nn
 
 from .._errors import OpArgumentError, SelectorError
-from .._requests import Selector, selector_argument
-from .modules import BINDINGS, SwappedModule, require_binding, swap_in
+from .._requests import IN_TORCH, Selector, selector_argument
+from .custom import custom_backend
+from .modules import BINDINGS, SwappedModule, leave_in_torch, require_binding, swap_in
 from .selectors import Layer, find_layers, resolve
 
 OpName = Union[str, type]
@@ -38,24 +39,33 @@ def swap_operation(
     *,
     dtype: torch.dtype | None = None,
     backends: Sequence[str] | None = None,
+    swap_with: Callable[..., Any] | None = None,
     algos: Selector = None,
     algorithms: Selector = None,
 ) -> nn.Module:
     """Replace, in place, every module of ``module`` that runs ``op`` by one that runs the
     registry's implementation chosen by ``algorithm`` (a selector: a request, a list in forward
     order, a dict by layer name, a function, ``prefer(...)``; ``algos`` and ``algorithms`` are its
-    old names). ``backends`` (e.g. ``["dnnl", "numpy"]``) serves the layers the selector gives no
-    request with the first listed backend that implements the op. Returns ``module`` (or its
-    replacement, when ``module`` is itself such a layer). Calling it again re-selects.
+    old names); a layer given ``"torch"`` stays a plain torch module. ``backends`` (e.g.
+    ``["dnnl", "numpy"]``) serves the layers the selector gives no request with the first listed
+    backend that implements the op. Returns ``module`` (or its replacement, when ``module`` is
+    itself such a layer). Calling it again re-selects.
 
-    ``sample_input_shape`` (batch included) runs one forward pass to learn each layer's input
-    shape: selectors then see real input shapes, list selectors follow the forward order, and
-    each choice is checked against its layer now rather than at the first call.
+    ``swap_with`` (a function of numpy arrays called like an implementation of the op: the inputs
+    positionally, the canonical attributes as keywords) is registered as the implementation
+    ``<its name>:custom`` and serves the layers the selector gives no request, before ``backends``.
+
+    ``sample_input_shape`` (batch included, or one unbatched sample where the op's module takes one)
+    runs one forward pass to learn each layer's input shape: selectors then see real input shapes,
+    list selectors follow the forward order, and each choice is checked against its layer now
+    rather than at the first call.
     """
     name = _op_name(op)
     caller = "swap_conv2d" if name == "conv2d" else f"swap_operation({name!r})"
     selector = selector_argument(caller, algorithm, algos=algos, algorithms=algorithms)
-    layers = find_layers(module, name, sample_input_shape, dtype)
+    if swap_with is not None:
+        backends = [custom_backend(caller, name, swap_with), *(backends or [])]
+    layers = find_layers(caller, module, name, sample_input_shape, dtype)
     requests = resolve(caller, name, layers, selector, backends)
     replacements = {id(layer.module): _swapped(layer, request) for layer, request in zip(layers, requests)}
     for parent in module.modules():
@@ -66,6 +76,8 @@ def swap_operation(
 
 
 def _swapped(layer: Layer, request: str) -> nn.Module:
+    if request == IN_TORCH:
+        return leave_in_torch(layer.module)
     binding = require_binding(layer.module)
     twin = swap_in(layer.module, request, binding.attrs(layer.module))
     if layer.input_shape is not None:
@@ -79,6 +91,7 @@ def swap_conv2d(
     sample_input_shape: Sequence[int] | None = None,
     *,
     backends: Sequence[str] | None = None,
+    swap_with: Callable[..., Any] | None = None,
     algos: Selector = None,
     algorithms: Selector = None,
 ) -> nn.Module:
@@ -88,9 +101,10 @@ def swap_conv2d(
     >>> swap_conv2d(model, ["direct", "smm"])                         # per layer, in forward order
     >>> swap_conv2d(model, lambda conv, shape: "winograd" if conv.kernel_size == (3, 3) else "smm",
     ...             sample_input_shape=(1, 3, 224, 224))
+    >>> swap_conv2d(model, {"conv1": "torch"}, swap_with=my_conv)    # conv1 stays in torch, my_conv runs the others
     """
     selector = selector_argument("swap_conv2d", algorithm, algos=algos, algorithms=algorithms)
-    return swap_operation("conv2d", module, selector, sample_input_shape, backends=backends)
+    return swap_operation("conv2d", module, selector, sample_input_shape, backends=backends, swap_with=swap_with)
 
 
 def swapped_layers(module: nn.Module) -> list[tuple[str, SwappedModule]]:

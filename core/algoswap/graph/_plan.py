@@ -365,11 +365,19 @@ def _fused_selection(conv: Node, requests: Sequence[str], shapes: list[Any], dty
     try:
         fused = select(get_registry(), "conv2d_fused", shapes, dtypes, attrs, request, memory_for(request, where))
     except AlgoswapError as exc:
-        return f"not fused: {request!r} has no conv2d_fused serving this call ({str(exc).splitlines()[0]})"
+        reasons = _reasons(getattr(exc, "rejected", ()), request.partition(":")[0] if ":" in request else None)
+        return f"not fused: {request!r} has no conv2d_fused serving this call ({reasons or str(exc).splitlines()[0]})"
     leader = _leading_backend(request, memory_for(request, where))
     if leader is not None and get_registry().backends[leader].priority > fused.backend.priority:
-        return f"not fused: {fused.impl.qualified} has a conv2d_fused, but conv2d runs on {leader}, which has none for this call"
+        reasons = _reasons(fused.rejected, leader)
+        return (f"not fused: {fused.impl.qualified} has a conv2d_fused, but conv2d runs on {leader}, which has none for "
+                f"this call{f' ({reasons})' if reasons else ''}")
     return fused
+
+
+def _reasons(rejected: Sequence[tuple[str, str]], backend: str | None) -> str:
+    """Why the candidates of ``backend`` (None: every one) were passed over, in one line."""
+    return "; ".join(f"{name}: {reason}" for name, reason in rejected if backend is None or name.startswith(f"{backend}:"))
 
 
 def _leading_backend(request: str, memory: str | None) -> str | None:

@@ -97,11 +97,11 @@ def _register_smm_gradients(registry: Any) -> None:
 
 def _register_forward(registry: Any, op: str) -> None:
     """Every forward convolution algorithm, for conv2d and for its fused twin (the conv2d, then bias,
-    residual and relu in one element-wise pass)."""
+    residual and activation in one element-wise pass)."""
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     fused = op == "conv2d_fused"
-    then = " Then bias, residual and relu in one element-wise pass." if fused else ""
+    then = " Then bias, residual and activation in one element-wise pass." if fused else ""
 
     def function(name: str) -> str:
         return f"{conv}:conv2d_{name}_fused" if fused else f"{conv}:conv2d_{name}"
@@ -143,6 +143,8 @@ _KERNELS: dict[str, Any] = {
     "slicing": "CuPy copy / scatter-add", "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask",
     "loss": _REDUCING, "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
     "optim": "one CuPy element-wise kernel, in place",
+    "attention": "cuBLAS batched GEMM (cupy.matmul) and CuPy softmax." + _TF32_NOTE,
+    "resample": "CuPy raw kernel interpolate (one thread per output; the gradient scatters with atomicAdd)",
 }
 ANY_DTYPES = tuple(dtype for dtype in ALL_DTYPES if dtype != "bfloat16")  # CuPy has no bfloat16
 _COPY = {"dtypes": ANY_DTYPES, "kernel": "CuPy copy"}

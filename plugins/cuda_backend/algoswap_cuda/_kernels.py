@@ -148,6 +148,41 @@ extern "C" __global__ void adaptiveavgpool2d_grad(const T* dy, T* dx, long long 
 """
 
 
+# interpolate: each output (plane, i, j) reads input rows rows[2i], rows[2i + 1] and columns cols[2j], cols[2j + 1]
+# with weights of the same layout (algoswap.interpolation_taps, made on the host in torch's arithmetic); nearest
+# reads rows[2i], cols[2j] alone. Bilinear sums as torch does: along the row first, then between the rows.
+INTERPOLATE = r"""
+extern "C" __global__ void interpolate(const T* x, T* y, const int* rows, const int* cols, const T* row_weights,
+        const T* col_weights, long long planes, int h, int wd, int oh, int ow, int nearest) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    int j = index % ow, i = (index / ow) % oh;
+    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    const T* top = plane + (long long)rows[2 * i] * wd;
+    if (nearest) { y[index] = top[cols[2 * j]]; return; }
+    const T* bottom = plane + (long long)rows[2 * i + 1] * wd;
+    T w0 = col_weights[2 * j], w1 = col_weights[2 * j + 1];
+    T upper = w0 * top[cols[2 * j]] + w1 * top[cols[2 * j + 1]];
+    T lower = w0 * bottom[cols[2 * j]] + w1 * bottom[cols[2 * j + 1]];
+    y[index] = row_weights[2 * i] * upper + row_weights[2 * i + 1] * lower;
+}
+
+// One thread per grad_output element: its gradient times each tap's weights, added to the input element.
+extern "C" __global__ void interpolate_grad(const T* dy, T* dx, const int* rows, const int* cols, const T* row_weights,
+        const T* col_weights, long long planes, int h, int wd, int oh, int ow, int nearest) {
+    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= planes * oh * ow) return;
+    int j = index % ow, i = (index / ow) % oh;
+    T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
+    if (nearest) { atomicAdd(plane + (long long)rows[2 * i] * wd + cols[2 * j], dy[index]); return; }
+    for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b)
+            atomicAdd(plane + (long long)rows[2 * i + a] * wd + cols[2 * j + b],
+                      row_weights[2 * i + a] * col_weights[2 * j + b] * dy[index]);
+}
+"""
+
+
 # PyTorch's zero padding is multiplied like any input (0 * inf and 0 * NaN are NaN); cuDNN's engines skip
 # the taps that fall in the padding. Run after the engine, these put those NaN back: in the forward
 # output wherever a padding tap meets a non-finite weight, in the weight gradient dw[o, :, i, j] wherever

@@ -134,7 +134,7 @@ conv2d_winograd_nonfused = _cudnn_conv2d("winograd_nonfused")
 def fused(conv: Any) -> Any:
     """conv2d_fused on ``conv``: the convolution, then bias, residual and activation in one pass."""
     def conv2d_fused(x: Any, w: Any, b: Any, residual: Any, *, activation: str, **attrs: Any) -> Any:
-        return _epilogue.apply(conv(x, w, None, **attrs), b, residual, activation == "relu")
+        return _epilogue.apply(conv(x, w, None, **attrs), b, residual, activation)
 
     conv2d_fused.__name__ = conv2d_fused.__qualname__ = f"{conv.__name__}_fused"
     return conv2d_fused

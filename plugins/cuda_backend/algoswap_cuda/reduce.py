@@ -1,4 +1,4 @@
-"""Sums and means over axes with their gradients, broadcast_to and its adjoint sum_to_shape (CuPy reductions)."""
+"""Sums, means and maxima over axes with their gradients, broadcast_to and its adjoint sum_to_shape (CuPy reductions)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ def reduce_mean(x: Any, *, axes: Axes, keepdims: bool) -> Any:
     return cp.mean(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
+def reduce_max(x: Any, *, axes: Axes, keepdims: bool) -> Any:
+    """NaN wherever a NaN is among the reduced elements (cupy.max propagates it, as torch.amax does)."""
+    return cp.max(x, axis=axes, keepdims=keepdims)
+
+
 def _spread(dy: Any, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
     """dy with the reduced axes put back (size 1), broadcast to input_size (a copy)."""
     reduced = {a % len(input_size) for a in axes}
@@ -32,6 +37,14 @@ def reduce_sum_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[in
 def reduce_mean_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
     count = math.prod(input_size[a] for a in axes)
     return _spread(dy / dy.dtype.type(count), axes, keepdims, input_size)
+
+
+def reduce_max_grad(dy: Any, x: Any, *, axes: Axes, keepdims: bool) -> Any:
+    """torch.amax's gradient: (dy / count) * is_max, count the elements equal to the maximum (0 where it is NaN)."""
+    is_max = (x == cp.max(x, axis=axes, keepdims=True)).astype(x.dtype)
+    count = cp.sum(is_max, axis=axes, keepdims=True)
+    kept = dy if keepdims else cp.expand_dims(dy, axes)
+    return cp.ascontiguousarray((kept / count) * is_max)
 
 
 def broadcast_to(x: Any, *, shape: tuple[int, ...]) -> Any:

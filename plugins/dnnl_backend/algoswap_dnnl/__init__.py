@@ -1,5 +1,5 @@
 """The oneDNN backend of algoswap: float32 convolution, matmul, pooling, eltwise, normalisation,
-softmax, binary, reorder and concat primitives on the CPU.
+softmax, binary, reduction, resampling, reorder and concat primitives on the CPU.
 
 Implementations are registered as "module:attribute" strings, so discovery imports neither the
 compiled extension nor libdnnl; the availability probe loads them, once, when the backend is first
@@ -70,7 +70,7 @@ def _register_conv(registry: Any) -> None:
     """conv2d and conv2d_fused, by algorithm (their gradients are in the conv family)."""
     add = registry.add_implementation
     conv = f"{__name__}.conv"
-    for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and relu as post-ops")):
+    for op, what in (("conv2d", ""), ("conv2d_fused", " with the residual add and the activation as post-ops")):
         add(op, "auto", BACKEND, f"{conv}:{op}_auto", dtypes=BF16, priority=20, supports=f"{conv}:supports_auto",
             kernel=Ref(f"{conv}:kernel_auto"), layout="channels_last",
             description=f"oneDNN convolution_auto (the library picks the algorithm){what}")
@@ -83,18 +83,23 @@ def _register_conv(registry: Any) -> None:
 # module's supports() predicate (None: none)
 _FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "activation": None, "norm": "supports",
              "softmax": None, "elementwise": "supports", "shape": None, "arith": "supports", "matmul": "supports",
-             "slicing": None}
+             "slicing": "supports", "reduce": "supports", "attention": "supports", "resample": "supports"}
 _BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
+_ANY = {"layout": "any"}  # float32 ops that take arrays in any memory order as they are
 _INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
 _ANY = {"layout": "any"}  # float32 forward ops that take channels-last arrays as they are (and keep their order)
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "linear": {"dtypes": BF16}, "maxpool2d": _BF16_ANY, "avgpool2d": _BF16_ANY,
-    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"},
+    "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"}, "interpolate": _ANY,
     "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
     "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
     "batchnorm2d": _ANY, "concat": _ANY,
-    "transpose": {"description": "oneDNN reorder from the input's permuted strides"},
+    **{op: _ANY for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
+    **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",
+                           "reduce_max")},
+    "transpose": {**_ANY, "description": "oneDNN reorder from the input's memory order (none where that already is the "
+                  "output's: the input seen through permuted strides)"},
     "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
 }
 _BIAS_GRADIENT = {"algorithm": "direct", "supports": None, "kernel": BIAS_KERNEL}
@@ -114,10 +119,17 @@ _UNSUPPORTED_FAMILIES = {
 }
 # other ops no oneDNN 3.2 primitive serves (space-separated) -> why
 _UNSUPPORTED = {
-    "reduce_sum reduce_mean sum_to_shape": REDUCTION_REASON,
+    "sum_to_shape": REDUCTION_REASON,
     "reduce_sum_grad reduce_mean_grad broadcast_to": "a broadcast copy: oneDNN 3.2 has no broadcast primitive",
+    "reduce_max_grad": "a comparison with the broadcast maximum, a count and a division: oneDNN 3.2 has no primitive for "
+                       "the comparison",
     "zeros_like ones_like": "a fill: oneDNN 3.2 has no fill primitive",
     "slice split slice_grad": "a copy into or out of a window: oneDNN 3.2 has no slicing primitive (a reorder of a "
                               "sub-memory could copy it, with NumPy's memory traffic; not mapped)",
     "pad pad_grad": "oneDNN 3.2 has no padding primitive (constant, reflect or replicate)",
+    "hardswish_grad hardsigmoid_grad": "oneDNN 3.2's backward decides the kinks on x/6 + 1/2 rounded to float32 (within an "
+                                       "ulp below x = 3 it passes grad_output where PyTorch has 1.5x or 1/6 of it) and "
+                                       "multiplies grad_output by 0 where PyTorch selects 0 (NaN for an infinite one)",
+    "mish_grad": "oneDNN 3.2's mish backward overflows: +-inf from |x| ~ 1e30 on and at x = +inf, where PyTorch has "
+                 "grad_output and NaN",
 }

@@ -4,7 +4,7 @@ discovery and registration never load oneDNN."""
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from algoswap import declare_cache
 
@@ -38,6 +38,17 @@ PLANS = declare_cache(
 dnnl.use_plan_cache_kind(PLANS)
 
 
+MAX_DIMS = 12  # DNNL_MAX_NDIMS of oneDNN 3.2: the most dimensions a memory descriptor has
+
+
+def too_many_dims(shapes: Iterable[Sequence[int] | None]) -> str:
+    """Why oneDNN cannot describe arrays of these shapes as they are ("" when it can)."""
+    rank = max((len(shape) for shape in shapes if shape is not None), default=0)
+    if rank <= MAX_DIMS:
+        return ""
+    return f"oneDNN 3.2 describes arrays of at most {MAX_DIMS} dimensions (DNNL_MAX_NDIMS); this call has a {rank}-D one"
+
+
 def refusal(make_plan: Callable[[], object], dtype: str = "float32") -> bool | str:
     """True if oneDNN makes (and caches) the primitive, else its refusal as a reason. A bfloat16
     primitive must also have a real kernel: oneDNN's reference one means this CPU lacks bf16."""
@@ -51,4 +62,4 @@ def refusal(make_plan: Callable[[], object], dtype: str = "float32") -> bool | s
     return True
 
 
-__all__ = ["PLANS", "dnnl", "refusal"]
+__all__ = ["MAX_DIMS", "PLANS", "dnnl", "refusal", "too_many_dims"]

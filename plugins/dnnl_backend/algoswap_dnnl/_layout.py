@@ -13,12 +13,25 @@ from typing import Callable
 import numpy as np
 from algoswap import is_channels_last
 
-__all__ = ["elementwise", "from_memory_order", "is_channels_last", "to_memory_order"]
+__all__ = ["elementwise", "from_memory_order", "is_channels_last", "memory_order", "to_memory_order"]
 
 
 def to_memory_order(a: np.ndarray, channels_last: bool) -> np.ndarray:
     """The C-contiguous array the extension reads: ``a`` as (N, H, W, C) if channels_last, else ``a``."""
     return np.ascontiguousarray(a.transpose(0, 2, 3, 1) if channels_last else a)
+
+
+def memory_order(a: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
+    """(``a``'s memory as a C-contiguous array, the axes of ``a`` in that order): ``a`` transposed, without a
+    copy, where it is a permutation of a C-contiguous array (channels-last arrays among them); otherwise
+    a C-contiguous copy of ``a`` and the identity order."""
+    if a.flags.c_contiguous:
+        return a, tuple(range(a.ndim))
+    order = tuple(sorted(range(a.ndim), key=lambda axis: -a.strides[axis]))
+    view = a.transpose(order)
+    if view.flags.c_contiguous:
+        return view, order
+    return np.ascontiguousarray(a), tuple(range(a.ndim))
 
 
 def from_memory_order(a: np.ndarray, channels_last: bool) -> np.ndarray:

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_frozen
+from algoswap import FUSED_ACTIVATIONS, ConvGeometry, LRUCache, conv_geometry, declare_cache, is_frozen
 
+from . import activation as activations
 from ._derived import Derived
 from ._ext import dnnl, refusal
 from ._layout import from_memory_order, to_memory_order
@@ -90,20 +91,38 @@ def _max_magnitude(a: np.ndarray) -> float:
     return float(dnnl.max_magnitude(a))
 
 
-def _finite_activation(activation: str, out_size: int, x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
-                       residual: np.ndarray | None) -> str:
-    """"relu_finite" (a clip post-op to [0, FLT_MAX], cheaper than the NaN-keeping relu) for a relu whose sums cannot be
-    NaN: every input finite and terms * max|x| * max|w| + max|b| + max|residual| below the largest float, so
-    that no product or sum overflows. Otherwise ``activation`` unchanged. Small outputs keep the NaN-keeping relu:
-    there the check's calls cost more than the post-op's exp saves."""
-    if activation != "relu" or out_size < FINITE_RELU_FROM:
+# conv2d_fused's activations whose oneDNN post-op is exact only where every sum is finite -> the largest sum
+# (a fraction of the dtype's largest value) it takes: gelu_erf overflows from 1.7e38 on
+FINITE_ONLY = {"relu": 1.0, "relu6": 1.0, "gelu": 0.5}
+# conv2d_fused's activation -> the post-op swap_backend models normally run (sums known to be finite)
+POST_OPS = {"relu6": "relu6_finite", "gelu": "gelu_finite"}
+
+
+def _post_op(activation: str, out_size: int, x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+             residual: np.ndarray | None) -> str | None:
+    """The post-op (the extension's activation name) giving PyTorch's result, or None where the activation must
+    run after the convolution. relu, relu6 and gelu take oneDNN's cheaper clip, clip_v2 and gelu_erf ("*_finite")
+    where no sum can be NaN or too large: every input finite and terms * max|x| * max|w| + max|b| + max|residual|
+    below the bound, so that no product or sum overflows. Otherwise relu keeps NaN with its exact post-ops, and
+    relu6 and gelu run after. Small outputs keep the exact relu: there the check's calls cost more than the post-op's
+    exp saves."""
+    if activation not in FINITE_ONLY or (activation == "relu" and out_size < FINITE_RELU_FROM):
         return activation
     bound = w.size // w.shape[0] * _max_magnitude(x) * _max_magnitude(w)  # NaN for 0 * inf: not below, as wanted
     if b is not None:
         bound += _max_magnitude(b)
     if residual is not None:
         bound += _max_magnitude(residual)
-    return "relu_finite" if bound < LARGEST[_dtype_name(w)] else activation
+    if bound < LARGEST[_dtype_name(w)] * FINITE_ONLY[activation]:
+        return f"{activation}_finite"
+    return "relu" if activation == "relu" else None
+
+
+def _activated(y: np.ndarray, activation: str) -> np.ndarray:
+    """``activation`` applied to a convolution's output by this backend's eltwise op (in its memory order)."""
+    op, attrs = FUSED_ACTIVATIONS[activation]
+    out: np.ndarray = getattr(activations, op)(y, **attrs)
+    return out
 
 
 def _is_bfloat16(a: np.ndarray) -> bool:
@@ -158,14 +177,21 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
     res = None if residual is None else to_memory_order(residual, channels_last)
     bias = None if b is None else np.ascontiguousarray(b)
     out_size = x.size // max(x.shape[1], 1) * w.shape[0] // (stride[0] * stride[1])  # about
-    activation = _finite_activation(activation, out_size, src, w, bias, res)
-    kwargs.update(algorithm=algorithm, activation=activation, channels_last=channels_last)
-    if is_frozen(w) and (w.dtype.char == "f" or _is_bfloat16(w)) and w.ndim == 4 and x.ndim == 4:
+    post_op = _post_op(activation, out_size, src, w, bias, res)
+    kwargs.update(algorithm=algorithm, activation=post_op or "none", channels_last=channels_last)
+    y = from_memory_order(_primitive(src, w, bias, res, kwargs), channels_last)
+    return y if post_op is not None else _activated(y, activation)
+
+
+def _primitive(src: np.ndarray, w: np.ndarray, bias: np.ndarray | None, res: np.ndarray | None,
+               kwargs: dict[str, Any]) -> np.ndarray:
+    """The extension's convolution on arrays in its memory order, with frozen weights packed once."""
+    if is_frozen(w) and (w.dtype.char == "f" or _is_bfloat16(w)) and w.ndim == 4 and src.ndim == 4:
         fusion = {"bias": bias is not None, "residual": res is not None}
         packed = _packed_weight(src, w, fusion, kwargs)
         if packed is not None:
-            return from_memory_order(dnnl.conv2d_forward_packed(src, packed, bias, res, **kwargs), channels_last)
-    return from_memory_order(dnnl.conv2d_forward(src, w, bias, res, **kwargs), channels_last)
+            return dnnl.conv2d_forward_packed(src, packed, bias, res, **kwargs)
+    return dnnl.conv2d_forward(src, w, bias, res, **kwargs)
 
 
 def _in_float32(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *args: Any) -> np.ndarray:
@@ -194,14 +220,14 @@ def conv2d_auto(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: P
 def conv2d_fused_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *,
                         activation: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                         padding_mode: str) -> np.ndarray:
-    """convolution_direct with the residual add (binary_add) and relu (eltwise) as post-ops."""
+    """convolution_direct with the residual add (binary_add) and the activation (eltwise) as post-ops."""
     return _forward(x, w, b, residual, activation, "direct", stride, padding, dilation, groups, padding_mode)
 
 
 def conv2d_fused_auto(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *,
                       activation: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                       padding_mode: str) -> np.ndarray:
-    """convolution_auto with the residual add and relu as post-ops."""
+    """convolution_auto with the residual add and the activation as post-ops."""
     return _forward(x, w, b, residual, activation, "auto", stride, padding, dilation, groups, padding_mode)
 
 
@@ -241,8 +267,9 @@ def _plan(call: Any, algorithm: str = "direct") -> Any:
     if call.op in ("conv2d", "conv2d_fused"):
         fused = call.op == "conv2d_fused"
         residual = fused and call.shape("residual") is not None
+        activation = POST_OPS.get(a["activation"], a["activation"]) if fused else "none"
         return dnnl.conv2d_forward_impl(list(size), list(call.shape("weight")), call.shape("bias") is not None, residual,
-                                         algorithm=algorithm, activation=a["activation"] if fused else "none",
+                                         algorithm=algorithm, activation=activation,
                                          channels_last=True, dtype=call.dtype, **kwargs)  # what swap_backend models run
     if call.op == "conv2d_grad_input":
         return dnnl.conv2d_backward_data_impl(list(size), list(call.shape("weight")), algorithm=algorithm, **kwargs)

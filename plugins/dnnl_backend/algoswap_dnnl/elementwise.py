@@ -4,6 +4,10 @@ oneDNN broadcasts only its second source: a (op) b runs when one operand has the
 the other (its shape padded with leading 1s) has each dimension equal to it or 1. When a is the
 broadcast one, the operands are swapped: add and mul commute, and b - a or b / a is turned back
 into a - b or a / b by a post-op of the same primitive (eltwise linear -x, eltwise pow x ** -1).
+
+The primitive runs in the memory order of the operand of the output's shape (channels-last stays
+channels-last, without a copy): the other operands are seen in that order too, which for a
+squeeze-and-excitation gate (N, C, 1, 1) on an NHWC activation is (N, 1, 1, C), no copy either.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._ext import dnnl, refusal
-from ._layout import elementwise
+from ._ext import dnnl, refusal, too_many_dims
+from ._layout import elementwise, memory_order
 
 Shape = tuple[int, ...]
 # A post-op: (kind, its array or None, alpha, beta); see dnnl.binary.
@@ -60,14 +64,19 @@ def binary(kind: str, a: np.ndarray, b: np.ndarray, post: Sequence[Post] = ()) -
     shape = np.broadcast_shapes(a.shape, b.shape)  # 0-D for two 0-D operands (run as 1-D)
     if 0 in full:
         return np.empty(shape, np.float32)
-    steps = [(k, None if x is None else _c(x).reshape(_pad(x.shape, len(full))), alpha, beta)
+    memory, order = memory_order(src0.reshape(full))
+    permuted = order != tuple(range(len(full)))
+
+    def ordered(x: np.ndarray) -> np.ndarray:
+        """x (of a shape that broadcasts to the output's) seen in src0's memory order, C-contiguous."""
+        padded = x.reshape(_pad(x.shape, len(full)))
+        return np.ascontiguousarray(padded.transpose(order) if permuted else padded)
+
+    steps = [(k, None if x is None else ordered(x), alpha, beta)
              for k, x, alpha, beta in (_SWAP_BACK[kind] if swapped else []) + list(post)]
-    out = dnnl.binary(_c(src0).reshape(full), _c(src1).reshape(part), kind, steps)
-    return out.reshape(shape)
-
-
-def _c(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a)
+    out = dnnl.binary(memory, ordered(src1), kind, steps)
+    out = out.transpose(np.argsort(order)) if permuted else out
+    return out if out.shape == shape else out.reshape(shape)
 
 
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -93,6 +102,9 @@ def supports_binary(call: Any, kind: str, a: str = "a", b: str = "b", post: Sequ
         return found
     if 0 in found[1]:
         return True  # an empty output: nothing reaches oneDNN
+    too_many = too_many_dims([found[1]]) if found[1] != found[2] else ""  # same shapes run as one flat array
+    if too_many:
+        return too_many
     answer = refusal(lambda: plan(call, kind, a, b, post), call.dtype)
     if answer is True and str(plan(call, kind, a, b, post).impl).startswith("ref"):
         full, part = (b, a) if found[0] else (a, b)

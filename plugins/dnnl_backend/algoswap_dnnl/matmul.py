@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._ext import dnnl, refusal
+from ._ext import dnnl, refusal, too_many_dims
 
 Shape = tuple[int, ...]
 
@@ -101,7 +101,7 @@ def supports(call: Any) -> bool | str:
     """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
     if 0 in call.out_shape or any(0 in call.shape(n) for n in call.input_names if call.shape(n) is not None):
         return "empty operands are not passed to oneDNN's matmul"
-    return _broadcast_operand(call) or refusal(lambda: _plan(call))
+    return too_many_dims(call.shapes) or _broadcast_operand(call) or refusal(lambda: _plan(call))
 
 
 def kernel(call: Any) -> str:

@@ -1,4 +1,6 @@
-"""transpose on the oneDNN reorder primitive: the input read through permuted strides, written dense."""
+"""transpose on the oneDNN reorder primitive: the input's memory read through permuted strides, written
+dense; no copy where the input's memory already is in the output's order (a channels-last activation
+permuted to NHWC, as ConvNeXt does: the result is that memory seen as (N, H, W, C))."""
 
 from __future__ import annotations
 
@@ -6,13 +8,23 @@ from typing import Any
 
 import numpy as np
 
-from ._ext import dnnl
+from ._ext import dnnl, too_many_dims
+from ._layout import memory_order
 
 
 def transpose(x: np.ndarray, *, perm: tuple[int, ...]) -> np.ndarray:
-    """Output axis d is input axis perm[d] (a copy)."""
-    out: np.ndarray = dnnl.transpose(np.ascontiguousarray(x), list(perm))
+    """Output axis d is input axis perm[d]."""
+    view = x.transpose(perm)
+    if view.flags.c_contiguous:
+        return view
+    memory, order = memory_order(x)
+    out: np.ndarray = dnnl.transpose(memory, [order.index(axis) for axis in perm])
     return out
+
+
+def supports(call: Any) -> bool | str:
+    """Arrays oneDNN's memory descriptors can hold."""
+    return too_many_dims(call.shapes) or True
 
 
 def kernel(call: Any) -> str:

@@ -322,4 +322,6 @@ PYBIND11_MODULE(_dnnl, m) {
     init_binary(m);
     init_transpose(m);
     init_finite(m);
+    init_reduce(m);
+    init_resample(m);
 }

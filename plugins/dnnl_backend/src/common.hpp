@@ -141,6 +141,8 @@ bool all_finite(const void *data, dt type, int64_t count);
 bool any_nan(const void *data, dt type, int64_t count);
 // to[i] = from[i] wherever from[i] is a NaN.
 void restore_nan(const void *from, void *to, dt type, int64_t count);
+// to[i] = from[i] wherever from[i] >= threshold > 0 (+inf and NaN included; threshold exact in bfloat16 for bfloat16 data).
+void restore_at_least(const void *from, void *to, dt type, int64_t count, float threshold);
 
 std::string make_key(const char *op, std::initializer_list<dims> parts, const std::string &extra = "");
 
@@ -180,5 +182,7 @@ void init_softmax(py::module_ &m);
 void init_binary(py::module_ &m);
 void init_transpose(py::module_ &m);
 void init_finite(py::module_ &m);
+void init_reduce(py::module_ &m);
+void init_resample(py::module_ &m);
 
 }  // namespace algoswap_dnnl

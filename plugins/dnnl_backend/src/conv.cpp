@@ -1,5 +1,8 @@
 // conv2d forward, backward data and backward weights.
+#include <algorithm>
+#include <iterator>
 #include <limits>
+
 #include "common.hpp"
 
 namespace algoswap_dnnl {
@@ -8,6 +11,12 @@ namespace {
 using V = std::vector<int64_t>;
 using pk = dnnl::prop_kind;
 using conv_fwd = dnnl::convolution_forward;
+
+// The activations fused as post-ops. "relu" keeps NaN as PyTorch does (append_exact_relu); the *_finite
+// ones are oneDNN's own, exact only where every sum is finite: relu_finite (a clip to [0, FLT_MAX]) and
+// relu6_finite (clip_v2 to [0, 6]) turn NaN into a bound, gelu_finite (gelu_erf) is NaN at +inf and
+// overflows from 1.7e38 on. silu (swish) and hardswish give NaN and infinities where PyTorch does.
+const std::string ACTIVATIONS[] = {"none", "relu", "relu_finite", "relu6_finite", "silu", "hardswish", "gelu_finite"};
 
 struct Conv {
     dims x, w, y;                              // NCHW input, OIHW weight, NCHW output (logical shapes)
@@ -18,7 +27,7 @@ struct Conv {
     std::string algo_name, layout;
     bool channels_last = false;    // the caller's input, output and residual are in NHWC memory order
     bool residual = false;         // a residual of the output's shape is added (binary_add post-op)
-    std::string activation = "none";  // applied last ("relu": NaN-keeping post-ops; "relu_finite": oneDNN's relu)
+    std::string activation = "none";  // applied last: one of ACTIVATIONS
     dt type = dt::f32;             // of input, weight, bias, residual and output (forward; f32 accumulation)
 
     std::string key(const char *op) const {
@@ -48,6 +57,10 @@ struct Conv {
         if (activation == "relu") append_exact_relu(ops);
         if (activation == "relu_finite")  // relu as a clip to [0, FLT_MAX]: +0 for negatives (its relu gives -0)
             ops.append_eltwise(dnnl::algorithm::eltwise_clip, 0.f, std::numeric_limits<float>::max());
+        if (activation == "relu6_finite") ops.append_eltwise(dnnl::algorithm::eltwise_clip_v2, 0.f, 6.f);
+        if (activation == "silu") ops.append_eltwise(dnnl::algorithm::eltwise_swish, 1.f, 0.f);
+        if (activation == "hardswish") ops.append_eltwise(dnnl::algorithm::eltwise_hardswish, 1.f / 6.f, 0.5f);
+        if (activation == "gelu_finite") ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
         attr.set_post_ops(ops);
         return attr;
     }
@@ -83,9 +96,10 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
            bool channels_last = false, bool residual = false, const std::string &activation = "none",
            dt type = dt::f32) {
     std::string where = std::string("algoswap_dnnl ") + op + ": ";
-    if (activation != "none" && activation != "relu" && activation != "relu_finite")
-        throw py::value_error(where + "activation must be 'none', 'relu' or 'relu_finite' (a clip to [0, FLT_MAX], which drops NaN: for "
-                              "sums known to be finite), got '" + activation + "'");
+    if (std::find(std::begin(ACTIVATIONS), std::end(ACTIVATIONS), activation) == std::end(ACTIVATIONS))
+        throw py::value_error(where + "activation must be 'none', 'relu', 'relu_finite', 'relu6_finite', 'silu', 'hardswish' "
+                              "or 'gelu_finite' (the *_finite ones drop NaN or overflow: for sums known to be finite), got '" +
+                              activation + "'");
     if (x.size() != 4 || w.size() != 4) throw py::value_error(where + "input and weight must be 4-D (NCHW, OIHW)");
     if (stride.size() != 2 || pad_l.size() != 2 || pad_r.size() != 2 || dilation.size() != 2)
         throw py::value_error(where + "stride, padding_l, padding_r and dilation must have 2 entries each");
@@ -293,7 +307,8 @@ void init_conv(py::module_ &m) {
     };
     def("conv2d_forward", &forward,
         "activation(conv2d(input, weight) + bias + residual): NCHW input (NHWC if channels_last) with OIHW weight; "
-        "bias and residual may be None; activation 'none', 'relu' or 'relu_finite'; dilation as in torch.",
+        "bias and residual may be None; activation 'none', 'relu', 'silu', 'hardswish', or (for sums known to be finite) "
+        "'relu_finite', 'relu6_finite' or 'gelu_finite'; dilation as in torch.",
         fused(py::arg("input"), py::arg("weight"), py::arg("bias").none(true), py::arg("residual").none(true)));
     def("conv2d_pack_weights", &pack_weights,
         "The weight reordered once for the conv2d_forward primitive of these shapes (a PackedWeights), "

@@ -1,6 +1,8 @@
-// Elementwise primitives (relu / leaky relu, logistic, tanh, linear, sqrt, pow), forward and
-// backward, on arrays of any shape (seen as one flat array). alpha and beta are oneDNN's: linear is
-// alpha * x + beta, pow is alpha * x ** beta.
+// Elementwise primitives (relu / leaky relu, logistic, tanh, linear, sqrt, pow, clip_v2, swish, gelu_erf,
+// gelu_tanh, hardswish, hardsigmoid, elu, mish), forward and backward, on arrays of any shape (seen as one
+// flat array). alpha and beta are oneDNN's: linear is alpha * x + beta, pow is alpha * x ** beta, clip_v2
+// clamps to [alpha, beta], swish is x * sigmoid(alpha * x), hardswish and hardsigmoid read
+// alpha * x + beta (1/6 and 1/2 for PyTorch's), elu's alpha is PyTorch's.
 #include <cmath>
 
 #include "common.hpp"
@@ -28,7 +30,16 @@ Kind parse(const std::string &kind) {
     if (kind == "linear") return {kind, alg::eltwise_linear, alg::eltwise_linear, false};
     if (kind == "sqrt") return {kind, alg::eltwise_sqrt, alg::eltwise_sqrt_use_dst_for_bwd, true};
     if (kind == "pow") return {kind, alg::eltwise_pow, alg::eltwise_pow, false};
-    throw py::value_error("algoswap_dnnl eltwise: kind must be 'relu', 'logistic', 'tanh', 'linear', 'sqrt' or 'pow', got '" +
+    if (kind == "clip_v2") return {kind, alg::eltwise_clip_v2, alg::eltwise_clip_v2, false};
+    if (kind == "swish") return {kind, alg::eltwise_swish, alg::eltwise_swish, false};
+    if (kind == "gelu_erf") return {kind, alg::eltwise_gelu_erf, alg::eltwise_gelu_erf, false};
+    if (kind == "gelu_tanh") return {kind, alg::eltwise_gelu_tanh, alg::eltwise_gelu_tanh, false};
+    if (kind == "hardswish") return {kind, alg::eltwise_hardswish, alg::eltwise_hardswish, false};
+    if (kind == "hardsigmoid") return {kind, alg::eltwise_hardsigmoid, alg::eltwise_hardsigmoid, false};
+    if (kind == "elu") return {kind, alg::eltwise_elu, alg::eltwise_elu, false};
+    if (kind == "mish") return {kind, alg::eltwise_mish, alg::eltwise_mish, false};
+    throw py::value_error("algoswap_dnnl eltwise: kind must be 'relu', 'logistic', 'tanh', 'linear', 'sqrt', 'pow', "
+                          "'clip_v2', 'swish', 'gelu_erf', 'gelu_tanh', 'hardswish', 'hardsigmoid', 'elu' or 'mish', got '" +
                           kind + "'");
 }
 
@@ -60,9 +71,16 @@ PlanPtr backward_plan(const Kind &k, int64_t size, float alpha, float beta = 0.f
     });
 }
 
-// oneDNN's relu with alpha 0 is a max that turns NaN into 0 (PyTorch keeps it); any other alpha
-// keeps NaN (x * alpha), as the other kinds do.
-bool drops_nan(const Kind &k, float alpha) { return k.forward == alg::eltwise_relu && alpha == 0.f; }
+// oneDNN's relu with alpha 0 is a max that turns NaN into 0 (PyTorch keeps it), and clip_v2 and hardsigmoid
+// clamps that turn it into a bound; any other alpha keeps NaN (x * alpha), as the other kinds do.
+bool drops_nan(const Kind &k, float alpha) {
+    return (k.forward == alg::eltwise_relu && alpha == 0.f) || k.forward == alg::eltwise_clip_v2 ||
+           k.forward == alg::eltwise_hardsigmoid;
+}
+
+// oneDNN's gelu_erf is NaN at +inf and overflows from 1.7e38 on; PyTorch's is x there. From x = 8 on, x * Phi(x)
+// rounds to x in float32 and bfloat16 (1 - Phi(8) is 6e-16), so those elements are x itself.
+constexpr float GELU_IS_X_FROM = 8.f;
 
 py::array forward(py::handle x, const std::string &kind, float alpha, float beta) {
     return guarded(kind.c_str(), [&] {
@@ -73,6 +91,7 @@ py::array forward(py::handle x, const std::string &kind, float alpha, float beta
         if (size == 0) return out;
         forward_plan(k, size, alpha, beta, X.type)->run({X.data, out.mutable_data()});
         if (drops_nan(k, alpha) && any_nan(X.data, X.type, size)) restore_nan(X.data, out.mutable_data(), X.type, size);
+        if (k.forward == alg::eltwise_gelu_erf) restore_at_least(X.data, out.mutable_data(), X.type, size, GELU_IS_X_FROM);
         return out;
     });
 }
@@ -85,15 +104,33 @@ float torch_pow(float x, float e) {
     return std::pow(x, e);
 }
 
+// The slope of gelu at x in double, as PyTorch's float64 kernels have it (exact erf form, or the tanh form
+// with 1 + tanh(u) = 2 sigmoid(2u)): NaN at +-inf (x times a zero density).
+double gelu_slope(alg form, double x) {
+    if (form == alg::eltwise_gelu_erf) return 0.5 * std::erfc(-x * M_SQRT1_2) + x * std::exp(-0.5 * x * x) * 0.5 * M_2_SQRTPI * M_SQRT1_2;
+    double c = std::sqrt(2.0 / M_PI), u2 = 2.0 * c * (x + 0.044715 * x * x * x), e = std::exp(-std::fabs(u2));
+    double s = (u2 >= 0 ? 1.0 : e) / (1.0 + e);
+    return s + 2.0 * x * s * (1.0 - s) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 // Where oneDNN's backward differs from PyTorch's on values that are not finite (checked first):
-// relu multiplies grad_output by 0 where input <= 0 (PyTorch selects 0: an infinite or NaN gradient
-// there is 0), leaky relu passes grad_output unscaled at a NaN input (PyTorch scales it: NaN > 0 is
-// false), and pow's gradient at an infinite input comes out NaN (PyTorch's grad * (alpha * beta *
+// relu and clip_v2 multiply grad_output by 0 outside where they pass it (PyTorch selects 0: an infinite or
+// NaN gradient there is 0), leaky relu passes grad_output unscaled at a NaN input (PyTorch scales it: NaN > 0
+// is false), elu passes it unscaled at a NaN input too (PyTorch: NaN), gelu's slope flushes to 0 below
+// x = -6.15 (erf) and -5.16 (tanh) where it is still a normal float (PyTorch: an infinite grad_output stays
+// infinite there), and pow's gradient at an infinite input comes out NaN (PyTorch's grad * (alpha * beta *
 // x ** (beta - 1)) is infinite). These elements are recomputed as PyTorch does.
 void exact_backward(const Kind &k, const F32 &dy, const F32 &data, float alpha, float beta, float *out) {
     int64_t size = numel(data.shape);
     if (k.forward == alg::eltwise_relu && alpha == 0.f && !all_finite(dy.data, dt::f32, size)) {
         for (int64_t i = 0; i < size; ++i) out[i] = data.data[i] <= 0.f ? 0.f : dy.data[i];
+    } else if (k.forward == alg::eltwise_clip_v2 && !all_finite(dy.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i) out[i] = alpha < data.data[i] && data.data[i] < beta ? dy.data[i] : 0.f;
+    } else if (k.forward == alg::eltwise_elu && any_nan(data.data, dt::f32, size)) {
+        restore_nan(data.data, out, dt::f32, size);
+    } else if ((k.forward == alg::eltwise_gelu_erf || k.forward == alg::eltwise_gelu_tanh) && !all_finite(dy.data, dt::f32, size)) {
+        for (int64_t i = 0; i < size; ++i)
+            if (!std::isfinite(dy.data[i])) out[i] = static_cast<float>(dy.data[i] * gelu_slope(k.forward, data.data[i]));
     } else if (k.forward == alg::eltwise_relu && alpha != 0.f && any_nan(data.data, dt::f32, size)) {
         for (int64_t i = 0; i < size; ++i)
             if (std::isnan(data.data[i])) out[i] = dy.data[i] * alpha;
@@ -141,7 +178,9 @@ void init_eltwise(py::module_ &m) {
           "impl_info_str() of the primitive relu_grad runs on this many elements.", py::arg("size"));
     m.def("eltwise", &forward,
           "kind 'relu' (alpha: the slope below 0, leaky relu), 'logistic' (sigmoid), 'tanh', 'linear' "
-          "(alpha * x + beta), 'sqrt' or 'pow' (alpha * x ** beta), elementwise.",
+          "(alpha * x + beta), 'sqrt', 'pow' (alpha * x ** beta), 'clip_v2' (to [alpha, beta]), 'swish' "
+          "(x * sigmoid(alpha * x)), 'gelu_erf', 'gelu_tanh', 'hardswish' and 'hardsigmoid' (of alpha * x + beta), "
+          "'elu' (alpha) or 'mish', elementwise, NaN and infinities as in PyTorch.",
           py::arg("input"), py::arg("kind"), py::arg("alpha") = 0.f, py::arg("beta") = 0.f);
     m.def("eltwise_grad", &backward,
           "Gradient of eltwise: from the forward output for 'logistic', 'tanh' and 'sqrt', else from the forward input.",

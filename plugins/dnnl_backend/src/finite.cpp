@@ -89,6 +89,16 @@ void copy_nan(const Bits *from, Bits *to, int64_t count) {
         if ((from[i] & magnitude) > exponent) to[i] = from[i];
 }
 
+// to[i] = from[i] wherever from[i] >= threshold (a positive float, as bits): non-negative floats,
+// +inf and NaNs with a clear sign bit order as their bits do; negative ones are negative as signed integers.
+template <typename Bits>
+void copy_from_threshold(const Bits *from, Bits *to, int64_t count, Bits threshold) {
+    using Signed = std::make_signed_t<Bits>;
+#pragma omp parallel for schedule(static) if (count >= PARALLEL_FROM)
+    for (int64_t i = 0; i < count; ++i)
+        if (static_cast<Signed>(from[i]) >= static_cast<Signed>(threshold)) to[i] = from[i];
+}
+
 }  // namespace
 
 bool all_finite(const void *data, dt type, int64_t count) { return !scan(data, type, count, false); }
@@ -111,6 +121,15 @@ void restore_nan(const void *from, void *to, dt type, int64_t count) {
         copy_nan(static_cast<const uint16_t *>(from), static_cast<uint16_t *>(to), count);
     else
         copy_nan(static_cast<const uint32_t *>(from), static_cast<uint32_t *>(to), count);
+}
+
+void restore_at_least(const void *from, void *to, dt type, int64_t count, float threshold) {
+    uint32_t bits;
+    std::memcpy(&bits, &threshold, sizeof bits);
+    if (type == dt::bf16)
+        copy_from_threshold(static_cast<const uint16_t *>(from), static_cast<uint16_t *>(to), count, uint16_t(bits >> 16));
+    else
+        copy_from_threshold(static_cast<const uint32_t *>(from), static_cast<uint32_t *>(to), count, bits);
 }
 
 void init_finite(py::module_ &m) {

@@ -262,16 +262,18 @@ void init_pool(py::module_ &m) {
           py::arg("stride"), py::arg("dilation"), py::arg("padding_l"), py::arg("padding_r"), py::arg("kind"));
     m.def("pool2d_forward_impl",
           [](const V &x, const V &k, const V &s, const V &d, const V &pl, const V &pr, const std::string &kind, float scale,
-             const std::string &type) {
+             const std::string &type, bool channels_last) {
               return guarded("pool2d", [&] {
                   Pool p = parse(as_dims(x), k, s, d, pl, pr, kind, scale);
                   p.type = parse_type(type);
+                  p.channels_last = channels_last;
                   return info(forward_plan(p));
               });
           },
-          "impl_info_str() of the primitive pool2d_forward runs.", py::arg("input_size"), py::arg("kernel"),
-          py::arg("stride"), py::arg("dilation"), py::arg("padding_l"), py::arg("padding_r"), py::arg("kind"),
-          py::arg("scale") = 1.f, py::arg("dtype") = "float32");
+          "impl_info_str() of the primitive pool2d_forward runs (input_size NCHW, in NHWC memory if channels_last).",
+          py::arg("input_size"), py::arg("kernel"), py::arg("stride"), py::arg("dilation"), py::arg("padding_l"),
+          py::arg("padding_r"), py::arg("kind"), py::arg("scale") = 1.f, py::arg("dtype") = "float32",
+          py::arg("channels_last") = false);
     m.def("pool2d_backward_impl",
           [](const V &x, const V &k, const V &s, const V &d, const V &pl, const V &pr, const std::string &kind) {
               return guarded("pool2d_grad", [&] { return info(backward_plan(parse(as_dims(x), k, s, d, pl, pr, kind, 1.f))); });

@@ -5,8 +5,9 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from algoswap import conv_geometry
+from algoswap import FUSED_ACTIVATIONS, conv_geometry
 
+from . import activation as activations
 from ._padding import PadHW, pad_hw, unpad_hw_grad
 
 Pair = tuple[int, int]
@@ -48,16 +49,19 @@ def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride:
 
 
 def fused(conv: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """conv2d_fused on one conv2d algorithm: the residual add and the activation follow, in place."""
+    """conv2d_fused on one conv2d algorithm: the residual add (in place) and the activation follow,
+    the activation by this backend's function of the op it stands for (algoswap.FUSED_ACTIVATIONS)."""
 
     def conv2d_fused(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *,
                      activation: str, **attrs: Any) -> np.ndarray:
         y = conv(x, w, b, **attrs)
         if residual is not None:
             y += residual
-        if activation == "relu":
-            np.maximum(y, 0, out=y)
-        return y
+        if activation == "none":
+            return y
+        op, op_attrs = FUSED_ACTIVATIONS[activation]
+        out: np.ndarray = getattr(activations, op)(y, **op_attrs)
+        return out
 
     conv2d_fused.__name__ = f"{conv.__name__}_fused"
     return conv2d_fused

@@ -70,9 +70,10 @@ def _register_conv(registry: Any) -> None:
     add = registry.add_implementation
     conv = f"{__name__}.conv"
     for op, suffix, then in (("conv2d", "", ""), ("conv2d_fused", "_fused", ", then the residual and relu in one pass")):
-        add(op, "smm", BACKEND, f"{conv}:conv2d_smm{suffix}", dtypes=DTYPES, priority=10, supports=SUPPORTS,
+        supports = f"{conv}:supports_fused" if suffix else SUPPORTS
+        add(op, "smm", BACKEND, f"{conv}:conv2d_smm{suffix}", dtypes=DTYPES, priority=10, supports=supports,
             kernel=Ref(f"{conv}:kernel{suffix}"), description="im2col in panels + the tiled matrix product" + then)
-        add(op, "direct", BACKEND, f"{conv}:conv2d_direct{suffix}", dtypes=DTYPES, priority=20, supports=SUPPORTS,
+        add(op, "direct", BACKEND, f"{conv}:conv2d_direct{suffix}", dtypes=DTYPES, priority=20, supports=supports,
             kernel=Ref(f"{conv}:kernel_direct{suffix}"),
             description="the tiled matrix product reading the padded input in place (no im2col)" + then)
 

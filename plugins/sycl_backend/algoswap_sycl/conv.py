@@ -14,7 +14,7 @@ import numpy as np
 from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache
 
 from ._device import Context, Long, SyclArray
-from ._launch import TM, VN, ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, swap01
+from ._launch import TM, VN, ceil_div, finish, gemm, gemm_kernel_name, optional, start, sum02, supports_dtype_and_size, swap01
 
 Pair = tuple[int, int]
 PadHW = tuple[Pair, Pair]
@@ -261,6 +261,13 @@ def kernel_direct(call: Any) -> str:
 
     return (f"pad2d (split into the stride's phases) + conv_direct: {TM}x{VN} register tile per work-item of the"
             f" matrix product, B read from the input in place, on {context().describe()}")
+
+
+def supports_fused(call: Any) -> bool | str:
+    """The epilogue applies relu only: a call with another activation runs unfused (its members one by one)."""
+    if call.attrs["activation"] not in ("none", "relu"):
+        return f"activation {call.attrs['activation']!r}: the epilogue kernel fuses relu only"
+    return supports_dtype_and_size(call)
 
 
 def _fused(conv: Any) -> Any:

@@ -1,0 +1,181 @@
+"""Elementwise rules: arithmetic between tensors (broadcasting as the registry's ops do) and with
+Python numbers (the ``*_scalar`` ops), activations, softmax, and dropout (the identity in inference),
+in their function and method forms; modules are in ``lower_modules``."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from .lowered import Alias, Handler, Lowered, LoweredOp, PythonCall, Unsupported, deferred, signature
+
+if TYPE_CHECKING:
+    from .lowering import Lowerer
+
+
+def negated(value: Any) -> float:
+    return -float(value)
+
+
+def reciprocal(value: Any) -> float:
+    if value == 0:
+        raise ZeroDivisionError("a tensor divided by a Python number computed as 0")
+    return 1.0 / float(value)
+
+
+def _scalar(lw: Lowerer, value: Any) -> bool:
+    if isinstance(value, bool):
+        raise Unsupported("arithmetic with a Python bool")
+    return isinstance(value, (int, float)) or (isinstance(value, fx.Node) and lw.is_python(value))
+
+
+def _tensor(lw: Lowerer, value: Any) -> Any:
+    if isinstance(value, fx.Node) or isinstance(value, (torch.Tensor, LoweredOp)):
+        return value
+    raise Unsupported(f"an operand of type {type(value).__name__}")
+
+
+def arithmetic(lw: Lowerer, kind: str, a: Any, b: Any) -> Lowered:
+    """``a <kind> b`` (kind: add, sub, mul, div) between tensors and Python numbers, one of which is a tensor."""
+    if _scalar(lw, b):
+        if kind == "div" and not isinstance(b, fx.Node) and b == 0:
+            raise Unsupported("division by the constant 0")
+        value = {"add": b, "sub": deferred(negated, b), "mul": b, "div": deferred(reciprocal, b)}[kind]
+        return LoweredOp("mul_scalar" if kind in ("mul", "div") else "add_scalar", [_tensor(lw, a)], {"value": value})
+    if _scalar(lw, a):
+        b = _tensor(lw, b)
+        if kind == "sub":
+            return LoweredOp("add_scalar", [LoweredOp("neg", [b], {})], {"value": a})
+        return LoweredOp({"add": "add_scalar", "mul": "mul_scalar", "div": "rdiv_scalar"}[kind], [b], {"value": a})
+    return LoweredOp(kind, [_tensor(lw, a), _tensor(lw, b)], {})
+
+
+_PYTHON = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+
+
+def _binary(kind: str, alpha: bool = False, rounding: bool = False, swapped: bool = False) -> Handler:
+    """``torch.add(a, b, alpha=)``, ``a * b``, ``x.div_(y)``, ``torch.rsub`` (``swapped``): Python numbers stay Python."""
+    extra: dict[str, Any] = {"alpha": 1} if alpha else {"rounding_mode": None} if rounding else {}
+    sig = signature("input", "other", **extra)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        a, b = (bound["other"], bound["input"]) if swapped else (bound["input"], bound["other"])
+        if bound.get("rounding_mode") is not None:
+            raise Unsupported(f"rounding_mode={bound['rounding_mode']!r} (only true division is lowered)")
+        scale = bound.get("alpha", 1)
+        if lw.is_python(a) and lw.is_python(b) and scale == 1:
+            return PythonCall(_PYTHON[kind], (a, b))
+        if scale != 1:
+            if not _scalar(lw, scale) or lw.is_python(b):
+                raise Unsupported(f"alpha={scale!r} with these operands")
+            b = LoweredOp("mul_scalar", [_tensor(lw, b)], {"value": scale})
+        return arithmetic(lw, kind, a, b)
+
+    return handler
+
+
+def _unary(op: str, *names: str, **defaults: Any) -> Handler:
+    """A one-input op; the other arguments (except ``inplace``) become its attributes."""
+    sig = signature("input", *names, **defaults)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        bound.pop("inplace", None)  # a new value either way (lower_in_place)
+        return LoweredOp(op, [bound.pop("input")], bound)
+
+    return handler
+
+
+def _hardtanh(low: float | None = None, high: float | None = None) -> Handler:
+    """``F.hardtanh(x, min_val, max_val)``; ``F.relu6`` is hardtanh(0, 6)."""
+    sig = signature("input", inplace=False) if low is not None else signature("input", min_val=-1.0, max_val=1.0, inplace=False)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        bounds = {"min_val": low, "max_val": high} if low is not None else {"min_val": bound["min_val"], "max_val": bound["max_val"]}
+        return LoweredOp("hardtanh", [bound["input"]], bounds)
+
+    return handler
+
+
+def _pow(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "exponent"), node)
+    base, exponent = bound["input"], bound["exponent"]
+    if lw.is_python(base) and lw.is_python(exponent):
+        return PythonCall(operator.pow, (base, exponent))
+    if not _scalar(lw, exponent) or lw.is_python(base):
+        raise Unsupported("a power with a tensor exponent (only tensor ** number is lowered)")
+    return LoweredOp("pow_scalar", [base], {"exponent": exponent})
+
+
+def _neg(lw: Lowerer, node: fx.Node) -> Lowered:
+    x = node.args[0]
+    return PythonCall(operator.neg, (x,)) if lw.is_python(x) else LoweredOp("neg", [x], {})
+
+
+def _softmax(op: str) -> Handler:
+    sig = signature("input", dim=None, _stacklevel=3, dtype=None)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        if bound["dim"] is None:
+            raise Unsupported(f"{op} without dim (PyTorch's implicit choice of dimension is deprecated)")
+        if bound["dtype"] is not None:
+            raise Unsupported(f"{op} with dtype={bound['dtype']} (it computes in the model's dtype)")
+        return LoweredOp(op, [bound["input"]], {"axis": bound["dim"]})
+
+    return handler
+
+
+def _identity_unless_training(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", p=0.5, training=True, inplace=False), node)
+    if bound["training"] is not False:
+        raise Unsupported("dropout with training=True (random); pass training=self.training and convert in eval mode")
+    return Alias(bound["input"])
+
+
+_RELU = _unary("relu", inplace=False)
+_SIGMOID, _TANH = _unary("sigmoid"), _unary("tanh")
+_ADD, _SUB, _MUL, _DIV = _binary("add", alpha=True), _binary("sub", alpha=True), _binary("mul"), _binary("div", rounding=True)
+_ACTIVATIONS: dict[Any, Handler] = {
+    F.relu: _RELU, torch.relu: _RELU, torch.relu_: _RELU,
+    F.relu6: _hardtanh(0.0, 6.0), F.hardtanh: _hardtanh(), F.hardtanh_: _hardtanh(),
+    F.silu: _unary("silu", inplace=False), F.mish: _unary("mish", inplace=False),
+    F.gelu: _unary("gelu", approximate="none"),
+    F.hardswish: _unary("hardswish", inplace=False), F.hardsigmoid: _unary("hardsigmoid", inplace=False),
+    F.elu: _unary("elu", alpha=1.0, inplace=False),
+    F.leaky_relu: _unary("leaky_relu", negative_slope=0.01, inplace=False),
+    torch.sigmoid: _SIGMOID, F.sigmoid: _SIGMOID, torch.tanh: _TANH, F.tanh: _TANH,
+    torch.sqrt: _unary("sqrt"), torch.rsqrt: _unary("rsqrt"),
+    F.softmax: _softmax("softmax"), torch.softmax: _softmax("softmax"),
+    F.log_softmax: _softmax("log_softmax"), torch.log_softmax: _softmax("log_softmax"),
+}  # fmt: skip
+
+FUNCTIONS: dict[Any, Handler] = {
+    **_ACTIVATIONS,
+    operator.add: _ADD, operator.iadd: _ADD, torch.add: _ADD,
+    operator.sub: _SUB, operator.isub: _SUB, torch.sub: _SUB, torch.subtract: _SUB, torch.rsub: _binary("sub", swapped=True),
+    operator.mul: _MUL, operator.imul: _MUL, torch.mul: _MUL, torch.multiply: _MUL,
+    operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.divide: _DIV, torch.true_divide: _DIV,
+    operator.pow: _pow, torch.pow: _pow,
+    operator.neg: _neg, torch.neg: _neg, torch.negative: _neg,
+    F.dropout: _identity_unless_training, F.dropout1d: _identity_unless_training, F.dropout2d: _identity_unless_training,
+    F.dropout3d: _identity_unless_training, F.alpha_dropout: _identity_unless_training, F.feature_alpha_dropout: _identity_unless_training,
+}  # fmt: skip
+
+
+# Method forms: the tensor is the first argument, as in the function forms.
+METHODS: dict[str, Handler] = {
+    **{name: rule for names, rule in (
+        (("add", "add_"), _ADD), (("sub", "sub_", "subtract"), _SUB), (("mul", "mul_", "multiply"), _MUL),
+        (("div", "div_", "divide", "true_divide"), _DIV), (("pow",), _pow), (("neg", "negative"), _neg),
+        (("relu", "relu_"), _RELU), (("sigmoid", "sigmoid_"), _SIGMOID), (("tanh", "tanh_"), _TANH),
+        (("sqrt",), _unary("sqrt")), (("rsqrt",), _unary("rsqrt")),
+        (("softmax",), _softmax("softmax")), (("log_softmax",), _softmax("log_softmax")),
+    ) for name in names},
+}  # fmt: skip

@@ -1,0 +1,205 @@
+"""Rules for the ops that combine or reduce: linear, convolution, pooling, normalisations,
+reductions over dimensions, matrix products (``@``, ``bmm``, the einsum forms that are a batched
+matrix product) and scaled dot-product attention."""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from .lower_shapes import permutation, reshape, swapped_perm, unsqueezed_shape
+from .lowered import Deferred, Handler, Lowered, LoweredOp, Unsupported, op_rule, signature
+
+if TYPE_CHECKING:
+    from .lowering import Lowerer
+
+
+def layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> LoweredOp:
+    """``layer_norm`` over the trailing dimensions ``normalized_shape`` names (an int, a list, or sizes computed in forward)."""
+    if isinstance(normalized_shape, int):
+        ndim: Any = 1
+    elif isinstance(normalized_shape, (list, tuple, torch.Size)):
+        ndim = len(normalized_shape)
+    else:
+        ndim = Deferred(len, (normalized_shape,))
+    return LoweredOp("layer_norm", [x, weight, bias], {"normalized_ndim": ndim, "eps": eps})
+
+
+def _layer_norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "normalized_shape", weight=None, bias=None, eps=1e-5), node)
+    return layer_norm(bound["input"], bound["normalized_shape"], bound["weight"], bound["bias"], bound["eps"])
+
+
+def _reduction(op: str) -> Handler:
+    """``x.mean(dim, keepdim)``, ``torch.sum(x, dim=(2, 3))``: every dimension when dim is None."""
+    sig = signature("input", dim=None, keepdim=False, dtype=None)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        if bound["dtype"] is not None:
+            raise Unsupported(f"{op} with dtype={bound['dtype']} (it computes in the model's dtype)")
+        dim = bound["dim"]
+        axes = None if dim is None else tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+        return LoweredOp(op, [bound["input"]], {"axes": axes, "keepdims": bound["keepdim"]})
+
+    return handler
+
+
+# ---------------------------------------------------------------------------- matrix products
+
+
+def _last_two_swapped(lw: Lowerer, value: Any, rank: int) -> Any:
+    """The source of ``value`` if it is a transpose of the last two axes that nothing else reads (so
+    the product can read its source transposed instead), else None."""
+    lowered = lw.results.get(value) if isinstance(value, fx.Node) else None
+    if not isinstance(lowered, LoweredOp) or lowered.op != "transpose" or len(value.users) != 1:
+        return None
+    perm = lowered.attrs["perm"]
+    source = lowered.inputs[0]
+    if isinstance(perm, Deferred) and perm.function is swapped_perm:
+        ends = {d % rank for d in perm.args[1:] if isinstance(d, int)}
+        return source if ends == {rank - 2, rank - 1} else None
+    swap = (*range(rank - 2), rank - 1, rank - 2)
+    return source if perm == swap or perm is None and rank == 2 else None
+
+
+def _lifted(lw: Lowerer, x: Any) -> Any:
+    """A 2-D operand of a batched product as (1, rows, columns): a weight now, a computed value by a reshape."""
+    weight = lw.constants.get(x) if isinstance(x, fx.Node) else x
+    if isinstance(weight, torch.Tensor):
+        return weight.unsqueeze(0)
+    return reshape(x, Deferred(unsqueezed_shape, (x, 0)))
+
+
+def matrix_product(lw: Lowerer, a: Any, b: Any, trans_a: bool = False, trans_b: bool = False) -> LoweredOp:
+    """``a @ b`` (torch.matmul) for operands of rank >= 2: ``matmul`` for two matrices, else
+    ``batch_matmul`` with the batch dimensions broadcast; a transpose of the last two axes
+    feeding it alone becomes its trans_a / trans_b flag."""
+    ranks = (lw.rank(a, "torch.matmul"), lw.rank(b, "torch.matmul"))
+    if min(ranks) < 2:
+        raise Unsupported("a matrix product with a 1-D operand (only operands of rank >= 2 are lowered)")
+    for which, (value, rank) in enumerate(zip((a, b), ranks)):
+        source = _last_two_swapped(lw, value, rank)
+        if source is not None:
+            a, trans_a = (source, not trans_a) if which == 0 else (a, trans_a)
+            b, trans_b = (b, trans_b) if which == 0 else (source, not trans_b)
+    if ranks == (2, 2):
+        return LoweredOp("matmul", [a, b], {"trans_a": trans_a, "trans_b": trans_b})
+    a, b = (_lifted(lw, v) if r == 2 else v for v, r in zip((a, b), ranks))
+    return LoweredOp("batch_matmul", [a, b], {"trans_a": trans_a, "trans_b": trans_b})
+
+
+def _matmul(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "other"), node)
+    return matrix_product(lw, bound["input"], bound["other"])
+
+
+def _bmm(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "mat2"), node)
+    return LoweredOp("batch_matmul", [bound["input"], bound["mat2"]], {"trans_a": False, "trans_b": False})
+
+
+def _einsum_letters(equation: str, count: int) -> tuple[list[str], str]:
+    text = equation.replace(" ", "")
+    if "." in text:
+        raise Unsupported("einsum with an ellipsis (only explicit letters are lowered)")
+    inputs, arrow, output = text.partition("->")
+    terms = inputs.split(",")
+    if not arrow:  # implicit output: the letters that appear once, in alphabetical order
+        output = "".join(sorted(c for c in set(inputs) if c.isalpha() and inputs.count(c) == 1))
+    if len(terms) != count or count != 2:
+        raise Unsupported(f"einsum {equation!r} of {count} operands (only products of two are lowered)")
+    if any(len(set(t)) != len(t) for t in (*terms, output)):
+        raise Unsupported(f"einsum {equation!r} repeats a letter within a term (a diagonal)")
+    return terms, output
+
+
+def einsum(lw: Lowerer, equation: str, a: Any, b: Any) -> LoweredOp:
+    """The einsum forms that are a (batched) matrix product: one row letter of a, one column letter of
+    b, one contracted letter, the other letters batch letters of both and of the output; operands and
+    result transposed as the letters' order asks."""
+    (la, lb), out = _einsum_letters(equation, 2)
+    batch = [c for c in out if c in la and c in lb]
+    rows, cols = [c for c in la if c not in lb], [c for c in lb if c not in la]
+    inner = [c for c in la if c in lb and c not in out]
+    if len(rows) != 1 or len(cols) != 1 or len(inner) != 1 or len(batch) + 3 != len(set(la + lb)) or set(out) != {*batch, *rows, *cols}:
+        raise Unsupported(f"einsum {equation!r} is not one (batched) matrix product")
+    (m,), (n,), (k,) = rows, cols, inner
+    a, trans_a = _ordered(a, la, batch, m, k)
+    b, trans_b = _ordered(b, lb, batch, k, n)
+    product = LoweredOp("batch_matmul" if batch else "matmul", [a, b], {"trans_a": trans_a, "trans_b": trans_b})
+    made = "".join(batch) + m + n
+    return product if made == out else permutation(product, tuple(made.index(c) for c in out))
+
+
+def _ordered(x: Any, letters: str, batch: list[str], first: str, second: str) -> tuple[Any, bool]:
+    """``x`` with its letters as batch + (first, second), or batch + (second, first) read transposed."""
+    straight, swapped = "".join(batch) + first + second, "".join(batch) + second + first
+    if letters == straight:
+        return x, False
+    if letters == swapped:
+        return x, True
+    return permutation(x, tuple(letters.index(c) for c in straight)), False
+
+
+def _einsum(lw: Lowerer, node: fx.Node) -> Lowered:
+    equation, *operands = node.args
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = list(operands[0])
+    if not isinstance(equation, str) or node.kwargs:
+        raise Unsupported("einsum with an equation computed in forward")
+    _einsum_letters(equation, len(operands))
+    return einsum(lw, equation, operands[0], operands[1])
+
+
+def attention(query: Any, key: Any, value: Any, attn_mask: Any = None, is_causal: bool = False, scale: Any = None) -> LoweredOp:
+    """``scaled_dot_product_attention``; scale None: the op's default, 1 / sqrt(the query's last size)."""
+    attrs: dict[str, Any] = {"is_causal": is_causal} if scale is None else {"is_causal": is_causal, "scale": scale}
+    return LoweredOp("scaled_dot_product_attention", [query, key, value, attn_mask], attrs)
+
+
+def _sdpa(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("query", "key", "value", attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                              enable_gqa=False), node)
+    if bound["dropout_p"] != 0:
+        raise Unsupported(f"dropout_p={bound['dropout_p']!r} (random; attention dropout must be 0 in eval mode)")
+    if bound["enable_gqa"]:
+        raise Unsupported("enable_gqa=True (grouped-query attention)")
+    return attention(bound["query"], bound["key"], bound["value"], bound["attn_mask"], bound["is_causal"], bound["scale"])
+
+
+_MAXPOOL = op_rule(
+    "maxpool2d", signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False),
+    ("input",), require={"return_indices": False},
+)
+_AVGPOOL = op_rule(
+    "avgpool2d", signature("input", "kernel_size", stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None),
+    ("input",),
+)
+_BATCH_NORM = op_rule(
+    "batchnorm2d", signature("input", "running_mean", "running_var", weight=None, bias=None, training=False, momentum=0.1, eps=1e-5),
+    ("input", "running_mean", "running_var", "weight", "bias"), drop=("momentum",), require={"training": False},
+)
+_MEAN, _SUM = _reduction("reduce_mean"), _reduction("reduce_sum")
+
+FUNCTIONS: dict[Any, Handler] = {
+    F.max_pool2d: _MAXPOOL, torch.max_pool2d: _MAXPOOL,
+    F.avg_pool2d: _AVGPOOL,
+    F.adaptive_avg_pool2d: op_rule("adaptiveavgpool2d", signature("input", "output_size"), ("input",)),
+    F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
+    F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
+    F.batch_norm: _BATCH_NORM,
+    F.layer_norm: _layer_norm,
+    torch.mean: _MEAN, torch.sum: _SUM,
+    torch.matmul: _matmul, operator.matmul: _matmul, torch.bmm: _bmm,
+    torch.einsum: _einsum,
+    F.scaled_dot_product_attention: _sdpa,
+}  # fmt: skip
+
+METHODS: dict[str, Handler] = {
+    "mean": _MEAN, "sum": _SUM, "matmul": _matmul, "bmm": _bmm,
+}

@@ -1,0 +1,157 @@
+"""Python values of a traced model: sizes, shapes, their arithmetic and comparisons, items of tuples,
+and shape guards (``torch._assert``), which are folded into the plan rather than run as nodes.
+
+A guard is checked when the Model is planned: on the sample input at conversion (and PyTorch ran it
+there too, during shape propagation), and again for every new input shape, since each is planned
+anew; a shape it refuses makes that call fail with the guard's message. Nothing of it runs per call.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.fx._symbolic_trace
+from torch import fx
+
+from .._errors import AlgoswapError
+from .lowered import Alias, Handler, Lowered, Parts, PythonCall, Unsupported, signature, target_name
+
+if TYPE_CHECKING:
+    from .lowering import Lowerer
+
+
+class GuardError(AlgoswapError, ValueError):
+    """A shape guard of the model (``torch._assert``) refused an input."""
+
+
+# Python-value functions of python nodes (module-level, so that models pickle). Arrays stand for
+# their shapes: when planning they are ``Shaped``, which has ``shape`` and ``ndim`` too.
+
+
+def size_of(array: Any, dim: int | None = None) -> Any:
+    """``Tensor.size(dim)`` of an array: its shape as a tuple, or one size."""
+    return tuple(array.shape) if dim is None else int(array.shape[dim])
+
+
+def shape_of(array: Any) -> tuple[int, ...]:
+    """``Tensor.shape`` of an array."""
+    return tuple(array.shape)
+
+
+def ndim_of(array: Any) -> int:
+    """``Tensor.dim()`` / ``Tensor.ndim`` of an array."""
+    return len(array.shape)
+
+
+def numel_of(array: Any) -> int:
+    """``Tensor.numel()`` of an array."""
+    count = 1
+    for size in array.shape:
+        count *= int(size)
+    return count
+
+
+SHAPE_READERS = (size_of, shape_of, ndim_of, numel_of)  # functions of an array's shape alone
+
+
+def check_guard(condition: Any, message: Any = "") -> None:
+    """``torch._assert(condition, message)`` on Python values."""
+    if not condition:
+        raise GuardError(f"the model's guard failed: {message}")
+
+
+def check_is_none(value: Any, message: Any = "") -> None:
+    """torch.fx's guard on an argument it specialised to None."""
+    if value is not None:
+        raise GuardError(f"the model's guard failed: {message}")
+
+
+PYTHON_OPERATORS: dict[Any, Callable[..., Any]] = {
+    f: f for f in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
+                   operator.pow, operator.neg, operator.getitem, operator.iadd, operator.imul, operator.eq,
+                   operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.not_, operator.and_,
+                   operator.or_, operator.truth)
+}
+_TENSOR_ARITHMETIC = (operator.add, operator.iadd, operator.sub, operator.mul, operator.imul, operator.truediv,
+                      operator.pow, operator.neg, operator.getitem)  # lowered by the tensor tables when given tensors
+
+
+def python_only(function: Callable[..., Any]) -> Handler:
+    """A rule for a function of Python values only (comparisons of sizes)."""
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        if node.kwargs or not all(lw.is_python(a) for a in node.args):
+            raise Unsupported(f"{target_name(function)} of tensors has no registry op")
+        return PythonCall(function, tuple(node.args))
+
+    return handler
+
+
+def python_getitem(lw: Lowerer, node: fx.Node) -> Lowered | None:
+    """An item of a Python value (``x.shape[1]``), of a tuple-valued node (``q, k, v = x.unbind(0)``) or
+    of a fallback node's tuple (``torch.sort(x)[0]``); None: an index into a tensor."""
+    container, index = node.args[0], node.args[1]
+    lowered = lw.results.get(container) if isinstance(container, fx.Node) else None
+    if isinstance(lowered, Parts):
+        return lowered.item(int(index))  # type: ignore[arg-type]
+    if lw.is_python(container):
+        return PythonCall(operator.getitem, tuple(node.args))
+    if lw.is_tensor(container):
+        return None
+    if not isinstance(index, int):
+        raise Unsupported("indexing the result of a node PyTorch runs with something other than an int")
+    return PythonCall(operator.getitem, tuple(node.args), python_result=False)
+
+
+_TENSOR_ATTRIBUTES = {"shape": shape_of, "ndim": ndim_of}
+
+
+def _getattr(lw: Lowerer, node: fx.Node) -> Lowered:
+    obj, name = node.args[0], node.args[1]
+    if lw.is_python(obj):
+        return PythonCall(builtins.getattr, (obj, name))
+    if name in _TENSOR_ATTRIBUTES:
+        return PythonCall(_TENSOR_ATTRIBUTES[str(name)], (obj,))
+    from .lower_shapes import tensor_attribute  # x.T, x.mT: data movement
+
+    return tensor_attribute(lw, obj, str(name))
+
+
+def _size(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("self", dim=None), node)
+    return PythonCall(size_of, (bound["self"], bound["dim"]))
+
+
+def _guard(function: Callable[..., Any]) -> Handler:
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(signature("condition", message=""), node)
+        if not lw.is_python(bound["condition"]):
+            raise Unsupported("a guard on tensor values (not on sizes) is checked only by running it")
+        return PythonCall(function, (bound["condition"], bound["message"]), guard=True)
+
+    return handler
+
+
+def method_alias(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.contiguous()``, ``x.detach()``, ``x.clone()``: the same values (lowered ops never write their inputs)."""
+    return Alias(node.args[0])
+
+
+FUNCTIONS: dict[Any, Handler] = {
+    builtins.getattr: _getattr,
+    torch._assert: _guard(check_guard),
+    torch.fx._symbolic_trace._assert_is_none: _guard(check_is_none),
+    **{f: python_only(f) for f in PYTHON_OPERATORS if f not in _TENSOR_ARITHMETIC},
+}
+
+METHODS: dict[str, Handler] = {
+    "size": _size,
+    "dim": lambda lw, node: PythonCall(ndim_of, (node.args[0],)),
+    "numel": lambda lw, node: PythonCall(numel_of, (node.args[0],)),
+    "contiguous": method_alias,
+    "detach": method_alias,
+    "clone": method_alias,
+}

@@ -1,0 +1,386 @@
+"""Data-movement rules: views and reshapes, permutations, expansion, indexing and slicing,
+chunk/split/unbind, concatenation and stacking, padding and channel shuffle.
+
+Sizes these ops need (a permutation from the input's rank, a slice's bounds, a view's shape) are
+``Deferred``: computed when planning from the shapes the Model is called with, so one conversion
+serves every input shape for which torch's own rule gives the same structure.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from .lower_python import python_getitem, shape_of
+from .lowered import (Alias, Deferred, Handler, Lowered, LoweredOp, Parts, Unsupported, deferred, signature,
+                      sizes_argument, varargs)
+
+if TYPE_CHECKING:
+    from .lowering import Lowerer
+
+# ---------------------------------------------------------------------------- shape functions
+# (module level, so that models pickle; ``array`` is anything with a ``shape``)
+
+
+def _dim(dim: int, rank: int) -> int:
+    if not -rank <= dim < rank:
+        raise IndexError(f"dimension {dim} out of range for a {rank}-D array")
+    return dim % rank
+
+
+def normalized_perm(array: Any, dims: tuple[int, ...]) -> tuple[int, ...]:
+    """``permute(dims)`` with negative dimensions counted from the end."""
+    return tuple(_dim(d, len(array.shape)) for d in dims)
+
+
+def swapped_perm(array: Any, dim0: int, dim1: int) -> tuple[int, ...]:
+    """The permutation of ``transpose(dim0, dim1)``."""
+    rank = len(array.shape)
+    perm = list(range(rank))
+    a, b = _dim(dim0, rank), _dim(dim1, rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    return tuple(perm)
+
+
+def unsqueezed_shape(array: Any, dim: int) -> tuple[int, ...]:
+    shape = list(array.shape)
+    shape.insert(_dim(dim, len(shape) + 1), 1)
+    return tuple(shape)
+
+
+def squeezed_shape(array: Any, dims: Any = None) -> tuple[int, ...]:
+    shape = tuple(array.shape)
+    chosen = range(len(shape)) if dims is None else [_dim(d, len(shape)) for d in (dims if isinstance(dims, (tuple, list)) else (dims,))]
+    return tuple(s for d, s in enumerate(shape) if not (d in chosen and s == 1))
+
+
+def without_dim(array: Any, dim: int) -> tuple[int, ...]:
+    shape = list(array.shape)
+    del shape[_dim(dim, len(shape))]
+    return tuple(shape)
+
+
+def size_along(array: Any, dim: int) -> int:
+    return int(array.shape[_dim(dim, len(array.shape))])
+
+
+def expanded_shape(array: Any, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """``expand(*sizes)``: -1 keeps the size; new leading dimensions may be added."""
+    shape, new = tuple(array.shape), len(sizes) - len(array.shape)
+    if new < 0:
+        raise ValueError(f"expand to {len(sizes)} sizes {tuple(sizes)} of a {len(shape)}-D array")
+    return tuple(int(shape[d - new]) if s == -1 and d >= new else int(s) for d, s in enumerate(sizes))
+
+
+def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    shape = list(array.shape)
+    d = _dim(dim, len(shape))
+    return tuple(shape[:d] + list(sizes) + shape[d + 1 :])
+
+
+def chunk_sections(array: Any, chunks: int, dim: int) -> tuple[int, ...]:
+    """torch.chunk's parts: each ceil(n / chunks) long, the last one shorter (so maybe fewer parts)."""
+    n = size_along(array, dim)
+    if n == 0 or chunks < 1:
+        raise ValueError(f"chunk of a dimension of size {n} into {chunks} parts")
+    return split_sections(array, math.ceil(n / chunks), dim)
+
+
+def split_sections(array: Any, size: int, dim: int) -> tuple[int, ...]:
+    """torch.split's parts of ``size`` each (the last one shorter)."""
+    n = size_along(array, dim)
+    if size < 1 or n == 0:
+        raise ValueError(f"split of a dimension of size {n} into parts of {size}")
+    return (size,) * (n // size) + ((n % size,) if n % size else ())
+
+
+def torch_pads(pad: Any) -> tuple[tuple[int, int], ...]:
+    """F.pad's flat (last dimension first) list as (before, after) pairs from the first padded dimension."""
+    if len(pad) % 2:
+        raise ValueError(f"F.pad's pad must have an even length, got {tuple(pad)}")
+    pairs = [(int(pad[i]), int(pad[i + 1])) for i in range(0, len(pad), 2)]
+    return tuple(reversed(pairs))
+
+
+def grouped_shape(array: Any, groups: int) -> tuple[int, ...]:
+    """Channel shuffle's first view: (N, groups, C / groups, ...)."""
+    n, channels, *rest = array.shape
+    if channels % groups:
+        raise ValueError(f"channel shuffle of {channels} channels into {groups} groups")
+    return (n, groups, channels // groups, *rest)
+
+
+def shuffle_perm(array: Any) -> tuple[int, ...]:
+    """Channel shuffle's transpose of the two group axes of the grouped (rank + 1)-D view."""
+    return (0, 2, 1, *range(3, len(array.shape) + 1))
+
+
+def _index_spread(index: tuple[Any, ...], rank: int) -> list[tuple[Any, ...]]:
+    """The entries of an index with the Ellipsis (or the missing tail) as full slices."""
+    used = sum(e[0] in ("int", "slice") for e in index)
+    if used > rank:
+        raise IndexError(f"{used} indices into a {rank}-D array")
+    full = [("slice", None, None)] * (rank - used)
+    at = next((k for k, e in enumerate(index) if e[0] == "..."), len(index))
+    return [*index[:at], *full, *(e for e in index[at:] if e[0] != "...")]
+
+
+def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(begin, size) of the block an index selects, and the shape of the result."""
+    shape, begin, size, out = tuple(array.shape), [], [], []
+    d = 0
+    for entry in _index_spread(index, len(shape)):
+        if entry[0] == "new":
+            out.append(1)
+            continue
+        n = int(shape[d])
+        if entry[0] == "int":
+            if not -n <= entry[1] < n:
+                raise IndexError(f"index {entry[1]} out of range for dimension {d} of size {n}")
+            begin.append(entry[1] % n)
+            size.append(1)
+        else:
+            start, stop, _ = slice(entry[1], entry[2]).indices(n)
+            begin.append(start)
+            size.append(max(stop - start, 0))
+            out.append(size[-1])
+        d += 1
+    return tuple(begin), tuple(size), tuple(out)
+
+
+def slice_begin(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+    return _index_parts(array, index)[0]
+
+
+def slice_size(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+    return _index_parts(array, index)[1]
+
+
+def indexed_shape(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+    return _index_parts(array, index)[2]
+
+
+# ---------------------------------------------------------------------------- rules
+
+
+def reshape(x: Any, shape: Any) -> LoweredOp:
+    return LoweredOp("reshape", [x], {"shape": tuple(shape) if isinstance(shape, list) else shape})
+
+
+def transpose(x: Any, perm: Any) -> LoweredOp:
+    return LoweredOp("transpose", [x], {"perm": perm})
+
+
+def permutation(x: Any, dims: Any) -> LoweredOp:
+    """``transpose`` by ``dims`` (torch's permute): as given when it is literal and non-negative."""
+    literal = isinstance(dims, (tuple, list)) and all(isinstance(d, int) and d >= 0 for d in dims)
+    return transpose(x, tuple(dims) if literal else Deferred(normalized_perm, (x, dims)))
+
+
+def _view(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.view(a, b)``, ``x.view((a, b))``, ``x.view(shape)``, ``x.reshape(...)``: sizes may be computed in forward."""
+    x, rest = node.args[0], node.args[1:]
+    shape = node.kwargs.get("shape", node.kwargs.get("size"))
+    shape = sizes_argument(tuple(rest)) if shape is None else shape
+    if isinstance(shape, torch.dtype):
+        raise Unsupported("Tensor.view(dtype) reinterprets the bytes; no registry op does that")
+    return reshape(x, shape)
+
+
+def _reshape(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "shape"), node)
+    return reshape(bound["input"], bound["shape"])
+
+
+def _like(op: str) -> Handler:
+    """``x.view_as(y)``, ``x.reshape_as(y)``, ``x.expand_as(y)``: the shape of the other tensor."""
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(signature("self", "other"), node)
+        return LoweredOp(op, [bound["self"]], {"shape": Deferred(shape_of, (bound["other"],))})
+
+    return handler
+
+
+def _permute(lw: Lowerer, node: fx.Node) -> Lowered:
+    if node.op == "call_method":
+        bound = lw.bind(varargs("dims", "self"), node)
+        return permutation(bound["self"], sizes_argument(bound["dims"]))
+    bound = lw.bind(signature("input", "dims"), node)
+    return permutation(bound["input"], bound["dims"])
+
+
+def _transpose(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "dim0", "dim1"), node)
+    return transpose(bound["input"], Deferred(swapped_perm, (bound["input"], bound["dim0"], bound["dim1"])))
+
+
+def tensor_attribute(lw: Lowerer, obj: Any, name: str) -> Lowered:
+    """``x.T`` (every axis reversed) and ``x.mT`` (the last two swapped)."""
+    if name == "T":
+        return transpose(obj, None)
+    if name == "mT":
+        return transpose(obj, Deferred(swapped_perm, (obj, -2, -1)))
+    raise Unsupported(f"tensor attribute {name!r} has no registry op")
+
+
+def _shaped(function: Any, *names: str, **defaults: Any) -> Handler:
+    """A reshape whose shape ``function`` computes from the input and the other arguments."""
+    sig = signature("input", *names, **defaults)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        x = bound.pop("input")
+        return reshape(x, Deferred(function, (x, *bound.values())))
+
+    return handler
+
+
+def _expand(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(varargs("sizes", "self", implicit=False), node)
+    x, sizes = bound["self"], sizes_argument(bound["sizes"])
+    return LoweredOp("broadcast_to", [x], {"shape": Deferred(expanded_shape, (x, sizes))})
+
+
+def _cat(axis_name: str) -> Handler:
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(signature("tensors", **{axis_name: 0}), node)
+        tensors = bound["tensors"]
+        if not isinstance(tensors, (list, tuple)) or not tensors:
+            raise Unsupported("concatenating something other than a list of tensors")
+        return LoweredOp("concat", list(tensors), {"axis": bound[axis_name]})
+
+    return handler
+
+
+def _stack(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("tensors", dim=0), node)
+    tensors, dim = bound["tensors"], bound["dim"]
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise Unsupported("stacking something other than a list of tensors")
+    return LoweredOp("concat", [reshape(t, Deferred(unsqueezed_shape, (t, dim))) for t in tensors], {"axis": dim})
+
+
+def _parts(lw: Lowerer, node: fx.Node, part: Any) -> Parts:
+    """A tuple-valued node whose i-th item is ``part(i)`` (made once per item)."""
+    lw.check_users_index(node)
+    made: dict[int, Lowered] = {}
+    return Parts(lambda i: made[i] if i in made else made.setdefault(i, part(i)))
+
+
+def _chunk(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "chunks", dim=0), node)
+    x, dim = bound["input"], bound["dim"]
+    sections = Deferred(chunk_sections, (x, bound["chunks"], dim))
+    return _parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
+
+
+def _split(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "split_size_or_sections", dim=0), node)
+    x, dim, size = bound["input"], bound["dim"], bound["split_size_or_sections"]
+    sections = tuple(size) if isinstance(size, (list, tuple)) else Deferred(split_sections, (x, size, dim))
+    return _parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
+
+
+def _unbind(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", dim=0), node)
+    x, dim = bound["input"], bound["dim"]
+    count, shape = Deferred(size_along, (x, dim)), Deferred(without_dim, (x, dim))
+    return _parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": i, "axis": dim}), shape))
+
+
+def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
+    entries: list[tuple[Any, ...]] = []
+    for item in index if isinstance(index, tuple) else (index,):
+        if item is None:
+            entries.append(("new",))
+        elif item is Ellipsis:
+            entries.append(("...",))
+        elif isinstance(item, slice):
+            if item.step not in (None, 1):
+                raise Unsupported(f"slicing with step {item.step!r} (only step 1 is lowered)")
+            entries.append(("slice", item.start, item.stop))
+        elif isinstance(item, int) and not isinstance(item, bool) or isinstance(item, fx.Node) and lw.is_python(item):
+            entries.append(("int", item))
+        else:
+            raise Unsupported(f"indexing a tensor with {type(item).__name__} values (a gather) has no registry op")
+    return tuple(entries)
+
+
+def tensor_index(lw: Lowerer, x: Any, index: Any) -> Lowered:
+    """``x[...]`` with ints, slices of step 1, None and Ellipsis: a slice, then a reshape for ints and Nones."""
+    entries = _index_entries(lw, index)
+    cuts = any(e[0] == "int" or e[0] == "slice" and (e[1], e[2]) != (None, None) for e in entries)
+    reshapes = any(e[0] in ("int", "new") for e in entries)
+    value: Any = x
+    if cuts:
+        value = LoweredOp("slice", [x], {"begin": Deferred(slice_begin, (x, entries)), "size": Deferred(slice_size, (x, entries))})
+    if reshapes:
+        value = reshape(value, Deferred(indexed_shape, (x, entries)))
+    return value if isinstance(value, LoweredOp) else Alias(x)
+
+
+def _getitem(lw: Lowerer, node: fx.Node) -> Lowered:
+    lowered = python_getitem(lw, node)
+    return lowered if lowered is not None else tensor_index(lw, node.args[0], node.args[1])
+
+
+def pad(x: Any, pads: Any, mode: str = "constant", value: Any = None) -> LoweredOp:
+    """F.pad's arguments as a ``pad`` op (its modes: constant, reflect, replicate)."""
+    if mode not in ("constant", "reflect", "replicate"):
+        raise Unsupported(f"padding mode {mode!r} (the pad op has constant, reflect and replicate)")
+    return LoweredOp("pad", [x], {"pads": deferred(torch_pads, pads), "mode": mode, "value": 0.0 if value is None else value})
+
+
+def _pad(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "pad", mode="constant", value=None), node)
+    return pad(bound["input"], bound["pad"], bound["mode"], bound["value"])
+
+
+def channel_shuffle(x: Any, groups: Any) -> LoweredOp:
+    """(N, C, ...) viewed as (N, groups, C / groups, ...), its group axes swapped, viewed back."""
+    grouped = reshape(x, Deferred(grouped_shape, (x, groups)))
+    return reshape(transpose(grouped, Deferred(shuffle_perm, (x,))), Deferred(shape_of, (x,)))
+
+
+def _channel_shuffle(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "groups"), node)
+    return channel_shuffle(bound["input"], bound["groups"])
+
+
+_FLATTEN_SIG = signature("input", start_dim=0, end_dim=-1)
+
+
+def _flatten(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(_FLATTEN_SIG, node)
+    return LoweredOp("flatten", [bound.pop("input")], bound)
+
+
+_UNSQUEEZE = _shaped(unsqueezed_shape, "dim")
+_SQUEEZE = _shaped(squeezed_shape, dim=None)
+_UNFLATTEN = _shaped(unflattened_shape, "dim", "sizes")
+
+FUNCTIONS: dict[Any, Handler] = {
+    torch.flatten: _flatten, torch.reshape: _reshape,
+    torch.permute: _permute, torch.transpose: _transpose, torch.swapaxes: _transpose, torch.swapdims: _transpose,
+    torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE, torch.unflatten: _UNFLATTEN,
+    torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
+    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind,
+    F.pad: _pad, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
+    torch.native_channel_shuffle: _channel_shuffle,
+    operator.getitem: _getitem,
+}  # fmt: skip
+
+METHODS: dict[str, Handler] = {
+    "flatten": _flatten, "view": _view, "reshape": _view, "view_as": _like("reshape"), "reshape_as": _like("reshape"),
+    "permute": _permute, "transpose": _transpose, "swapaxes": _transpose, "swapdims": _transpose,
+    "t": lambda lw, node: transpose(node.args[0], None),
+    "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
+    "expand": _expand, "expand_as": _like("broadcast_to"),
+    "chunk": _chunk, "split": _split, "unbind": _unbind,
+}  # fmt: skip

@@ -1,0 +1,52 @@
+"""scaled_dot_product_attention and its gradients: cuBLAS batched products (_blas.matmul) around the backend's
+softmax (the spec's computation: see algoswap._specs.attention)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+
+from algoswap import attention_mask
+
+from ._blas import matmul
+from .reduce import sum_to_shape
+from .softmax import softmax, softmax_grad
+
+
+def _t(a: Any) -> Any:
+    return cp.swapaxes(a, -1, -2)
+
+
+def _weights(q: Any, k: Any, mask: Any, is_causal: bool, scale: float) -> Any:
+    """softmax(scale * q @ k^T + mask) over the keys; rows of scores all -inf give zeros (torch's _safe_softmax)."""
+    scores = matmul(q, _t(k)) * q.dtype.type(scale)
+    added = attention_mask(mask, is_causal, q.shape[-2], k.shape[-2], q.dtype, cp)
+    if added is not None:
+        scores += added
+    fully_masked = cp.all(scores == -cp.inf, axis=-1, keepdims=True)
+    return cp.where(fully_masked, q.dtype.type(0), softmax(scores, axis=-1))
+
+
+def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool, scale: float) -> Any:
+    return matmul(_weights(q, k, mask, is_causal, scale), v)
+
+
+def _scores_grad(dy: Any, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: float) -> Any:
+    """scale * P * (dP - rowsum(dP * P)), dP = dy @ v^T: the gradient of q @ k^T."""
+    return softmax_grad(matmul(dy, _t(v)), _weights(q, k, mask, is_causal, scale), axis=-1) * q.dtype.type(scale)
+
+
+def scaled_dot_product_attention_grad_query(dy: Any, q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool,
+                                            scale: float) -> Any:
+    return sum_to_shape(matmul(_scores_grad(dy, q, k, v, mask, is_causal, scale), k), shape=q.shape)
+
+
+def scaled_dot_product_attention_grad_key(dy: Any, q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool,
+                                          scale: float) -> Any:
+    return sum_to_shape(matmul(_t(_scores_grad(dy, q, k, v, mask, is_causal, scale)), q), shape=k.shape)
+
+
+def scaled_dot_product_attention_grad_value(dy: Any, q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool,
+                                            scale: float) -> Any:
+    return sum_to_shape(matmul(_t(_weights(q, k, mask, is_causal, scale)), dy), shape=v.shape)

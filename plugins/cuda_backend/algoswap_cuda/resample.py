@@ -1,0 +1,55 @@
+"""interpolate and its gradient: our CUDA kernels (_kernels.INTERPOLATE), one thread per output element,
+reading the taps torch reads (algoswap.interpolation_taps, copied to the GPU once per geometry)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from algoswap import LRUCache, declare_cache, interpolation_taps
+
+from . import _kernels
+from ._runtime import contiguous
+
+Pair = tuple[int, int]
+TABLES = declare_cache("cuda_interpolation_taps", 256, "CUDA: interpolate's taps on the GPU, per axis geometry, dtype and device")
+_tables: LRUCache[tuple[Any, Any]] = LRUCache(TABLES)
+
+
+def _device_taps(size: int, out: int, factor: float | None, mode: str, align_corners: Any, dtype: Any) -> tuple[Any, Any]:
+    """((out, 2) int32 indices, (out, 2) weights of ``dtype``) on the current GPU."""
+    key = (size, out, factor, mode, align_corners, str(dtype), cp.cuda.runtime.getDevice())
+    found = _tables.get(key)
+    if found is None:
+        first, second, w0, w1 = interpolation_taps(size, out, factor, mode, align_corners, str(dtype))
+        found = _tables.put(key, (cp.asarray(np.stack([first, second], axis=1).astype(np.int32)),
+                                  cp.asarray(np.stack([w0, w1], axis=1).astype(dtype))))
+    return found
+
+
+def _launch(name: str, source: Any, target: Any, extents: Pair, outputs: Pair, scale_factor: Any, mode: str,
+            align_corners: Any, count: int) -> None:
+    """Run ``name`` over ``count`` outputs of interpolating planes of ``extents`` to ``outputs``."""
+    rows = _device_taps(extents[0], outputs[0], None if scale_factor is None else scale_factor[0], mode, align_corners,
+                        source.dtype)
+    cols = _device_taps(extents[1], outputs[1], None if scale_factor is None else scale_factor[1], mode, align_corners,
+                        source.dtype)
+    planes = int(source.shape[0] * source.shape[1])
+    _kernels.launch(_kernels.INTERPOLATE, name, source.dtype.name, count, (source, target, rows[0], cols[0], rows[1], cols[1]),
+                    planes, *extents, *outputs, mode == "nearest")
+
+
+def interpolate(x: Any, *, size: Pair, scale_factor: Any, mode: str, align_corners: Any, recompute_scale_factor: Any) -> Any:
+    x = contiguous(x)
+    y = cp.empty((*x.shape[:2], *size), dtype=x.dtype)
+    _launch("interpolate", x, y, x.shape[2:], size, scale_factor, mode, align_corners, y.size)
+    return y
+
+
+def interpolate_grad(dy: Any, *, input_size: tuple[int, ...], scale_factor: Any, mode: str, align_corners: Any) -> Any:
+    dy = contiguous(dy)
+    dx = cp.zeros(input_size, dtype=dy.dtype)
+    _launch("interpolate_grad", dy, dx, input_size[2:], dy.shape[2:], scale_factor, mode, align_corners, dy.size)
+    return dx
