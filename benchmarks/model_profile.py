@@ -10,7 +10,8 @@ Printed per model: our time per run and the sum of the step medians (the rest is
 Python work between steps), each kind of step against ORT's kinds, then every convolution (ours matched
 with ORT's Conv of the same input, weight and output shapes, in order). ORT turns a batch norm it cannot
 fold into a depthwise 1x1 "Conv" of its blocked layout (with the ReLU after it fused): those are listed as
-"BatchNormalization (as Conv)". ``--onednn-verbose`` runs the model again in a child process with
+"BatchNormalization (as Conv)"; ORT pads small channel counts to its block size, so such convolutions find no
+match ("nan"). ``--onednn-verbose`` runs the model again in a child process with
 ONEDNN_VERBOSE=1 and sums oneDNN's own timings by primitive and implementation (reorders show there).
 """
 
