@@ -264,12 +264,20 @@ def _fused_cases() -> list[Case]:
     return cases
 
 
+def _batchnorm2d_fused_cases() -> list[Case]:
+    """batchnorm2d_fused from the batchnorm2d cases, each with every activation in turn (and none)."""
+    return [(shapes, {**attrs, "activation": activation}) for shapes, attrs in BATCHNORM2D
+            for activation in ("none", *FUSED_ACTIVATIONS)]
+
+
 def cases_for(op: str) -> list[Case]:
     """Every case of ``op`` (gradient ops derive theirs from their forward op's cases)."""
     if op in FORWARD:
         return FORWARD[op]
     if op == "conv2d_fused":
         return _fused_cases()
+    if op == "batchnorm2d_fused":
+        return _batchnorm2d_fused_cases()
     if op in GRADIENT_BUILDERS:
         forward, build = GRADIENT_BUILDERS[op]
         return _grad_cases(forward, build)

@@ -212,11 +212,13 @@ def _norm_grad_weight(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scal
 
 
 def _batchnorm2d(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
-    """(x - mean) / sqrt(var + eps) * w + b, which implementations fold into x * s + (b - mean * s)."""
+    """(x - mean) / sqrt(var + eps) * w + b, which implementations fold into x * s + (b - mean * s); a fused
+    activation after it (batchnorm2d_fused) grows its error by the activation's largest slope."""
     x, mean, var, weight, bias = inputs
     w, b = _param(op, weight, x), _param(op, bias, x)
     terms = (np.abs(x) + np.abs(mean)[:, None, None]) / np.sqrt(var + attrs["eps"])[:, None, None]
-    return terms * (1 if w is None else w) + (0 if b is None else b), 1
+    slope = ACTIVATION_SLOPES[attrs.get("activation", "none")]
+    return (terms * (1 if w is None else w) + (0 if b is None else b)) * slope, 1
 
 
 def _targets(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -303,6 +305,7 @@ SPELLED_OUT: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
     "softmax_grad": _softmax_grad,
     "log_softmax_grad": _log_softmax_grad,
     "batchnorm2d": _batchnorm2d,
+    "batchnorm2d_fused": _batchnorm2d,
     "interpolate": _interpolate,
     **{f"scaled_dot_product_attention{part}": _attention for part in ("", "_grad_query", "_grad_key", "_grad_value")},
     "interpolate_grad": _interpolate,

@@ -286,6 +286,48 @@ def test_swap_backend_fuses_conv_add_relu_on_the_gpu() -> None:
     assert_close(got, expected, **network_terms(module), context="against torch")
 
 
+@gpu
+def test_swap_backend_fuses_batchnorm_relu_on_the_gpu() -> None:
+    """A small torchvision DenseNet: its batch norm → relu pre-activations run as cuda batchnorm2d_fused calls
+    (one raw-kernel pass) and give what the unfused model and PyTorch give."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision")
+    from algoswap._zoo_foreign import import_library
+
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        module = import_library("torchvision").models.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16,
+                                                               bn_size=2, num_classes=10).eval().cuda()
+        x = torch.randn(2, 3, 32, 32).cuda()
+    with torch.no_grad():
+        expected = module(x)
+    fused = algoswap.swap_backend(module, sample_input_shape=tuple(x.shape))
+    unfused = algoswap.swap_backend(module, sample_input_shape=tuple(x.shape), fuse=False)
+    got = fused(x)
+    chains = [row for row in fused.explain() if row.op == "batchnorm2d+relu"]
+    assert len(chains) == 6, [row.op for row in fused.explain()]  # four dense layers, the transition, norm5
+    assert all(row.implementation == "cuda:direct" and "one pass" in row.kernel for row in chains), chains
+    assert_close(got, unfused(x), **network_terms(module), context="fused against unfused")
+    assert_close(got, expected, **network_terms(module), context="against torch")
+
+
+@gpu
+@pytest.mark.parametrize("activation", ["none", *algoswap.FUSED_ACTIVATIONS])
+def test_batchnorm2d_fused_keeps_nan_and_inf_as_torch(activation: str, rng: np.random.Generator) -> None:
+    """NaN, +inf and -inf in the input (and a zero weight, where inf * 0 is NaN) come out where PyTorch has them,
+    on C-contiguous and channels-last input."""
+    x = rng.standard_normal((2, 8, 5, 7)).astype(np.float32)
+    x[0, 1, 2, 3], x[1, 4, 0, 0], x[1, 5, 4, 6], x[0, 2, 1, 1] = np.nan, np.inf, -np.inf, np.inf
+    mean, weight, bias = (rng.standard_normal(8).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2.0, 8).astype(np.float32)
+    weight[2] = 0.0
+    for given in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+        problem = _against_torch("batchnorm2d_fused", [given, mean, var, weight, bias], "direct", 2e-5, eps=1e-5,
+                                 activation=activation)
+        assert not problem, f"batchnorm2d_fused, {activation}: {problem}"
+
+
 # ------------------------------------------------------- NaN and inf as PyTorch has them (issue 12)
 
 def _against_torch(op: str, inputs: list[Any], algorithm: str, tolerance: float, **attrs: Any) -> str:

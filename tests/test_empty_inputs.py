@@ -75,7 +75,7 @@ def _cases() -> list[Any]:
 # Ops whose batch-0 cases must give an empty output (what torch gives), not an error.
 MUST_BE_EMPTY = {
     "conv2d", "conv2d_fused", "conv2d_grad_input", "linear", "linear_grad_input", "maxpool2d", "avgpool2d",
-    "adaptiveavgpool2d", "relu", "flatten", "add", "batchnorm2d", "softmax", "log_softmax", "layer_norm",
+    "adaptiveavgpool2d", "relu", "flatten", "add", "batchnorm2d", "batchnorm2d_fused", "softmax", "log_softmax", "layer_norm",
     "sigmoid", "tanh", "leaky_relu", "reshape", "matmul", "transpose", "dropout",
 }
 MUST_FILL = {"conv2d_grad_weight", "conv2d_grad_bias", "linear_grad_weight", "linear_grad_bias", "reduce_sum"}

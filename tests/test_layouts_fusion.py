@@ -99,8 +99,9 @@ def test_a_dense_block_runs_concat_and_batch_norm_on_dnnl_and_matches_torch(rng:
     with torch.no_grad():
         expected = model(x)
     assert_close(converted(x), expected, **network_terms(model), context="dense block")
-    assert {(step.op, step.backend) for step in converted.program.steps if step.op in ("concat", "batchnorm2d")} == {
-        ("concat", "dnnl"), ("batchnorm2d", "dnnl")}
+    ops = ("concat", "batchnorm2d", "batchnorm2d+relu")
+    assert {(step.op, step.backend) for step in converted.program.steps if step.op in ops} == {
+        ("concat", "dnnl"), ("batchnorm2d+relu", "dnnl")}  # each batch norm with its relu fused
 
 
 def test_arrange_leaves_weights_and_already_ordered_arrays_alone() -> None:

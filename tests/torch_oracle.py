@@ -83,13 +83,20 @@ def _conv2d(x: Any, w: Any, b: Any, stride: Any = 1, padding: Any = ((0, 0), (0,
     return F.conv2d(padded, w, b, stride=stride, dilation=dilation, groups=groups)
 
 
-def _conv2d_fused(x: Any, w: Any, b: Any, residual: Any, activation: str, **attrs: Any) -> Any:
-    y = _conv2d(x, w, b, **attrs)
-    y = y if residual is None else y + residual
+def _activated(y: Any, activation: str) -> Any:
     if activation == "none":
         return y
     op, op_attrs = FUSED_ACTIVATIONS[activation]
     return FORWARD[op](y, **op_attrs)
+
+
+def _conv2d_fused(x: Any, w: Any, b: Any, residual: Any, activation: str, **attrs: Any) -> Any:
+    y = _conv2d(x, w, b, **attrs)
+    return _activated(y if residual is None else y + residual, activation)
+
+
+def _batchnorm2d(x: Any, mean: Any, var: Any, w: Any, b: Any, eps: float = 1e-5) -> Any:
+    return F.batch_norm(x, mean, var, w, b, training=False, eps=eps)
 
 
 def _layer_norm(x: Any, w: Any, b: Any, normalized_ndim: int = 1, eps: float = 1e-5) -> Any:
@@ -191,7 +198,9 @@ FORWARD: dict[str, Fn] = {
     "flatten": lambda x, start_dim=1, end_dim=-1: torch.flatten(x, start_dim, end_dim),
     "reshape": lambda x, shape: x.reshape(shape),
     "concat": lambda *xs, axis=0: torch.cat(xs, axis),
-    "batchnorm2d": lambda x, mean, var, w, b, eps=1e-5: F.batch_norm(x, mean, var, w, b, training=False, eps=eps),
+    "batchnorm2d": _batchnorm2d,
+    "batchnorm2d_fused": lambda x, mean, var, w, b, eps=1e-5, activation="none": _activated(
+        _batchnorm2d(x, mean, var, w, b, eps), activation),
     "batch_norm_train": _batch_norm_train,
     "layer_norm": _layer_norm,
     "softmax": lambda x, axis=-1: torch.softmax(x, axis),

@@ -157,6 +157,8 @@ FUSED_ACTIVATIONS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyTyp
     "gelu": ("gelu", MappingProxyType({"approximate": "none"})),
 })
 ACTIVATIONS = ("none", *FUSED_ACTIVATIONS)
+# the attribute of the fused twins (conv2d_fused, batchnorm2d_fused)
+ACTIVATION = Attr("activation", "none", choice(*ACTIVATIONS), "applied last: 'none', 'relu', 'relu6', 'silu', 'hardswish' or 'gelu' (exact)")
 
 
 def _fused_geometry(shapes: dict[str, Any], attrs: dict[str, Any]) -> ConvGeometry:
@@ -171,8 +173,7 @@ conv2d_fused = OpSpec(
     "conv2d_fused",
     (Input("input", (4,)), Input("weight", (4,)), Input("bias", (1,), optional=True),
      Input("residual", (4,), optional=True, doc="added to the convolution's output (a residual connection)")),
-    CONV_ATTRS + (Attr("activation", "none", choice(*ACTIVATIONS),
-                       "applied last: 'none', 'relu', 'relu6', 'silu', 'hardswish' or 'gelu' (exact)"),),
+    CONV_ATTRS + (ACTIVATION,),
     resolve=_resolve_conv2d,
     geometry=_fused_geometry,
     family="conv",

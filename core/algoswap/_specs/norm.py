@@ -1,4 +1,4 @@
-"""Normalisation: inference batch norm (batchnorm2d), training batch norm with batch statistics
+"""Normalisation: inference batch norm (batchnorm2d, and batchnorm2d_fused with an activation after it), training batch norm with batch statistics
 (batch_norm_train), layer norm and instance norm, with the gradients of the last three."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .._errors import InvalidSpec
 from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
 from ._convert import integer
-
+from .conv import ACTIVATION
 
 
 def _eps(value: Any) -> float:
@@ -49,21 +49,38 @@ def _per_channel(shapes: dict[str, Any], names: tuple[str, ...]) -> Shape:
 
 # ------------------------------------------------------------------------------ batchnorm2d
 
+_BATCHNORM2D_INPUTS = (
+    Input("input", (4,)),
+    Input("running_mean", (1,)),
+    Input("running_var", (1,)),
+    Input("weight", (1,), optional=True),
+    Input("bias", (1,), optional=True),
+)
+
+
+def _batchnorm2d_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    return _per_channel(shapes, ("running_mean", "running_var", "weight", "bias"))
+
+
 # Inference only: no gradient rules (training mode normalises with batch statistics: batch_norm_train).
 batchnorm2d = OpSpec(
     "batchnorm2d",
-    (
-        Input("input", (4,)),
-        Input("running_mean", (1,)),
-        Input("running_var", (1,)),
-        Input("weight", (1,), optional=True),
-        Input("bias", (1,), optional=True),
-    ),
+    _BATCHNORM2D_INPUTS,
     (_EPS,),
-    shape_rule=lambda shapes, attrs: _per_channel(shapes, ("running_mean", "running_var", "weight", "bias")),
+    shape_rule=_batchnorm2d_shape,
     family="norm",
     doc="(input - running_mean) / sqrt(running_var + eps) * weight + bias per channel (dim 1), "
     "like torch.nn.BatchNorm2d in eval mode.",
+)
+batchnorm2d_fused = OpSpec(
+    "batchnorm2d_fused",
+    _BATCHNORM2D_INPUTS,
+    (_EPS, ACTIVATION),
+    shape_rule=_batchnorm2d_shape,
+    family="norm",
+    doc="activation(batchnorm2d(input, running_mean, running_var, weight, bias)): an inference batch norm with the "
+        "activation after it fused; swap_backend runs one where a batchnorm2d feeds only an activation (relu, relu6, "
+        "silu, hardswish, exact gelu) and the backend serving the batch norm fuses it (DenseNet's pre-activations).",
 )
 
 # ------------------------------------------------------------------------- batch_norm_train
@@ -219,7 +236,7 @@ layer_norm_grad_bias = OpSpec(
 )
 
 SPECS = (
-    batchnorm2d,
+    batchnorm2d, batchnorm2d_fused,
     batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight, batch_norm_train_grad_bias,
     layer_norm, layer_norm_grad_input, layer_norm_grad_weight, layer_norm_grad_bias,
     instance_norm, instance_norm_grad_input, instance_norm_grad_weight, instance_norm_grad_bias,

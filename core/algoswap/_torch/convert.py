@@ -76,8 +76,10 @@ def swap_backend(
 
     ``fuse`` (default True): a conv2d whose output feeds only an add and/or an activation (relu,
     relu6, silu, hardswish, exact gelu) runs with them as one ``conv2d_fused`` call where the conv2d's
-    implementation has such a twin that fuses them (oneDNN post-ops, the CUDA epilogue);
-    ``explain()`` shows each fused chain, or why it stayed unfused.
+    implementation has such a twin that fuses them (oneDNN post-ops, the CUDA epilogue); likewise
+    a batchnorm2d (one not folded into a convolution) whose output feeds only such an activation
+    runs with it as one ``batchnorm2d_fused`` call. ``explain()`` shows each fused chain, or why it
+    stayed unfused.
     """
     if not isinstance(module, nn.Module):
         raise ConversionError(f"{CALLER}: expected a torch.nn.Module, got {type(module).__name__}")

@@ -18,7 +18,7 @@ from .._records import MemorySpace
 from .._ref import resolve_ref
 from .._runner import bfloat16
 from ..graph._executor import Executor, space_of
-from ..graph._fusion import Chain
+from ..graph._fusion import TWINS, Chain
 from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topological, with_values
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
@@ -77,13 +77,14 @@ class Model:
 
     @property
     def fused(self) -> list[Chain]:
-        """The conv2d chains (conv2d+add+relu, conv2d+relu, ...) that may run as one conv2d_fused call."""
+        """The fusion chains (conv2d+add+relu, conv2d+relu, batchnorm2d+relu, ...) that may run as one call of
+        their head's fused twin (conv2d_fused, batchnorm2d_fused)."""
         return self.chains
 
     def fused_step(self, chain: Chain) -> Step | None:
-        """The conv2d_fused step of a chain in the latest program, None if it ran unfused (or none ran)."""
+        """The fused step of a chain in the latest program, None if it ran unfused (or none ran)."""
         program = self.program
-        return None if program is None else next((s for s in program.steps if s.members and s.members[0] is chain.conv), None)
+        return None if program is None else next((s for s in program.steps if s.members and s.members[0] is chain.head), None)
 
     @property
     def constants(self) -> dict[str, np.ndarray]:
@@ -216,7 +217,8 @@ class Model:
         if folded:
             parts.append(f"{folded} batch norm{'s' if folded != 1 else ''} folded")
         if self.chains:
-            parts.append(f"{len(self.chains)} conv2d chain{'s' if len(self.chains) != 1 else ''} fusable")
+            heads = Counter(str(chain.head.op) for chain in self.chains)
+            parts.append(", ".join(f"{count} {op} chain{'s' if count != 1 else ''}" for op, count in heads.items()) + " fusable")
         for why, count in Counter("requested" if n.request == IN_TORCH else "fallback" for n in self.nodes if n.kind == "torch").items():
             parts.append(f"{count} node{'s' if count != 1 else ''} in torch ({why})")
         parts += [f"backends: {backends}", f"dtype {self.dtype}"]
@@ -233,7 +235,9 @@ def _op_row(step: Step) -> Row:
     notes = [f"batch norm {', '.join(folded)} folded"] if folded else []
     if step.members:
         fused = [f"{m.op} {m.name!r}" for m in step.members[1:]]
-        notes.append(f"one {selection.call.op} call: bias, {', '.join(fused)} fused into the convolution")
+        into = TWINS[str(step.members[0].op)].into
+        bias = ["bias"] if step.members[0].op == "conv2d" else []
+        notes.append(f"one {selection.call.op} call: {', '.join(bias + fused)} fused into {into}")
     row.note = "; ".join(filter(None, [*notes, step.note]))
     return row
 

@@ -243,16 +243,15 @@ class _Builder:
         ))
 
     def add_chain(self, chain: Chain) -> None:
-        """The chain as one conv2d_fused call where the convolution's request and memory space have
+        """The chain as one call of its head's fused twin where the head's request and memory space have
         one, chosen before any member is; else its members one by one, with the reason noted."""
-        conv = chain.conv
-        inputs = (*conv.inputs, chain.residual)
-        shapes, dtypes, spaces = self.array_inputs(conv, inputs)
-        where = inputs_space(conv.inputs, spaces[:-1])
-        fused = _fused_selection(conv, self.requests(conv), shapes, dtypes, chain.fused_attrs(conv.attrs), where)
+        head, inputs = chain.head, chain.inputs
+        shapes, dtypes, spaces = self.array_inputs(head, inputs)
+        where = inputs_space(head.inputs, spaces[:len(head.inputs)])
+        fused = _fused_selection(chain, self.requests(head), shapes, dtypes, where)
         if isinstance(fused, Selection):
-            self.emit(chain.last, fused, inputs, shapes, name=conv.name, label=chain.label, members=chain.members)
-            self.slots[id(conv)] = self.slots[id(chain.last)]
+            self.emit(chain.last, fused, inputs, shapes, name=head.name, label=chain.label, members=chain.members)
+            self.slots[id(head)] = self.slots[id(chain.last)]
             return
         first = len(self.steps)
         for member in chain.members:
@@ -357,20 +356,21 @@ class _Builder:
             step.free = tuple(sorted(frees.get(index, ())))
 
 
-def _fused_selection(conv: Node, requests: Sequence[str], shapes: list[Any], dtypes: list[Any], attrs: dict[str, Any],
+def _fused_selection(chain: Chain, requests: Sequence[str], shapes: list[Any], dtypes: list[Any],
                      where: MemorySpace) -> Selection | str:
-    """The conv2d_fused selection for a chain, or why it runs unfused. It must come from the backend
-    that leads for conv2d where the convolution runs (fused or not, the same backend serves it)."""
-    request = requests[0]
+    """The selection of the chain's fused twin, or why it runs unfused. It must come from the backend
+    that leads for the head's op where the head runs (fused or not, the same backend serves it)."""
+    request, twin, head = requests[0], chain.twin.spec.name, str(chain.head.op)
+    attrs = chain.fused_attrs(chain.head.attrs)
     try:
-        fused = select(get_registry(), "conv2d_fused", shapes, dtypes, attrs, request, memory_for(request, where))
+        fused = select(get_registry(), twin, shapes, dtypes, attrs, request, memory_for(request, where))
     except AlgoswapError as exc:
         reasons = _reasons(getattr(exc, "rejected", ()), request.partition(":")[0] if ":" in request else None)
-        return f"not fused: {request!r} has no conv2d_fused serving this call ({reasons or str(exc).splitlines()[0]})"
-    leader = _leading_backend(request, memory_for(request, where))
+        return f"not fused: {request!r} has no {twin} serving this call ({reasons or str(exc).splitlines()[0]})"
+    leader = _leading_backend(head, request, memory_for(request, where))
     if leader is not None and get_registry().backends[leader].priority > fused.backend.priority:
         reasons = _reasons(fused.rejected, leader)
-        return (f"not fused: {fused.impl.qualified} has a conv2d_fused, but conv2d runs on {leader}, which has none for "
+        return (f"not fused: {fused.impl.qualified} has a {twin}, but {head} runs on {leader}, which has none for "
                 f"this call{f' ({reasons})' if reasons else ''}")
     return fused
 
@@ -380,12 +380,12 @@ def _reasons(rejected: Sequence[tuple[str, str]], backend: str | None) -> str:
     return "; ".join(f"{name}: {reason}" for name, reason in rejected if backend is None or name.startswith(f"{backend}:"))
 
 
-def _leading_backend(request: str, memory: str | None) -> str | None:
-    """The highest-ranked available backend offering conv2d for ``request`` in ``memory``."""
+def _leading_backend(op: str, request: str, memory: str | None) -> str | None:
+    """The highest-ranked available backend offering ``op`` for ``request`` in ``memory``."""
     registry = get_registry()
     named = request.partition(":")[0] if ":" in request else None
     best: tuple[int, str] | None = None
-    for impl in registry.implementations("conv2d"):
+    for impl in registry.implementations(op):
         backend = registry.backends[impl.backend]
         if named is not None and impl.backend != named:
             continue

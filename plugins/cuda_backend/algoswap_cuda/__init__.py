@@ -161,4 +161,5 @@ _OPS: dict[str, dict[str, Any]] = {
     "slice": _COPY, "split": _COPY, "transpose": _COPY, "zeros_like": _COPY, "ones_like": _COPY,
     "one_hot": {"dtypes": tuple(dtype for dtype in ANY_DTYPES if dtype in INT_DTYPES), "kernel": "CuPy eye[indices]"},
     "csrmm": _CSRMM, "csrmm_grad_dense": _CSRMM,
+    "batchnorm2d_fused": {"kernel": "CuPy raw kernel: x * scale + shift per channel, then the activation, in one pass"},
 }

@@ -94,7 +94,7 @@ _OPS: dict[str, dict[str, Any]] = {
     "adaptiveavgpool2d": {**_BF16_ANY, "supports": f"{__name__}.pool:supports_adaptive"}, "interpolate": _ANY,
     "adaptiveavgpool2d_grad": {"supports": f"{__name__}.pool:supports_adaptive"},
     "relu": {**_BF16_ANY, "supports": f"{__name__}.activation:supports_relu"}, "add": _BF16_ANY,
-    "batchnorm2d": _ANY, "concat": _ANY,
+    "batchnorm2d": _ANY, "batchnorm2d_fused": _ANY, "concat": _ANY,
     **{op: _ANY for op in ("hardtanh", "silu", "gelu", "hardswish", "hardsigmoid", "elu", "mish")},
     **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",
                            "reduce_max")},

@@ -4,7 +4,8 @@ layer_normalization primitives.
 batchnorm2d runs forward_inference with use_global_stats (the running statistics), on channels-last
 input in NHWC memory (oneDNN 3.2's NCHW inference kernel, ncsp_bnorm, is several times slower than its
 NHWC one, and the convolutions around it work in NHWC: no copy either way); batch_norm_train
-normalises with the batch's statistics. layer_norm folds its leading dimensions into rows and its
+normalises with the batch's statistics. batchnorm2d_fused with relu is batchnorm2d with oneDNN's fused relu
+(fuse_norm_relu) in the same primitive where the input is finite (see _fused_relu). layer_norm folds its leading dimensions into rows and its
 normalised trailing dimensions into one feature dimension: a 2-D (rows, features) layer
 normalisation. The gradient ops receive the forward input, not its statistics: the extension
 recomputes them with a cached forward_training primitive, then runs the backward primitive
@@ -26,9 +27,14 @@ from typing import Any
 import numpy as np
 
 from ._ext import dnnl, refusal
+from . import activation as activations
 from ._layout import from_memory_order, is_channels_last, to_memory_order
 
 _BATCH_AXES = (0, 2, 3)
+# batchnorm2d_fused's activations oneDNN 3.2 fuses into its batch normalization
+ACTIVATIONS = ("none", "relu")
+UNFUSED_REASON = ("oneDNN 3.2's batch normalization fuses only relu (fuse_norm_relu) and takes no eltwise post-ops "
+                  "(its primitive descriptor is refused): relu6, silu, hardswish and gelu run after it")
 
 
 def _c(a: np.ndarray | None) -> np.ndarray | None:
@@ -39,16 +45,29 @@ def _c(a: np.ndarray | None) -> np.ndarray | None:
 
 
 def _batch_norm(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weight: np.ndarray | None,
-                bias: np.ndarray | None, eps: float, channels_last: bool = False) -> np.ndarray:
+                bias: np.ndarray | None, eps: float, channels_last: bool = False, relu: bool = False) -> np.ndarray:
     """oneDNN's batch normalisation (the batch's statistics when mean and var are None), or PyTorch's
     folded form where a per-channel parameter is not finite (a scan of a few numbers). ``channels_last``:
-    NCHW ``x`` in NHWC memory, run there (the result too)."""
+    NCHW ``x`` in NHWC memory, run there (the result too). ``relu``: then max(y, 0) as PyTorch's relu
+    (oneDNN's fused relu where that is exact, else this backend's relu after it)."""
     params = [_c(a) for a in (mean, var, weight, bias)]
     if not all(a is None or dnnl.all_finite(a) for a in params):
-        return _folded(x, *params, eps)
-    if channels_last:
-        return from_memory_order(dnnl.batch_norm(to_memory_order(x, True), *params, eps, True), True)
-    return dnnl.batch_norm(np.ascontiguousarray(x), *params, eps)
+        y = _folded(x, *params, eps)
+        return activations.relu(y) if relu else y
+    memory = to_memory_order(x, True) if channels_last else np.ascontiguousarray(x)
+    fused = relu and _fused_relu(memory)
+    y = dnnl.batch_norm(memory, *params, eps, channels_last, fused)
+    if relu and not fused:
+        y = dnnl.relu(y)
+    return from_memory_order(y, True) if channels_last else y
+
+
+def _fused_relu(memory: np.ndarray) -> bool:
+    """Whether oneDNN's fused relu gives PyTorch's result on this input (C-contiguous): where every element is
+    finite. With finite parameters the normalised value is NaN only where the input is NaN, or infinite with a
+    zero scale (inf * 0); relu keeps NaN, and oneDNN's fused relu, a max with 0, makes 0 of it. The scan reads
+    the input once; the separate relu it saves writes and reads the output once more."""
+    return bool(dnnl.all_finite(memory))
 
 
 def _folded(x: np.ndarray, mean: np.ndarray | None, var: np.ndarray | None, weight: np.ndarray | None,
@@ -72,6 +91,13 @@ def batchnorm2d(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray
                 bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     """(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel, in x's memory order."""
     return _batch_norm(x, running_mean, running_var, weight, bias, eps, is_channels_last(x))
+
+
+def batchnorm2d_fused(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray, weight: np.ndarray | None,
+                      bias: np.ndarray | None, *, eps: float, activation: str) -> np.ndarray:
+    """relu(batchnorm2d(...)) (or batchnorm2d for "none") in one oneDNN batch normalization primitive, in x's
+    memory order; the predicate refuses the other activations (UNFUSED_REASON)."""
+    return _batch_norm(x, running_mean, running_var, weight, bias, eps, is_channels_last(x), activation == "relu")
 
 
 def batch_norm_train(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
@@ -179,9 +205,10 @@ def _norm_input(call: Any) -> tuple[str, list[int]]:
 def _plan(call: Any) -> Any:
     a = call.attrs
     op, shape = _norm_input(call)
-    if op == "batchnorm2d":  # as swap_backend models run it: on channels-last activations
+    if op in ("batchnorm2d", "batchnorm2d_fused"):  # as swap_backend models run it: on channels-last activations
         return dnnl.batch_norm_impl(list(call.shape("input")), True, call.shape("weight") is not None,
-                                    call.shape("bias") is not None, a["eps"], channels_last=True)
+                                    call.shape("bias") is not None, a["eps"], channels_last=True,
+                                    fuse_relu=a.get("activation") == "relu")
     if op == "batch_norm_train":
         return dnnl.batch_norm_impl(shape, False, call.shape("weight") is not None,
                                     call.shape("bias") is not None, a["eps"])
@@ -198,7 +225,10 @@ def _plan(call: Any) -> Any:
 
 
 def supports(call: Any) -> bool | str:
-    """oneDNN is asked: True if it makes the primitive for this call, else its refusal."""
+    """oneDNN is asked: True if it makes the primitive for this call, else its refusal (batchnorm2d_fused's
+    activations but relu are refused first)."""
+    if call.op == "batchnorm2d_fused" and call.attrs["activation"] not in ACTIVATIONS:
+        return UNFUSED_REASON
     return refusal(lambda: _plan(call))
 
 

@@ -1,4 +1,4 @@
-// Batch normalisation (NCHW, per channel; inference also on NHWC memory) and layer normalisation
+// Batch normalisation (NCHW, per channel; inference also on NHWC memory, and with a relu fused) and layer normalisation
 // (2-D (rows, features), per row), forward and backward. Backward passes recompute the batch / row statistics with a cached
 // forward_training primitive first (the ops receive the forward input, not its statistics).
 #include "common.hpp"
@@ -14,26 +14,32 @@ struct Norm {
     dims x;      // the logical shape (NCHW for batch normalisation)
     float eps;
     bool channels_last = false;  // batch normalisation of NHWC memory (oneDNN's nspc kernels; ncsp's are slower)
+    // Inference batch normalisation with oneDNN's fused relu (fuse_norm_relu): a max with 0 in its jit kernels,
+    // which turns NaN into 0. oneDNN 3.2's batch normalization takes no eltwise post-ops (every one is refused).
+    bool fuse_relu = false;
 
     const char *name() const { return layer ? "layer_norm" : "batch_norm"; }
     int64_t channels() const { return x[1]; }             // scale / shift length
     int64_t stats() const { return layer ? x[0] : x[1]; }  // mean / variance length
     memory::desc data() const { return plain(x, layer ? tag::ab : channels_last ? tag::nhwc : tag::nchw); }
     std::string key(const char *op, flags f) const {
-        return make_key(op, {x}, float_text(eps) + "/" + std::to_string(static_cast<unsigned>(f)) + (channels_last ? "/nhwc" : ""));
+        return make_key(op, {x}, float_text(eps) + "/" + std::to_string(static_cast<unsigned>(f)) + (channels_last ? "/nhwc" : "") +
+                                     (fuse_relu ? "/relu" : ""));
     }
+    flags extra_flags() const { return fuse_relu ? flags::fuse_norm_relu : flags::none; }
 };
 
 memory::desc vec(int64_t n) { return plain({n}, tag::a); }
 
-Norm parse(bool layer, const dims &x, float eps, bool channels_last = false) {
+Norm parse(bool layer, const dims &x, float eps, bool channels_last = false, bool fuse_relu = false) {
     std::string where = std::string("algoswap_dnnl ") + (layer ? "layer_norm" : "batch_norm") + ": ";
     if (layer && x.size() != 2) throw py::value_error(where + "input must be 2-D (rows, features)");
     if (!layer && x.size() != 4) throw py::value_error(where + "input must be 4-D (NCHW)");
     if (numel(x) == 0) throw py::value_error(where + "empty arrays are not passed to oneDNN");
     if (!(eps >= 0)) throw py::value_error(where + "eps must be >= 0");
     if (channels_last && layer) throw py::value_error(where + "channels_last is for batch normalisation only");
-    return Norm{layer, channels_last ? dims{x[0], x[3], x[1], x[2]} : x, eps, channels_last};
+    if (fuse_relu && layer) throw py::value_error(where + "fuse_relu is for batch normalisation only");
+    return Norm{layer, channels_last ? dims{x[0], x[3], x[1], x[2]} : x, eps, channels_last, fuse_relu};
 }
 
 bool has(flags f, flags bit) { return (static_cast<unsigned>(f) & static_cast<unsigned>(bit)) != 0; }
@@ -42,7 +48,7 @@ bool has(flags f, flags bit) { return (static_cast<unsigned>(f) & static_cast<un
 // with use_global_stats, outputs of forward_training, absent otherwise.
 template <class Fwd>
 Plan make_forward(const Norm &n, pk prop, flags f) {
-    Plan p{Fwd(typename Fwd::primitive_desc(cpu_engine(), prop, n.data(), n.data(), n.eps, f, user_scratchpad()))};
+    Plan p{Fwd(typename Fwd::primitive_desc(cpu_engine(), prop, n.data(), n.data(), n.eps, f | n.extra_flags(), user_scratchpad()))};
     p.bind(DNNL_ARG_SRC, 0, false, n.data());
     p.bind(DNNL_ARG_DST, 1, true, n.data());
     bool global = has(f, flags::use_global_stats);
@@ -120,11 +126,11 @@ flags backward_flags(pk prop, bool scale) { return (scale || prop == pk::backwar
 
 // channels_last: x is NHWC memory, given as its (N, H, W, C) array; the output is too.
 py::array_t<float> forward(bool layer, py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps,
-                           bool channels_last = false) {
+                           bool channels_last = false, bool fuse_relu = false) {
     const char *op = layer ? "layer_norm" : "batch_norm";
     return guarded(op, [&] {
         F32 X = check_f32(x, op, "input");
-        Norm n = parse(layer, X.shape, eps, channels_last);
+        Norm n = parse(layer, X.shape, eps, channels_last, fuse_relu);
         if (mean.is_none() != var.is_none())
             throw py::value_error(std::string("algoswap_dnnl ") + op + ": give both mean and var, or neither");
         float *m = channel_arg(n, mean, "mean"), *v = channel_arg(n, var, "var");
@@ -168,11 +174,12 @@ py::array_t<float> backward(bool layer, py::handle dy, py::handle x, py::handle 
 
 // x: the logical shape (NCHW), whatever the memory order.
 PlanInfo forward_info(bool layer, const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps,
-                      bool channels_last = false) {
+                      bool channels_last = false, bool fuse_relu = false) {
     return guarded(layer ? "layer_norm" : "batch_norm", [&] {
         dims shape = as_dims(x);
         if (channels_last && shape.size() == 4) shape = {shape[0], shape[2], shape[3], shape[1]};
-        return info(forward_plan(parse(layer, shape, eps, channels_last), pk::forward_inference, forward_flags(global, scale, shift)));
+        return info(forward_plan(parse(layer, shape, eps, channels_last, fuse_relu), pk::forward_inference,
+                                 forward_flags(global, scale, shift)));
     });
 }
 
@@ -190,14 +197,16 @@ PlanInfo backward_info(bool layer, const std::vector<int64_t> &x, bool scale, fl
 
 void init_norm(py::module_ &m) {
     m.def("batch_norm",
-          [](py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps, bool channels_last) {
-              return forward(false, x, mean, var, w, b, eps, channels_last);
+          [](py::handle x, py::handle mean, py::handle var, py::handle w, py::handle b, float eps, bool channels_last,
+             bool fuse_relu) {
+              return forward(false, x, mean, var, w, b, eps, channels_last, fuse_relu);
           },
           "(input - mean) / sqrt(var + eps) * weight + bias per channel of an NCHW array (channels_last: of an NHWC "
-          "array, (N, H, W, C), and the output too); without mean and var, the batch's own (biased) statistics over N, H, W.",
+          "array, (N, H, W, C), and the output too); without mean and var, the batch's own (biased) statistics over N, H, W. "
+          "fuse_relu: then max(y, 0) in the same primitive (oneDNN's fuse_norm_relu, which turns NaN into 0).",
           py::arg("input"), py::arg("mean").none(true) = py::none(), py::arg("var").none(true) = py::none(),
           py::arg("weight").none(true) = py::none(), py::arg("bias").none(true) = py::none(), py::arg("eps") = 1e-5f,
-          py::arg("channels_last") = false);
+          py::arg("channels_last") = false, py::arg("fuse_relu") = false);
     m.def("batch_norm_backward",
           [](py::handle dy, py::handle x, py::handle w, float eps, const std::string &want) {
               return backward(false, dy, x, w, eps, want);
@@ -219,12 +228,13 @@ void init_norm(py::module_ &m) {
           py::arg("grad_output"), py::arg("input"), py::arg("weight").none(true) = py::none(), py::arg("eps") = 1e-5f,
           py::arg("want") = "input");
     m.def("batch_norm_impl",
-          [](const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps, bool channels_last) {
-              return forward_info(false, x, global, scale, shift, eps, channels_last);
+          [](const std::vector<int64_t> &x, bool global, bool scale, bool shift, float eps, bool channels_last,
+             bool fuse_relu) {
+              return forward_info(false, x, global, scale, shift, eps, channels_last, fuse_relu);
           },
           "impl_info_str() of the primitive batch_norm runs (input_size NCHW; channels_last: on NHWC memory).",
           py::arg("input_size"), py::arg("global_stats"), py::arg("scale"), py::arg("shift"), py::arg("eps") = 1e-5f,
-          py::arg("channels_last") = false);
+          py::arg("channels_last") = false, py::arg("fuse_relu") = false);
     m.def("batch_norm_backward_impl",
           [](const std::vector<int64_t> &x, bool scale, float eps, const std::string &want) {
               return backward_info(false, x, scale, eps, want);

@@ -57,14 +57,20 @@ def fused(conv: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         y = conv(x, w, b, **attrs)
         if residual is not None:
             y += residual
-        if activation == "none":
-            return y
-        op, op_attrs = FUSED_ACTIVATIONS[activation]
-        out: np.ndarray = getattr(activations, op)(y, **op_attrs)
-        return out
+        return activated(y, activation)
 
     conv2d_fused.__name__ = f"{conv.__name__}_fused"
     return conv2d_fused
+
+
+def activated(y: np.ndarray, activation: str) -> np.ndarray:
+    """A fused twin's ``activation`` ("none" or a name of algoswap.FUSED_ACTIVATIONS) applied to ``y`` by
+    this backend's function of the op it stands for."""
+    if activation == "none":
+        return y
+    op, op_attrs = FUSED_ACTIVATIONS[activation]
+    out: np.ndarray = getattr(activations, op)(y, **op_attrs)
+    return out
 
 
 def _im2col(xp: np.ndarray, kernel_hw: Pair, stride: Pair, dilation: Pair) -> np.ndarray:

@@ -1,7 +1,10 @@
-"""Reference normalisation kernels: inference batch norm (NCHW), training batch norm with batch
-statistics (NCHW) and layer norm over trailing dimensions, with the gradients of the last two."""
+"""Reference normalisation kernels: inference batch norm (NCHW, and with an activation after it), training
+batch norm with batch statistics (NCHW) and layer norm over trailing dimensions, with the gradients of the
+last two."""
 
 import numpy as np
+
+from .conv import activated
 
 Axes = tuple[int, ...]
 _BATCH_AXES = (0, 2, 3)
@@ -11,6 +14,12 @@ def batchnorm2d(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray
                 weight: np.ndarray | None, bias: np.ndarray | None, *, eps: float) -> np.ndarray:
     """(x - mean) / sqrt(var + eps) * weight + bias, per channel (dimension 1)."""
     return _per_channel_affine(x, running_mean, 1.0 / np.sqrt(running_var + x.dtype.type(eps)), weight, bias)
+
+
+def batchnorm2d_fused(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray, weight: np.ndarray | None,
+                      bias: np.ndarray | None, *, eps: float, activation: str) -> np.ndarray:
+    """activation(batchnorm2d(...)): the composition of the two."""
+    return activated(batchnorm2d(x, running_mean, running_var, weight, bias, eps=eps), activation)
 
 
 def _per_channel_affine(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, weight: np.ndarray | None,
