@@ -186,3 +186,29 @@ def test_a_densenet_runs_its_batchnorm_relus_fused_and_matches_torch() -> None:
     assert {row.implementation.split(":")[0] for row in bn_rows} == {leader}
     assert all("fused into the batch norm" in row.note for row in bn_rows)
     assert "batchnorm2d chains fusable" in repr(fused) and "conv2d chains" in repr(fused)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_the_dnnl_fused_relu_keeps_nan_and_infinities(layout: str, rng: np.random.Generator) -> None:
+    """oneDNN's fused relu is a max with 0 (NaN became 0): NaN, +inf and -inf in the input, and inf meeting a
+    zero weight (inf * 0), come out where torch has them; finite input gives torch's values."""
+    if not _dnnl_available():
+        pytest.skip(f"dnnl unavailable: {algoswap.registry().backends['dnnl'].availability()}")
+    import torch.nn.functional as F
+
+    from nonfinite import classes
+
+    x = rng.standard_normal((2, 8, 5, 7)).astype(np.float32)
+    mean, weight, bias = (rng.standard_normal(8).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2.0, 8).astype(np.float32)
+    weight[2] = 0.0
+    planted = x.copy()
+    planted[0, 1, 2, 3], planted[1, 4, 0, 0], planted[1, 5, 4, 6], planted[0, 2, 1, 1] = np.nan, np.inf, -np.inf, np.inf
+    for given in (x, planted):
+        expected = F.relu(F.batch_norm(*(torch.from_numpy(a) for a in (given, mean, var, weight, bias)), False, 0.0, 1e-5)).numpy()
+        arranged = np.ascontiguousarray(given.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) if layout == "channels_last" else given
+        got = algoswap.ops.call("batchnorm2d_fused", arranged, mean, var, weight, bias, eps=1e-5, activation="relu",
+                                algorithm="dnnl:direct")
+        assert np.array_equal(classes(got), classes(expected)), np.argwhere(classes(got) != classes(expected))
+        finite = np.isfinite(expected)
+        assert_close(got[finite], expected[finite], reduction_length=1, layers=1, context=f"{layout}, relu")

@@ -36,15 +36,20 @@ _C_TYPES = {"float32": "float", "float64": "double"}
 _THREADS, _MOST_BLOCKS = 256, 8192  # a grid-stride loop: more blocks than the H200 runs at once
 
 
-@lru_cache(maxsize=128)  # every (dtype, scale, bias, residual, activation)
-def _kernel(dtype: str, scale: bool, bias: bool, residual: bool, activation: str) -> Any:
-    """A raw kernel: launched with a fraction of an ElementwiseKernel's per-call host cost (no argument
-    type dispatch or broadcasting), which is most of what a convolution's epilogue costs."""
+def source(dtype: str, scale: bool, bias: bool, residual: bool, activation: str) -> tuple[str, str]:
+    """The CUDA source of the epilogue kernel for this (dtype, scale, bias, residual, activation), and its name."""
     channel = "(i / plane) % channels"
     body = (f"v *= s[{channel}]; " if scale else "") + (f"v += b[{channel}]; " if bias else "")
     body += ("v += r[i]; " if residual else "") + ACTIVATIONS[activation]
     name = f"algoswap_epilogue_{dtype}{'_scale' * scale}{'_bias' * bias}{'_residual' * residual}_{activation}"
-    return cp.RawKernel(_SOURCE.format(ctype=_C_TYPES[dtype], name=name, body=body), name)
+    return _SOURCE.format(ctype=_C_TYPES[dtype], name=name, body=body), name
+
+
+@lru_cache(maxsize=128)  # every (dtype, scale, bias, residual, activation)
+def _kernel(dtype: str, scale: bool, bias: bool, residual: bool, activation: str) -> Any:
+    """A raw kernel: launched with a fraction of an ElementwiseKernel's per-call host cost (no argument
+    type dispatch or broadcasting), which is most of what a convolution's epilogue costs."""
+    return cp.RawKernel(*source(dtype, scale, bias, residual, activation))
 
 
 def apply(y: Any, bias: Any = None, residual: Any = None, activation: str = "none", source: Any = None,
