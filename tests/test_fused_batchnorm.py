@@ -55,6 +55,12 @@ def _norm(out: g.Node) -> g.Node:
     return next(n for n in g.topological([out]) if n.op == "batchnorm2d")
 
 
+def test_the_conformance_cases_cover_every_activation() -> None:
+    from op_cases import cases_for
+
+    assert {attrs["activation"] for _, attrs in cases_for("batchnorm2d_fused")} == {"none", *algoswap.FUSED_ACTIVATIONS}
+
+
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_a_batchnorm_chain_ends_in_each_fused_activation(activation: str, rng: np.random.Generator) -> None:
     _, out = _block(rng, ACTIVATIONS[activation], conv_after=False)
