@@ -216,3 +216,10 @@ def test_the_command_passes_a_clean_plugin(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0].startswith("plugin numpy (algoswap-numpy ")
     assert done.stdout.rstrip().endswith("ok: no problem found")
+
+
+def test_a_module_that_does_not_import_fails_the_command_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "mine_raising.py").write_text('raise RuntimeError("boom at import")\n')
+    done = _cli("mine", "--module", "mine_raising", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "problem: plugin 'mine': module: --module 'mine_raising' does not import: RuntimeError: boom at import" in done.stdout

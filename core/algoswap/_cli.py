@@ -104,26 +104,22 @@ def cmd_check_plugin(args: argparse.Namespace) -> int:
     from ._check import check_plugin
 
     if args.module:
+        import importlib
+
         from ._api import register_plugin
 
-        register_plugin(_import_plugin(args.module), name=args.name)
+        try:
+            plugin = importlib.import_module(args.module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the plugin's failure is a problem it has, never a traceback
+            print(f"problem: plugin {args.name!r}: module: --module {args.module!r} does not import: "
+                  f"{type(exc).__name__}: {exc}\n1 problem found")
+            return 1
+        register_plugin(plugin, name=args.name)
     report = check_plugin(args.name)
     print(report.to_text())
     return 0 if report.ok else 1
-
-
-def _import_plugin(module: str) -> Any:
-    """The plugin module ``check-plugin --module`` names; a failing import is an error, never a traceback."""
-    import importlib
-
-    from ._errors import PluginError
-
-    try:
-        return importlib.import_module(module)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        raise PluginError(f"check-plugin: --module {module!r} does not import: {type(exc).__name__}: {exc}") from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
