@@ -77,6 +77,8 @@ MISTAKES = {
                        "layout must be one of contiguous, any, channels_last; got 'nhwc'", True),
     "malformed_reference": Mistake('registry.add_implementation("relu", "direct", "mine", "mine_pkg.relu")',
                             "fn 'mine_pkg.relu' is not a 'module:attribute' reference", True),
+    "malformed_probe_reference": Mistake('registry.add_backend("other", probe="mine_pkg.probe")',
+                                         "backend 'other': probe 'mine_pkg.probe' is not a 'module:attribute' reference", True),
     "predicate_not_callable": Mistake('registry.add_implementation("relu", "direct", "mine", relu, supports=3)',
                                "supports must be a callable, an algoswap.Ref or a 'module:attribute' string or None", True),
     "missing_attribute": Mistake('registry.add_implementation("relu", "direct", "mine", __name__ + ":rleu")',
