@@ -15,6 +15,7 @@ from ._ref import Ref
 from ._spec import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES
 
 KNOWN_DTYPES = tuple(sorted({*ALL_DTYPES, *FLOAT_DTYPES, *INT_DTYPES}))
+_KNOWN = frozenset(KNOWN_DTYPES)
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _REFERENCE = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
 
@@ -24,15 +25,15 @@ def checked_dtypes(where: str, dtypes: Iterable[str]) -> frozenset[str]:
     if isinstance(dtypes, str):
         raise RegistrationError(f"{where}: dtypes must be a sequence of dtype names, got the string {dtypes!r} "
                                 f"(write ({dtypes!r},))")
-    names = tuple(dtypes)
-    unknown = [name for name in names if name not in KNOWN_DTYPES]
+    names = frozenset(dtypes)
+    if names <= _KNOWN and names:
+        return names
+    unknown = sorted((name for name in names if name not in _KNOWN), key=repr)
     if unknown:
         listed = ", ".join(repr(name) for name in unknown)
         raise RegistrationError(f"{where}: dtypes {listed} {'is not a dtype' if len(unknown) == 1 else 'are not dtypes'} "
                                 f"algoswap knows (expected names from {', '.join(KNOWN_DTYPES)})")
-    if not names:
-        raise RegistrationError(f"{where}: dtypes is empty (expected at least one of {', '.join(KNOWN_DTYPES)})")
-    return frozenset(names)
+    raise RegistrationError(f"{where}: dtypes is empty (expected at least one of {', '.join(KNOWN_DTYPES)})")
 
 
 def check_reference(where: str, field: str, ref: Any, *, optional: bool = False, text_is_name: bool = False) -> None:
