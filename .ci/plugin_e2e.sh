@@ -16,7 +16,8 @@ MOST_COMMANDS=4
 if [ ! -x "$WORK/venv/bin/python" ]; then
   "$PYTHON" -m venv "$WORK/venv"
 fi
-export PATH="$WORK/venv/bin:$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
+# a state directory of its own: faults other programs left in the user's are not this run's business
+export PATH="$WORK/venv/bin:$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1 ALGOSWAP_STATE_DIR="$WORK/state"
 pip install --quiet torch==2.13.0                 # pinned: a bare torch would pull a CUDA build
 pip install --quiet "$REPO" "$REPO/plugins/numpy_backend"   # `pip install algoswap algoswap-numpy`, from the repo
 cd "$WORK"

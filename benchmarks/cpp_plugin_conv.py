@@ -10,11 +10,10 @@ Median of timed runs after warm-up, same input, torch.inference_mode; ratios are
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any
 
-from dnnl_conv_layers import measure, sgemm_peak_gflops  # sets GOMP_SPINCOUNT before torch loads
+from dnnl_conv_layers import batch_totals, layer_arguments, measure, sgemm_peak_gflops  # sets GOMP_SPINCOUNT first
 
 import torch
 
@@ -33,21 +32,13 @@ def show(row: dict[str, Any]) -> str:
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
-    lines = []
-    for batch in sorted({r["batch"] for r in rows}):
-        mine = [r for r in rows if r["batch"] == batch]
-        total = {name: sum(r[name] for r in mine) for name in ("torch",) + ALGORITHMS}
-        lines.append(f"batch {batch}, all distinct layers: {MINE} {total[MINE]:.2f} ms, "
-                     + ", ".join(f"{name} {total[name]:.2f} ms ({total[name] / total[MINE]:.2f}x)"
-                                 for name in (*OTHERS, "torch")))
-    return "\n".join(lines)
+    return "\n".join(f"batch {batch}, all distinct layers: {MINE} {total[MINE]:.2f} ms, "
+                     + ", ".join(f"{name} {total[name]:.2f} ms ({total[name] / total[MINE]:.2f}x)" for name in (*OTHERS, "torch"))
+                     for batch, total in batch_totals(rows, ("torch",) + ALGORITHMS).items())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement (after 3 warm-up runs)")
-    args = parser.parse_args()
+    args = layer_arguments(__doc__)
     peaks = sgemm_peak_gflops()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}; "
           f"2048x2048 sgemm: numpy {peaks['numpy']:.0f}, torch {peaks['torch']:.0f} GFLOP/s")

@@ -12,7 +12,7 @@ Pair = tuple[int, int]
 
 
 def conv2d_direct(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, stride: Pair,
-                  padding: tuple[Pair, Pair], dilation: Pair, groups: int, padding_mode: str, **_: Any) -> np.ndarray:
+                  padding: tuple[Pair, Pair], dilation: Pair, groups: int, padding_mode: str) -> np.ndarray:
     """x (N, C, H, W), w (O, C/groups, KH, KW), b (O,) or None, as torch.nn.functional.conv2d.
 
     algoswap hands over C-contiguous float32 arrays (the extension refuses any other) and the canonical

@@ -23,9 +23,9 @@ def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(got - expected) / np.linalg.norm(expected))
 
 
-# (input, weight, attributes): output channels per group of 1 to 24 (blocks of 1, 2, 4, 8 and 16 channels,
-# partial last blocks), outputs narrower than 8 and wider than 16 (8- and 16-column steps, partial last steps),
-# strides and dilations (phase-split columns), uneven padding
+# (input, weight, attributes): output channels per group of 1 to 40 (blocks of 1, 2, 4 and 8 channels, partial
+# last blocks), outputs narrower than one 16-column step and wider than two (partial last steps), strides and
+# dilations (phase-split columns), uneven padding
 LAYERS = [
     ((2, 16, 20, 37), (24, 16, 3, 3), {"padding": 1}),
     ((1, 32, 7, 7), (40, 32, 3, 3), {"padding": 1}),
@@ -34,6 +34,7 @@ LAYERS = [
     ((2, 6, 15, 30), (6, 1, 3, 3), {"groups": 6, "padding": 1, "stride": 2}),
     ((1, 9, 11, 18), (15, 3, 3, 3), {"groups": 3, "padding": 2, "dilation": 2}),
     ((1, 3, 40, 40), (16, 3, 7, 7), {"stride": 2, "padding": 3}),
+    ((2, 4, 9, 33), (6, 2, 3, 3), {"groups": 2, "padding": (0, 1)}),
 ]
 
 
