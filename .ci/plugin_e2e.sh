@@ -13,13 +13,15 @@ WORK=${PLUGIN_E2E_DIR:-$(mktemp -d)}
 PYTHON=${PYTHON:-python3}
 MOST_COMMANDS=4
 
-if [ ! -x "$WORK/venv/bin/python" ]; then
-  "$PYTHON" -m venv "$WORK/venv"
-fi
+reused=$([ -x "$WORK/venv/bin/python" ] && echo 1 || echo "")
+[ -n "$reused" ] || "$PYTHON" -m venv "$WORK/venv"
 # a state directory of its own: faults other programs left in the user's are not this run's business
 export PATH="$WORK/venv/bin:$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1 ALGOSWAP_STATE_DIR="$WORK/state"
 pip install --quiet torch==2.13.0                 # pinned: a bare torch would pull a CUDA build
 pip install --quiet "$REPO" "$REPO/plugins/numpy_backend"   # `pip install algoswap algoswap-numpy`, from the repo
+if [ -n "$reused" ]; then  # the same versions are installed already: take this checkout's code
+  pip install --quiet --force-reinstall --no-deps "$REPO" "$REPO/plugins/numpy_backend"
+fi
 cd "$WORK"
 
 typed=0
