@@ -1,4 +1,4 @@
-"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry``, ``check-plugin`` and ``demo``."""
+"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry``, ``check-plugin``, ``demo`` and ``new-plugin``."""
 
 from __future__ import annotations
 
@@ -128,6 +128,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.model, args.batch, args.small, args.repeats)
 
 
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from ._scaffold import new_plugin
+
+    target = new_plugin(args.name, cpp=args.cpp, directory=args.dir)
+    folder = str(target) if target.is_absolute() else os.path.join(".", target)  # a path for pip, not a name on PyPI
+    kind = "C++ (pybind11, scikit-build-core)" if args.cpp else "NumPy"
+    print(f"wrote {folder}/: the plugin {args.name!r} with conv2d algorithm '{args.name}:direct' ({kind}); next:")
+    for command in (f"pip install {folder}", f"algoswap check-plugin {args.name}", f"python -m algoswap.testing {args.name}"):
+        print(f"  {command}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="algoswap", description="Registry of deep-learning operator implementations.")
     main.add_argument("--version", action="version", version=f"algoswap {__version__} (plugin API {API_VERSION})")
@@ -158,6 +170,11 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--small", action="store_true", help="the model's reduced input size (quicker)")
     demo.add_argument("--repeats", type=int, default=3, help="timed runs per algorithm (median)")
     demo.set_defaults(run=cmd_demo)
+    new = sub.add_parser("new-plugin", help="write a new plugin distribution algoswap-NAME (conv2d 'NAME:direct'), ready to install")
+    new.add_argument("name", help="the backend's name: a lower-case identifier ([a-z][a-z0-9_]*) no installed plugin has")
+    new.add_argument("--cpp", action="store_true", help="a C++ extension (pybind11, scikit-build-core, OpenMP) instead of NumPy")
+    new.add_argument("--dir", default=".", help="the folder to write algoswap-NAME/ into (default: the current one)")
+    new.set_defaults(run=cmd_new_plugin)
     return main
 
 
