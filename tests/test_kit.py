@@ -41,6 +41,8 @@ def _register(registry: Any) -> None:
     registry.add_implementation("relu", "claimed", "kitbroken", lambda x: x * 0, dtypes=("float32",))
     registry.declare_unsupported("relu", "absent", "kitbroken", "never written")
     registry.add_implementation("relu_grad", "wrong", "kitbroken", lambda dy, x: dy, dtypes=("float32",))
+    registry.add_backend("kitgone", probe=lambda: "no device here", priority=-50)
+    registry.add_implementation("relu", "direct", "kitgone", _relu)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -117,6 +119,13 @@ def test_assert_conformant_lists_every_failure() -> None:
     for algorithm in ("values", "nan_lost", "dtype", "shape", "claimed"):
         assert f"relu kitbroken:{algorithm} (float32)" in message, message
     algoswap.testing.assert_conformant("numpy", ops=["relu"])
+
+
+def test_a_backend_that_cannot_run_here_is_not_reported_conformant() -> None:
+    with pytest.raises(AssertionError) as caught:
+        algoswap.testing.assert_conformant("kitgone")
+    message = str(caught.value)
+    assert "skipped: kitgone unavailable: no device here" in message and "nothing was checked on kitgone" in message, message
 
 
 def test_unknown_backends_and_ops_are_refused_by_name() -> None:
