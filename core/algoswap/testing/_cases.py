@@ -84,6 +84,8 @@ CONCAT: list[Case] = [
     (((2, 3), (1, 3), (4, 3)), {}),
     (((2, 3, 4), (2, 3, 1)), {"axis": -1}),
     (((3, 5),), {"axis": 1}),
+    (tuple((2, k % 3 + 1, 3, 2) for k in range(24)), {"axis": 1}),  # DenseNet's: many inputs in one call
+    (tuple((1, 2) for _ in range(70)), {"axis": 0}),  # past the CUDA kernel's 64 inputs
 ]
 
 RESHAPE: list[Case] = [
@@ -117,6 +119,7 @@ SOFTMAX: list[Case] = [
     (((2, 3, 4, 5),), {"axis": 0}),
     (((4, 3, 5),), {"axis": -2}),
     (((9,),), {"axis": -1}),
+    (((3, 700),), {}),  # rows longer than a block of threads
 ]
 
 LAYER_NORM: list[Case] = [
@@ -126,6 +129,7 @@ LAYER_NORM: list[Case] = [
     (((3, 4, 5), (4, 5), (4, 5)), {"normalized_ndim": 2}),
     (((2, 3, 4, 3), None, None), {"normalized_ndim": 2, "eps": 0.0}),
     (((3, 5), None, (3, 5)), {"normalized_ndim": 2}),
+    (((3, 1000), (1000,), (1000,)), {}),  # rows longer than a block of threads
 ]
 
 BATCH_NORM_TRAIN: list[Case] = [

@@ -1,11 +1,14 @@
 """Batch norm (inference and training) and layer norm with gradients, as CuPy reductions in the
-input's dtype (two-pass variance)."""
+input's dtype (two-pass variance); the inference batch norm and the layer norm of float32 and float64
+arrays as one kernel launch each (``_passes``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import cupy as cp
+
+from . import _passes
 
 _NHW = (0, 2, 3)
 
@@ -15,6 +18,8 @@ def _per_channel(v: Any) -> Any:
 
 
 def batchnorm2d(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float) -> Any:
+    if x.dtype.name in _passes.FLOAT_TYPES:
+        return _passes.batchnorm(x, running_mean, running_var, weight, bias, eps)
     rstd = 1 / cp.sqrt(running_var + x.dtype.type(eps))
     return _per_channel_affine(x, _per_channel(running_mean), _per_channel(rstd), weight, bias)
 
@@ -85,6 +90,8 @@ def _first(x: Any, ndim: int) -> tuple[int, ...]:
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, *, normalized_ndim: int, eps: float) -> Any:
+    if x.dtype.name in _passes.FLOAT_TYPES:
+        return _passes.layer_norm(x, weight, bias, normalized_ndim, eps)
     return _scale_shift(_standardise(x, _last(x, normalized_ndim), eps)[0], weight, bias)
 
 
