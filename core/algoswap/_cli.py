@@ -1,4 +1,4 @@
-"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry`` and ``demo``."""
+"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry``, ``check-plugin`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -100,6 +100,28 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_plugin(args: argparse.Namespace) -> int:
+    from ._check import check_plugin
+
+    if args.module:
+        import importlib
+
+        from ._api import register_plugin
+
+        try:
+            plugin = importlib.import_module(args.module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the plugin's failure is a problem it has, never a traceback
+            print(f"problem: plugin {args.name!r}: module: --module {args.module!r} does not import: "
+                  f"{type(exc).__name__}: {exc}\n1 problem found")
+            return 1
+        register_plugin(plugin, name=args.name)
+    report = check_plugin(args.name)
+    print(report.to_text())
+    return 0 if report.ok else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
@@ -126,6 +148,10 @@ def parser() -> argparse.ArgumentParser:
     retry = sub.add_parser("retry", help="import again plugins skipped since they crashed or timed out in an earlier process")
     retry.add_argument("names", nargs="*", help="plugin, distribution or backend names (default: every one)")
     retry.set_defaults(run=cmd_retry)
+    check = sub.add_parser("check-plugin", help="what would fail in a plugin: references, names, probe time, API version")
+    check.add_argument("name", help="the plugin's entry-point or distribution name, or a backend it declares")
+    check.add_argument("--module", help="a plugin not installed: import this module and register it as NAME first")
+    check.set_defaults(run=cmd_check_plugin)
     demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
     demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, mobilenet, squeezenet)")
     demo.add_argument("--batch", type=int, default=1)
