@@ -292,7 +292,7 @@ def _against_torch(op: str, inputs: list[Any], algorithm: str, tolerance: float,
     """What cuda:<algorithm> gives otherwise than torch's float64 oracle ("" if nothing): NaN, +inf and
     -inf exactly where torch has them (NaN elsewhere too for nan="spreads"), finite entries within ``tolerance``."""
     pytest.importorskip("torch")
-    from nonfinite import compare
+    from algoswap.testing._nonfinite import compare
     from torch_oracle import TORCH, to_torch
 
     call = _registry.spec(op).bind([None if a is None else a.shape for a in inputs],

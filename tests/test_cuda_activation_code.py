@@ -18,7 +18,7 @@ import pytest
 
 from algoswap import FUSED_ACTIVATIONS, ops
 from helpers import fail
-from nonfinite import classes
+from algoswap.testing._nonfinite import classes
 
 pytest.importorskip("cupy", reason="the CUDA backend's modules import CuPy")
 activation = pytest.importorskip("algoswap_cuda.activation")

@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 from algoswap import FUSED_ACTIVATIONS
-from case_inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
-from op_cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
+from ._cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
+from ._inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
 
 Case = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -298,6 +298,22 @@ def _bfloat16_missing() -> str:
     return ""
 
 
+def checked_dtypes(impl: Any, dtypes: tuple[str, ...], integer_fallback: bool = False) -> list[str]:
+    """The dtypes ``impl`` is checked in: those of ``dtypes`` it has (or int64 when it has none of them and
+    ``integer_fallback``)."""
+    return sorted(set(impl.dtypes) & set(dtypes)) or (sorted(set(impl.dtypes) & {"int64"}) if integer_fallback else [])
+
+
+def skip_reason(impl: Any, dtype: str) -> str:
+    """Why ``impl`` cannot be checked in ``dtype`` here ("" if it can): its backend is unavailable, or
+    bfloat16 arrays cannot be made."""
+    import algoswap
+
+    available = algoswap.registry().backends[impl.backend].availability()
+    skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
+    return skip or (_bfloat16_missing() if dtype == "bfloat16" else "")
+
+
 def implementation_params(dtypes: tuple[str, ...], integer_fallback: bool = False) -> list[Any]:
     """One pytest param (impl, dtype) per registered implementation and each of its ``dtypes`` (or int64
     when it has none of them and ``integer_fallback``), skipped with the reason where its backend is
@@ -306,14 +322,10 @@ def implementation_params(dtypes: tuple[str, ...], integer_fallback: bool = Fals
 
     import algoswap
 
-    registry = algoswap.registry()
     params = []
-    for impl in registry.implementations():
-        chosen = sorted(set(impl.dtypes) & set(dtypes)) or (sorted(set(impl.dtypes) & {"int64"}) if integer_fallback else [])
-        available = registry.backends[impl.backend].availability()
-        for dtype in chosen:
-            skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
-            skip = skip or (_bfloat16_missing() if dtype == "bfloat16" else "")
+    for impl in algoswap.registry().implementations():
+        for dtype in checked_dtypes(impl, dtypes, integer_fallback):
+            skip = skip_reason(impl, dtype)
             marks = [pytest.mark.skip(reason=skip)] if skip else []
             params.append(pytest.param(impl, dtype, id=f"{impl.op}-{impl.qualified}-{dtype}", marks=marks))
     return params
