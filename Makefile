@@ -11,7 +11,7 @@ BACKENDS := plugins/numpy_backend plugins/dnnl_backend plugins/sycl_backend
 CUDA_CI := -e plugins/cuda_backend cupy-cuda12x==14.2.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: demo test test-repeat setup setup-test bench clean asan
+.PHONY: demo test test-repeat setup setup-test plugin-e2e bench clean asan
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,15 +25,26 @@ setup: $(BIN)/python
 # would replace the pinned torch (docs/development.md); pillow above is the one torchvision imports.
 FOREIGN := torchvision==0.28.0 timm==1.0.31
 
+# The example C++ plugin, built by pip with scikit-build-core and CMake, so that the suite (its own tests included:
+# pyproject.toml's testpaths) runs over it. Not editable: after changing its C++, run this line again.
+EXAMPLES := ./examples/cpp_plugin
+
 setup-test: setup
 	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3" safetensors pyyaml huggingface_hub pillow
 	$(PIP) install --no-deps $(FOREIGN)
+	$(PIP) install $(EXAMPLES)
 
 demo: setup
 	$(BIN)/algoswap demo
 
 test: setup-test
 	$(BIN)/python -m pytest
+	$(MAKE) plugin-e2e
+
+# Issue 15's "Done when": a fresh venv with the core and the NumPy backend, then a new plugin (Python and C++)
+# scaffolded, installed, checked, conformance-tested and swapped into a torch model (.ci/plugin_e2e.sh).
+plugin-e2e:
+	PYTHON=$(PYTHON) .ci/plugin_e2e.sh
 
 # The suite N times, each with a fresh seed; the seeds and outcomes are listed (a selection:
 # make test-repeat N=100 TESTS="-x tests/test_conformance.py tests/test_gradients.py").

@@ -137,9 +137,8 @@ def _format(row: dict[str, Any]) -> str:
 def summary(rows: list[dict[str, Any]], peaks: dict[str, float], top: int = 3) -> str:
     peak = max(peaks.values())
     lines = [f"\nmachine peak, 2048x2048 sgemm: numpy {peaks['numpy']:.0f}, torch {peaks['torch']:.0f} GFLOP/s"]
-    for batch in sorted({r["batch"] for r in rows}):
+    for batch, total in batch_totals(rows, ("torch",) + ALGORITHMS).items():
         mine = [r for r in rows if r["batch"] == batch]
-        total = {name: sum(r[name] for r in mine) for name in ("torch",) + ALGORITHMS}
         lines.append(f"batch {batch}: all distinct layers, torch {total['torch']:.2f} ms, "
                      + ", ".join(f"{a} {total[a]:.2f} ms ({total[a] / total['torch']:.2f}x)" for a in ALGORITHMS))
         for r in sorted(mine, key=lambda r: -r["gflop"])[:top]:
@@ -149,11 +148,22 @@ def summary(rows: list[dict[str, Any]], peaks: dict[str, float], top: int = 3) -
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def batch_totals(rows: list[dict[str, Any]], names: tuple[str, ...]) -> dict[int, dict[str, float]]:
+    """Per batch size, in order: the milliseconds of each of ``names`` summed over that batch's rows (layers)."""
+    return {batch: {name: sum(r[name] for r in rows if r["batch"] == batch) for name in names}
+            for batch in sorted({r["batch"] for r in rows})}
+
+
+def layer_arguments(doc: str | None) -> argparse.Namespace:
+    """--batch and --runs, for the scripts that time the distinct conv layers."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement (after 3 warm-up runs)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = layer_arguments(__doc__)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}")
     peaks = sgemm_peak_gflops()
     print(HEADER)

@@ -1,6 +1,7 @@
 """The executor's cost per node, and a training step against PyTorch.
 
     OMP_NUM_THREADS=1 python benchmarks/executor_overhead.py [--nodes 400] [--repeats 30]
+    python3 benchmarks/executor_overhead.py --backend cuda --no-training   # the engine on the GPU
 
 On a shared 2-core machine, give every library one thread: PyTorch's and oneDNN's OpenMP threads
 spin while waiting and, with other work running, a step of PyTorch took 220 ms instead of 1.6 ms.
@@ -8,7 +9,9 @@ spin while waiting and, with other work running, a step of PyTorch took 220 ms i
 1. Overhead: a chain of cheap nodes (add_scalar on 16 floats) run by ``Executor.run`` against the same
    implementations called directly in a Python loop, and against ``algoswap.ops.call`` per node.
    (executor - direct) / nodes is what the executor adds per node: argument gathering, the
-   contiguity check, freeing buffers.
+   Runner's checks, freeing buffers. ``--backend cuda`` runs the chain on the GPU (the input fed as
+   a CuPy array, every node on cuda; the GPU is synchronised once per run, so what is timed is the
+   host's cost of launching 400 tiny kernels, through the executor or directly).
 2. A training step of the digits CNN (examples/train_digits.py, batch 32): the executor with the
    registry's choice, with NumPy only, and PyTorch (same network, forward + backward + Adam).
 """
@@ -39,16 +42,21 @@ def best_seconds(run: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def overhead(nodes: int, repeats: int) -> None:
+def overhead(nodes: int, repeats: int, backend: str) -> None:
     x = g.placeholder("x", (16,))
     y = x
     for _ in range(nodes):
         y = g.add_scalar(y, value=1.0)
-    executor = g.Executor([y], backends=["numpy"])
-    value = np.ones(16, np.float32)
+    executor = g.Executor([y], backends=[backend])
+    value: Any = np.ones(16, np.float32)
+    sync: Callable[[], None] = lambda: None  # noqa: E731
+    if backend == "cuda":
+        import cupy
+
+        value, sync = cupy.asarray(value), cupy.cuda.Device().synchronize
     feed = {x: value}
-    program = executor.plan()
-    steps = [(s.fn, s.attrs) for s in program.steps]
+    program = executor.plan(feed=feed)
+    steps = [(s.fn, s.attrs) for s in program.steps if s.runner is not None]  # not the output's move to the host
 
     def direct() -> Any:
         out = value
@@ -59,15 +67,21 @@ def overhead(nodes: int, repeats: int) -> None:
     def through_ops() -> Any:
         out = value
         for _ in range(nodes):
-            out = algoswap.ops.call("add_scalar", out, value=1.0, algorithm="numpy:default")
+            out = algoswap.ops.call("add_scalar", out, value=1.0, algorithm=f"{backend}:default")
         return out
 
-    assert np.array_equal(executor.run(feed=feed)[0], direct())
-    t_exec = best_seconds(lambda: executor.run(feed=feed), repeats)
-    t_direct = best_seconds(direct, repeats)
-    t_ops = best_seconds(through_ops, repeats)
+    def synchronised(run: Callable[[], Any]) -> Callable[[], Any]:
+        return lambda: (run(), sync())
+
+    if not all(s.backend == backend for s in program.steps if s.runner is not None):
+        raise SystemExit(f"not every node ran on {backend}: {executor.explain(feed=feed)}")
+    to_host = getattr(direct(), "get", lambda: direct())
+    assert np.array_equal(executor.run(feed=feed)[0], to_host())
+    t_exec = best_seconds(synchronised(lambda: executor.run(feed=feed)), repeats)
+    t_direct = best_seconds(synchronised(direct), repeats)
+    t_ops = best_seconds(through_ops, repeats) if backend != "cuda" else float("nan")  # ops.call takes host arrays
     per = lambda t: t / nodes * 1e6  # noqa: E731
-    print(f"chain of {nodes} add_scalar nodes (16 floats), median of {repeats}:")
+    print(f"chain of {nodes} add_scalar nodes (16 floats) on {backend}, median of {repeats}:")
     print(f"  implementations called directly   {per(t_direct):6.2f} us/node")
     print(f"  Executor.run                      {per(t_exec):6.2f} us/node")
     print(f"  algoswap.ops.call per node        {per(t_ops):6.2f} us/node")
@@ -112,9 +126,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--backend", default="numpy", help="the backend of every node of the chain (numpy, dnnl, cuda)")
+    parser.add_argument("--no-training", action="store_true", help="skip the training step")
     args = parser.parse_args()
-    overhead(args.nodes, args.repeats)
-    training_step(args.repeats)
+    overhead(args.nodes, args.repeats, args.backend)
+    if not args.no_training:
+        training_step(args.repeats)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import pytest
 
 import algoswap
 from helpers import fail
-from nonfinite import compare
-from op_cases import implementation_params
+from algoswap.testing._nonfinite import compare
+from algoswap.testing._cases import implementation_params
 
 torch = pytest.importorskip("torch")
 

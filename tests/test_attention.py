@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import algoswap
-from op_cases import ATTENTION, draw
-from op_scales import assert_op_close
+from algoswap.testing._cases import ATTENTION, draw
+from helpers import assert_op_close
 
 torch = pytest.importorskip("torch")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import algoswap
-from op_cases import bind, cases_for
+from algoswap.testing._cases import bind, cases_for
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -334,7 +334,7 @@ def _against_torch(op: str, inputs: list[Any], algorithm: str, tolerance: float,
     """What cuda:<algorithm> gives otherwise than torch's float64 oracle ("" if nothing): NaN, +inf and
     -inf exactly where torch has them (NaN elsewhere too for nan="spreads"), finite entries within ``tolerance``."""
     pytest.importorskip("torch")
-    from nonfinite import compare
+    from algoswap.testing._nonfinite import compare
     from torch_oracle import TORCH, to_torch
 
     call = _registry.spec(op).bind([None if a is None else a.shape for a in inputs],
@@ -424,3 +424,24 @@ def test_csr_products_sum_only_stored_entries(op: str, rng: np.random.Generator)
         if problem:
             problems.append(f"trial {trial} ({m}x{k} @ n={n}, trans_a={trans_a}, trans_b={trans_b}): {problem}")
     assert not problems, "\n".join(problems[:5])
+
+
+@gpu
+@pytest.mark.parametrize("name", ["torchvision:vit_b_16", "torchvision:densenet121", "torchvision:convnext_tiny"])
+def test_foreign_models_run_every_step_on_the_gpu(name: str) -> None:
+    """ViT's class token is broadcast on the host (its only input is a weight): the join with the patch
+    embeddings must run on the GPU, not pull the rest of the model onto NumPy (it did: 247 of 251 steps)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchvision", reason="torchvision is not installed")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = algoswap.zoo.build(name).cuda().eval()
+    x = torch.randn(1, 3, 224, 224, device="cuda")
+    with torch.no_grad():
+        expected = model(x)
+    converted = algoswap.swap_backend(model)
+    got = converted(x)
+    host_steps = [s.name for s in converted.program.steps if s.runner is not None and s.backend != "cuda"]
+    assert len(host_steps) <= 1, host_steps  # at most ViT's broadcast of its class token
+    assert got.device.type == "cuda"
+    assert relative_error(got.cpu(), expected.cpu()) < 1e-5

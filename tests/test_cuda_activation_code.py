@@ -1,5 +1,5 @@
 """The C statements of the CUDA backend's activation kernels and convolution epilogue
-(algoswap_cuda.activation.FORWARD / BACKWARD, algoswap_cuda._epilogue.ACTIVATIONS), and the whole epilogue
+(algoswap_cuda.activation.FORWARD / BACKWARD, algoswap_cuda._epilogue.ACTIVATIONS), and the whole batch norm
 kernel batchnorm2d_fused runs, compiled as host C++ (one thread: a grid of one block of one) and run
 against the NumPy reference, NaN and infinities included: what the CUDA kernels compute,
 checked without a GPU (the math functions they call, exp, erfc, expm1, log1p, tanh, fabs, treat NaN
@@ -19,7 +19,7 @@ import pytest
 
 from algoswap import FUSED_ACTIVATIONS, ops
 from helpers import fail
-from nonfinite import classes
+from algoswap.testing._nonfinite import classes
 
 pytest.importorskip("cupy", reason="the CUDA backend's modules import CuPy")
 activation = pytest.importorskip("algoswap_cuda.activation")
@@ -123,9 +123,10 @@ _ONE_THREAD = "#include <cmath>\nusing namespace std;\n#define __global__\nstruc
 
 @pytest.mark.parametrize("fused", ["none", *FUSED_ACTIVATIONS])
 def test_the_batchnorm_kernel_is_the_reference_batchnorm2d_fused(fused: str, tmp_path: Path, rng: np.random.Generator) -> None:
-    """The epilogue kernel with a scale and a shift per channel, reading the input from another array (what
-    algoswap_cuda.norm.batchnorm2d_fused launches), gives the reference's batchnorm2d_fused."""
-    code, name = epilogue.source("float64", True, True, False, fused)
+    """The batch norm kernel (algoswap_cuda._passes) with each activation before its store, what
+    algoswap_cuda.norm.batchnorm2d_fused launches, gives the reference's batchnorm2d_fused."""
+    passes = pytest.importorskip("algoswap_cuda._passes")
+    code, name = passes.batchnorm_source("float64", True, True, fused)
     (tmp_path / "bn.cpp").write_text(_ONE_THREAD + code)
     subprocess.run([str(COMPILER), "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "bn.so"), str(tmp_path / "bn.cpp")],
                    check=True, capture_output=True, timeout=300)
@@ -134,11 +135,9 @@ def test_the_batchnorm_kernel_is_the_reference_batchnorm2d_fused(fused: str, tmp
     x.flat[:len(SPECIAL)] = SPECIAL
     mean, weight, bias = (rng.standard_normal(3) for _ in range(3))
     var = rng.uniform(0.5, 2.0, 3)
-    rstd = 1 / np.sqrt(var + 1e-5)
-    scale, shift = rstd * weight, bias - mean * rstd * weight  # what batchnorm2d_fused hands the kernel
     y = np.empty_like(x)
-    kernel(_pointer(y), _pointer(x), _pointer(scale), _pointer(shift), _pointer(y), ctypes.c_longlong(x.size),
-           ctypes.c_longlong(20), ctypes.c_int(3))
+    kernel(_pointer(x), _pointer(mean), _pointer(var), _pointer(weight), _pointer(bias), _pointer(y),
+           ctypes.c_longlong(x.size), ctypes.c_longlong(20), ctypes.c_int(3), ctypes.c_double(1e-5))
     with np.errstate(all="ignore"):
         expected = ops.call("batchnorm2d_fused", x, mean, var, weight, bias, eps=1e-5, activation=fused, algorithm="numpy:direct")
     _same(y.ravel(), expected.ravel(), x.ravel(), f"batchnorm2d_fused kernel, {fused}", float(np.finfo(np.float64).eps))

@@ -18,7 +18,7 @@ import pytest
 
 import algoswap
 from helpers import HANG_SECONDS, as_float64, assert_close, derived_seed, network_terms
-from op_scales import gradient_scales
+from algoswap.testing._scales import gradient_scales
 
 algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is not installed")
 
@@ -238,7 +238,7 @@ ONE_CHANNEL_CONVS = """
 import sys
 import numpy as np, algoswap
 sys.path.insert(0, sys.argv[2])
-from op_scales import op_scale
+from algoswap.testing._scales import op_scale
 from helpers import mismatch
 rng = np.random.default_rng(int(sys.argv[1]))
 for (size, kernel, padding) in [(4, 1, 0), (8, 3, 1), (5, 3, 0), (7, 1, 0), (9, 3, 2)]:

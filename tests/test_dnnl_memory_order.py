@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import algoswap
-from op_scales import assert_op_close
+from helpers import assert_op_close
 
 algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is not installed")
 _available = algoswap.registry().backends["dnnl"].availability() if "dnnl" in algoswap.registry().backends else "not loaded"
@@ -60,7 +60,7 @@ def test_reductions_of_channels_last_inputs(op: str, axes: tuple[int, ...] | Non
 def test_long_reductions_stay_within_the_bound_of_their_length(op: str, shape: tuple[int, ...], axes: object,
                                                                rng: np.random.Generator) -> None:
     """oneDNN sums in float32 in its own order (vector lanes, then across them; the pooling window's order):
-    any order is within n * u of the sum of the magnitudes, which tests/op_scales.py bounds."""
+    any order is within n * u of the sum of the magnitudes, which algoswap/testing/_scales.py bounds."""
     x = rng.standard_normal(shape).astype(np.float32) + np.float32(0.5)  # not zero-mean: sums grow, as errors can
     _check(op, [x], axes=axes)
 

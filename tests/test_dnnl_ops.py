@@ -1,7 +1,7 @@
 """The oneDNN backend's implementations of the operator set (arith, matmul, transpose, instance norm)
 and the ops it declares unsupported: what the conformance suite does not cover.
 
-Conformance (tests/op_cases_ops.py) checks every registered dnnl implementation on small cases; here:
+Conformance (algoswap/testing/_cases_ops.py) checks every registered dnnl implementation on small cases; here:
 larger random shapes against the NumPy reference, the predicates' refusals and their reasons, the
 declared-unsupported reasons in the capability matrix, kernel names, and the extension's argument checks.
 """
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import algoswap
-from op_scales import assert_op_close
-from op_cases_ops import OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZERS
+from helpers import assert_op_close
+from algoswap.testing._cases_ops import OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZERS
 
 algoswap_dnnl = pytest.importorskip("algoswap_dnnl", reason="algoswap-dnnl is not installed")
 
@@ -30,7 +30,7 @@ def ext() -> Any:
 
 
 def _check(op: str, arrays: list[np.ndarray | None], algorithm: str = "direct", **attrs: Any) -> None:
-    """The dnnl result of one call against the float64 NumPy reference (tests/op_scales.py's tolerance)."""
+    """The dnnl result of one call against the float64 NumPy reference (algoswap/testing/_scales.py's tolerance)."""
     got = algoswap.ops.call(op, *arrays, algorithm=f"dnnl:{algorithm}", **attrs)
     wide = [None if a is None else a.astype(np.float64) for a in arrays]
     ref = algoswap.ops.call(op, *wide, algorithm=f"numpy:{algorithm}", **attrs)

@@ -15,7 +15,7 @@ import pytest
 import algoswap
 from algoswap import graph as g
 from boxed_backend import Box, register_boxed
-from op_cases import Arg, bind, cases_for, draw, shape_of
+from algoswap.testing._cases import Arg, bind, cases_for, draw, shape_of
 
 ALL_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
 RAN: list[str] = []

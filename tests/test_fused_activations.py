@@ -19,7 +19,7 @@ import algoswap
 from algoswap import graph as g
 from algoswap.graph._fusion import Chain, find_chains
 from helpers import assert_close
-from op_scales import ACTIVATION_SLOPES
+from algoswap.testing._scales import ACTIVATION_SLOPES
 
 torch = pytest.importorskip("torch")
 
@@ -43,7 +43,7 @@ SHAPE = (2, 4, 9, 9)
 
 
 def test_every_fused_activation_is_covered_here_and_by_the_op_cases() -> None:
-    from op_cases import cases_for
+    from algoswap.testing._cases import cases_for
 
     assert set(ACTIVATIONS) == set(algoswap.FUSED_ACTIVATIONS) == set(ACTIVATION_SLOPES) - {"none"}
     assert {attrs["activation"] for _, attrs in cases_for("conv2d_fused")} == {"none", *algoswap.FUSED_ACTIVATIONS}

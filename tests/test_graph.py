@@ -9,7 +9,7 @@ import pytest
 
 from algoswap import graph as g
 from helpers import assert_close, central_difference, fail
-from op_scales import update_scale
+from algoswap.testing._scales import update_scale
 
 
 def test_shapes_are_inferred_while_building() -> None:

@@ -15,7 +15,7 @@ import algoswap
 from algoswap import graph as g
 from boxed_backend import MOVES, register_boxed
 from helpers import assert_close
-from op_scales import update_scale
+from algoswap.testing._scales import update_scale
 
 
 @pytest.fixture

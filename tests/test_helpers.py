@@ -1,4 +1,4 @@
-"""The tolerance policy of tests/helpers.py and tests/op_scales.py: the draws that once failed by chance pass,
+"""The tolerance policy of algoswap/testing/_tolerance.py and _scales.py: the draws that once failed by chance pass,
 a wrong result fails with a message that replays it, and every op has a rule."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import algoswap
 import helpers
 from helpers import assert_close, mismatch, relative_error, replay_command, tolerance, unit_roundoff
-from op_cases import draw, reference_name
-from op_scales import is_classified, op_scale
+from algoswap.testing._cases import draw, reference_name
+from algoswap.testing._scales import is_classified, op_scale
 
 torch = pytest.importorskip("torch")
 
@@ -80,7 +80,7 @@ def test_non_finite_values_must_match_exactly() -> None:
 
 def test_every_op_has_a_tolerance_rule() -> None:
     missing = [op for op in algoswap.registry().ops if not is_classified(op)]
-    assert not missing, f"ops without a scale and reduction length in tests/op_scales.py: {missing}"
+    assert not missing, f"ops without a scale and reduction length in algoswap/testing/_scales.py: {missing}"
 
 
 def test_the_scale_of_a_sum_is_the_sum_of_magnitudes_and_its_length_counts_terms(rng: np.random.Generator) -> None:

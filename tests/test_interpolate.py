@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import algoswap
-from nonfinite import classes
-from op_scales import assert_op_close
+from algoswap.testing._nonfinite import classes
+from helpers import assert_op_close
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

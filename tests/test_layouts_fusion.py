@@ -17,8 +17,8 @@ import pytest
 import algoswap
 from algoswap import zoo
 from helpers import assert_close, network_terms
-from op_scales import assert_op_close
-from op_cases import bind, cases_for, draw, reference_name
+from helpers import assert_op_close
+from algoswap.testing._cases import bind, cases_for, draw, reference_name
 
 torch = pytest.importorskip("torch")
 

@@ -1,21 +1,15 @@
-"""Non-finite conformance: every registered implementation, on the conformance cases of its op
-(tests/op_cases.py) with NaN, +inf and -inf planted into its inputs (tests/nonfinite.py), against
-torch's semantics.
+"""Non-finite conformance: every registered implementation, on the conformance cases of its op with NaN,
++inf and -inf planted into its inputs, against torch's semantics, by the conformance kit
+(algoswap/testing/_nonfinite_check.py says how).
 
-The oracle is torch (tests/torch_oracle.py) where the op has a torch equivalent, else the NumPy
-reference; it runs once per case and dtype, on trials drawn from the session seed, for all the
-op's implementations. An implementation registered with ``nan="exact"`` must give NaN, +inf and -inf exactly
-where the oracle does; one registered with ``nan="spreads"`` (FFT and Winograd convolutions) may
-also give NaN where the oracle is finite, and nothing else. Entries finite in both agree within the
-conformance tolerance. Where the oracle refuses the input (torch raises), the implementation must
-raise an algoswap error. The defects issue 12 reported are also checked on fixed inputs
-(KNOWN_CASES), and through a small model.
+The kit's own oracle is the NumPy reference; here it is torch (tests/torch_oracle.py) where the op has a
+torch equivalent, else the NumPy reference. So every implementation, the reference too, is held to
+torch's semantics, and the kit's reference oracle is held to them with it. The defects issue 12
+reported are also checked on fixed inputs (KNOWN_CASES), and through a small model.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,13 +18,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import algoswap  # noqa: E402
+from algoswap.testing._cases import cases_for, draw, implementation_params  # noqa: E402
+from algoswap.testing._nonfinite import plantable  # noqa: E402
+from algoswap.testing._nonfinite_check import TOLERANCE, Oracle, Prepared, judge, reference_oracle  # noqa: E402
+from algoswap.testing._nonfinite_check import check_nonfinite as _check_nonfinite  # noqa: E402
 from conftest import SEED  # noqa: E402
-from nonfinite import Trial, compare, plantable, trials  # noqa: E402
 from helpers import fail  # noqa: E402
-from op_cases import bind, cases_for, draw, implementation_params, reference_name  # noqa: E402
 from torch_oracle import TORCH, to_torch  # noqa: E402
-
-TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-11}
 
 # Ops with no torch equivalent: the NumPy reference is their oracle.
 REFERENCE_ORACLE = {
@@ -52,105 +46,23 @@ def test_nonfinite_inputs_follow_torch(impl: algoswap.ImplRecord, dtype: str) ->
         fail("\n".join([f"{impl.op}, {impl.qualified} (nan={impl.nan!r}), {dtype}"] + failures))
 
 
-@dataclass
-class Prepared:
-    """One case's trials and the oracle's answer to each, shared by every implementation of the op."""
-
-    call: algoswap.OpCall
-    updated: list[int]
-    scale: float
-    trials: list[tuple[Trial, list[np.ndarray] | Exception]]
-
-
-_PREPARED: dict[tuple[str, int, str], Prepared | None] = {}
-
-
-def _prepared(op: str, index: int, dtype: str) -> Prepared | None:
-    """The trials of case ``index`` of ``op`` in ``dtype`` (None if no input is floating), drawn once
-    per session from the session seed (so that the oracle runs once for all implementations)."""
-    key = (op, index, dtype)
-    if key not in _PREPARED:
-        _PREPARED[key] = _prepare(op, index, dtype, np.random.default_rng([SEED, zlib.crc32(repr(key).encode())]))
-    return _PREPARED[key]
+def _torch_answer(call: algoswap.OpCall, inputs: list[Any], updated: list[int]) -> list[np.ndarray] | Exception:
+    """torch's results in float64, or what it raised; the reference's for ops torch has no equivalent of."""
+    if call.op not in TORCH:
+        answer: list[np.ndarray] | Exception = reference_oracle.run(call, inputs, updated)
+        return answer
+    try:
+        out = TORCH[call.op](*[to_torch(a) for a in inputs], **call.attrs)
+    except RuntimeError as error:
+        return error
+    return [out.detach().numpy()]
 
 
-def _prepare(op: str, index: int, dtype: str, rng: np.random.Generator) -> Prepared | None:
-    shapes, attrs = cases_for(op)[index]
-    spec = algoswap.registry().spec(op)
-    call = bind(op, shapes, dtype, attrs)
-    updated = [spec.input_names.index(name) for name in spec.in_place]
-    clean = [draw(rng, s, dtype) for s in shapes]
-    if not any(plantable(a) for a in clean):
-        return None
-    expected = _oracle(call, clean, updated)
-    assert not isinstance(expected, Exception), f"the oracle of {op} refuses case {index}: {expected}"
-    scale = float(np.sqrt(np.mean(np.square(expected[0])))) if expected[0].size else 0.0
-    return Prepared(call, updated, scale, [(trial, _oracle(call, trial.inputs, updated)) for trial in trials(call, clean, rng)])
+TORCH_ORACLE = Oracle("torch", _torch_answer)
 
 
 def check_nonfinite(impl: algoswap.ImplRecord, dtype: str) -> tuple[int, list[str]]:
-    """Run ``impl`` on every trial of every case it supports; return how many cases ran and what went wrong."""
-    ran, failures = 0, []
-    for index, (shapes, attrs) in enumerate(cases_for(impl.op)):
-        if impl.check(bind(impl.op, shapes, dtype, attrs)) is not True:
-            continue
-        case = _prepared(impl.op, index, dtype)
-        if case is None:
-            continue
-        for trial, expected in case.trials:
-            problem = _judge(impl, case, trial.inputs, expected, TOLERANCE[dtype])
-            if problem:
-                failures.append(f"case {index} {shapes} {attrs}, {trial.what}: {problem}")
-        ran += 1
-    return ran, failures
-
-
-def _judge(impl: algoswap.ImplRecord, case: Prepared, inputs: list[Any], expected: list[np.ndarray] | Exception,
-           tolerance: float) -> str:
-    try:
-        with np.errstate(all="ignore"):  # NumPy warns of the invalid operations NaN and inf make
-            got = _run(impl, case.call, [None if a is None else a.copy() for a in inputs], case.updated)
-    except algoswap.AlgoswapError as error:
-        if isinstance(expected, Exception):
-            return ""
-        return f"raised {type(error).__name__}: {error}"
-    if isinstance(expected, Exception):
-        return f"returned a result where the oracle refuses the input ({type(expected).__name__}: {expected})"
-    names = ["output"] + [f"'{case.call.input_names[p]}' (updated in place)" for p in case.updated]
-    for name, out, ref in zip(names, got, expected):
-        problem = compare(out, ref, impl.nan, tolerance, case.scale)
-        if problem:
-            return f"{name}: {problem}"
-    return ""
-
-
-def _oracle(call: algoswap.OpCall, inputs: list[Any], updated: list[int]) -> list[np.ndarray] | Exception:
-    """The oracle's results in float64 (the output, then the inputs updated in place), or what it raised."""
-    if call.op in TORCH:
-        try:
-            out = TORCH[call.op](*[to_torch(a) for a in inputs], **call.attrs)
-        except RuntimeError as error:
-            return error
-        return [out.detach().numpy()]
-    wide = [a.astype(np.float64) if a is not None and _floating(a) else a for a in inputs]
-    try:
-        with np.errstate(all="ignore"):
-            out = algoswap.ops.call(call.op, *wide, algorithm=reference_name(call.op), **call.attrs)
-    except algoswap.AlgoswapError as error:
-        return error
-    return [out] + [wide[p] for p in updated]
-
-
-def _floating(array: Any) -> bool:
-    return array.dtype.kind == "f" or array.dtype.name == "bfloat16"
-
-
-def _run(impl: algoswap.ImplRecord, call: algoswap.OpCall, inputs: list[Any], updated: list[int]) -> list[np.ndarray]:
-    """The output (and the inputs updated in place) of ``impl``, in host memory."""
-    memory = algoswap.registry().backends[impl.backend].memory
-    uploaded = [None if a is None else memory.upload(a) for a in inputs]
-    out = impl.callable(*uploaded, **call.attrs)
-    return [np.asarray(memory.download(out))] + [np.asarray(memory.download(uploaded[p])) for p in updated]
+    return _check_nonfinite(impl, dtype, SEED, TORCH_ORACLE)
 
 
 def _nan_at(shape: tuple[int, ...], *where: tuple[int, ...], value: float = np.nan) -> np.ndarray:
@@ -241,8 +153,8 @@ def test_known_cases_follow_torch(name: str, impl: algoswap.ImplRecord) -> None:
     call = algoswap.registry().spec(op).bind([a.shape for a in inputs], [str(a.dtype) for a in inputs], attrs)
     if impl.check(call) is not True:
         pytest.skip(f"{impl.qualified} does not serve this case: {impl.check(call)}")
-    case = Prepared(call, [], 0.0, [])
-    problem = _judge(impl, case, inputs, _oracle(call, inputs, []), TOLERANCE["float32"])
+    case = Prepared(call, [], 0.0, [], TORCH_ORACLE.name)
+    problem = judge(impl, case, inputs, _torch_answer(call, inputs, []), TOLERANCE["float32"])
     assert not problem, f"{name}: {problem}"
 
 
@@ -253,7 +165,7 @@ def test_every_op_has_nonfinite_cases_and_an_oracle(rng: np.random.Generator) ->
         if op in NO_FLOAT_INPUT:
             assert not floating, f"{op} has floating inputs now: remove it from NO_FLOAT_INPUT"
             continue
-        assert floating, f"no case of {op} has a floating input to plant NaN into: add one to tests/op_cases.py"
+        assert floating, f"no case of {op} has a floating input to plant NaN into: add one to core/algoswap/testing/_cases.py"
         assert op in TORCH or op in REFERENCE_ORACLE, f"{op} has no oracle: map it in tests/torch_oracle.py"
 
 

@@ -8,7 +8,8 @@ F = torch.nn.functional
 
 from algoswap_numpy import _padding, activation, conv, linear, pool, shape  # noqa: E402
 from helpers import assert_close  # noqa: E402
-from op_scales import check, sum_scale  # noqa: E402
+from algoswap.testing._scales import sum_scale  # noqa: E402
+from helpers import check  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 MODES = ["zeros", "reflect", "replicate", "circular"]

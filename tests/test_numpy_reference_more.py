@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from algoswap_numpy import activation, elementwise, norm, shape, softmax  # noqa: E402
-from op_scales import assert_op_close, check  # noqa: E402
+from helpers import assert_op_close, check  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 

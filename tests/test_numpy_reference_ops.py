@@ -16,9 +16,10 @@ F = torch.nn.functional
 
 import algoswap  # noqa: E402
 from helpers import assert_close  # noqa: E402
-from op_cases import FORWARD, OPTIMIZER_ATTRS, Arg, draw, reference_name  # noqa: E402
-from op_cases_ops import OPS_FORWARD  # noqa: E402
-from op_scales import assert_op_close, update_scale  # noqa: E402
+from algoswap.testing._cases import FORWARD, OPTIMIZER_ATTRS, Arg, draw, reference_name  # noqa: E402
+from algoswap.testing._cases_ops import OPS_FORWARD  # noqa: E402
+from algoswap.testing._scales import update_scale  # noqa: E402
+from helpers import assert_op_close  # noqa: E402
 from torch_oracle import TORCH, to_torch  # noqa: E402
 
 CASES = [(op, i, dtype) for op in ("add", *OPS_FORWARD) if op in TORCH for i in range(len(FORWARD[op])) for dtype in ("float32", "float64")]

@@ -11,8 +11,8 @@ import pytest
 
 import algoswap
 from helpers import assert_close
-from op_scales import update_scale
-from test_conformance import check_conformance
+from algoswap.testing._scales import update_scale
+from algoswap.testing._conformance import check_conformance
 from test_registry import BOXED, Boxed, global_plugin, make_plugin  # noqa: F401 (global_plugin is a fixture)
 
 DIFFERENTIABLE = {

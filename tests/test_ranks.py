@@ -10,8 +10,8 @@ import pytest
 
 import algoswap
 from algoswap._specs._geometry import MAX_RANK
-from op_cases import Arg, bind, draw, reference_name
-from op_scales import assert_op_close
+from algoswap.testing._cases import Arg, bind, draw, reference_name
+from helpers import assert_op_close
 
 DNNL_MAX_DIMS = 12  # DNNL_MAX_NDIMS of oneDNN 3.2
 

@@ -13,8 +13,9 @@ from torch import nn  # noqa: E402
 
 import algoswap  # noqa: E402
 from helpers import as_float64, assert_close, derived_seed, network_terms  # noqa: E402
-from op_cases import FORWARD  # noqa: E402
-from op_scales import assert_op_close, gradient_scales  # noqa: E402
+from algoswap.testing._cases import FORWARD  # noqa: E402
+from algoswap.testing._scales import gradient_scales  # noqa: E402
+from helpers import assert_op_close  # noqa: E402
 
 
 def conv_module(shapes: tuple, attrs: dict) -> nn.Module | None:

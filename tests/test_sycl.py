@@ -21,8 +21,9 @@ import pytest
 
 import algoswap
 from helpers import as_float64, assert_close, network_terms, relative_error
-from op_scales import assert_op_close, gradient_scales
-from test_conformance import check_conformance
+from algoswap.testing._scales import gradient_scales
+from helpers import assert_op_close
+from algoswap.testing._conformance import check_conformance
 
 algoswap_sycl = pytest.importorskip("algoswap_sycl", reason="algoswap-sycl is not installed")
 

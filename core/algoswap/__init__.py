@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ._cache import CacheKind, LRUCache, cache_limits, declare_cache, set_cache_limit
     from ._frozen import freeze, is_frozen
     from ._capabilities import CapabilityMatrix
+    from ._check import PluginReport, check_plugin
     from ._errors import (
         AlgoswapError,
         ImplementationError,
@@ -70,6 +71,8 @@ _LAZY = {
     "cache_limits": ("._core_caches", "cache_limits"),  # the core's kinds declared first
     "set_cache_limit": ("._core_caches", "set_cache_limit"),
     "CapabilityMatrix": ("._capabilities", "CapabilityMatrix"),
+    "check_plugin": ("._check", "check_plugin"),
+    "PluginReport": ("._check", "PluginReport"),
     "Selection": ("._select", "Selection"),
     "Registrar": ("._registry", "Registrar"),
     "Registry": ("._registry", "Registry"),

@@ -1,4 +1,4 @@
-"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry`` and ``demo``."""
+"""The ``algoswap`` command: ``backends``, ``caps``, ``ops``, ``retry``, ``check-plugin``, ``demo`` and ``new-plugin``."""
 
 from __future__ import annotations
 
@@ -100,10 +100,44 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_plugin(args: argparse.Namespace) -> int:
+    from ._check import check_plugin
+
+    if args.module:
+        import importlib
+
+        from ._api import register_plugin
+
+        try:
+            plugin = importlib.import_module(args.module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the plugin's failure is a problem it has, never a traceback
+            print(f"problem: plugin {args.name!r}: module: --module {args.module!r} does not import: "
+                  f"{type(exc).__name__}: {exc}\n1 problem found")
+            return 1
+        register_plugin(plugin, name=args.name)
+    report = check_plugin(args.name)
+    print(report.to_text())
+    return 0 if report.ok else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     return run_demo(args.model, args.batch, args.small, args.repeats)
+
+
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from ._scaffold import new_plugin
+
+    target = new_plugin(args.name, cpp=args.cpp, directory=args.dir)
+    folder = str(target) if target.is_absolute() else os.path.join(".", target)  # a path for pip, not a name on PyPI
+    kind = "C++ (pybind11, scikit-build-core)" if args.cpp else "NumPy"
+    print(f"wrote {folder}/: the plugin {args.name!r} with conv2d algorithm '{args.name}:direct' ({kind}); next:")
+    for command in (f"pip install {folder}", f"algoswap check-plugin {args.name}", f"python -m algoswap.testing {args.name}"):
+        print(f"  {command}")
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -126,12 +160,21 @@ def parser() -> argparse.ArgumentParser:
     retry = sub.add_parser("retry", help="import again plugins skipped since they crashed or timed out in an earlier process")
     retry.add_argument("names", nargs="*", help="plugin, distribution or backend names (default: every one)")
     retry.set_defaults(run=cmd_retry)
+    check = sub.add_parser("check-plugin", help="what would fail in a plugin: references, names, probe time, API version")
+    check.add_argument("name", help="the plugin's entry-point or distribution name, or a backend it declares")
+    check.add_argument("--module", help="a plugin not installed: import this module and register it as NAME first")
+    check.set_defaults(run=cmd_check_plugin)
     demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
     demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, mobilenet, squeezenet)")
     demo.add_argument("--batch", type=int, default=1)
     demo.add_argument("--small", action="store_true", help="the model's reduced input size (quicker)")
     demo.add_argument("--repeats", type=int, default=3, help="timed runs per algorithm (median)")
     demo.set_defaults(run=cmd_demo)
+    new = sub.add_parser("new-plugin", help="write a new plugin distribution algoswap-NAME (conv2d 'NAME:direct'), ready to install")
+    new.add_argument("name", help="the backend's name: a lower-case identifier ([a-z][a-z0-9_]*) no installed plugin has")
+    new.add_argument("--cpp", action="store_true", help="a C++ extension (pybind11, scikit-build-core, OpenMP) instead of NumPy")
+    new.add_argument("--dir", default=".", help="the folder to write algoswap-NAME/ into (default: the current one)")
+    new.set_defaults(run=cmd_new_plugin)
     return main
 
 

@@ -28,6 +28,7 @@ from ._records import (
 from ._settings import ENV_ALLOW, ENV_DENY, normalise
 from ._spec import OpSpec
 from ._specs import FAMILIES, core_specs
+from ._validation import check_reference, checked_dtypes
 
 if TYPE_CHECKING:
     from ._supervisor import Supervisor
@@ -74,6 +75,9 @@ class Registrar:
             raise RegistrationError(f"backend {name!r} declared twice by {self.plugin.owner}")
         if not isinstance(memory, MemorySpace):
             raise RegistrationError(f"backend {name!r}: memory must be an algoswap.MemorySpace, got {memory!r}")
+        check_reference(f"backend {name!r}", "probe", probe, optional=True)
+        for field in ("to_host", "from_host", "from_dlpack"):
+            check_reference(f"backend {name!r}", f"memory.{field}", getattr(memory, field), optional=field == "from_dlpack")
         if reference and self.reference is not None:
             raise RegistrationError(f"backends {self.reference!r} and {name!r} of {self.plugin.owner} both declare "
                                     "themselves the reference: at most one backend is")
@@ -109,13 +113,16 @@ class Registrar:
         key = self._check_key(op, algorithm, backend)
         if key in self._impls:
             raise RegistrationError(f"implementation {key} registered twice by {self.plugin.owner}")
-        if not (callable(fn) or isinstance(fn, str)):
-            raise RegistrationError(f"implementation {key}: fn must be a callable or 'module:attribute'")
+        where = f"implementation {key}"
+        check_reference(where, "fn", fn)
+        check_reference(where, "supports", supports, optional=True)
+        check_reference(where, "kernel", kernel, optional=True, text_is_name=True)
+        checked = checked_dtypes(where, dtypes)
         if layout not in LAYOUTS:
-            raise RegistrationError(f"implementation {key}: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+            raise RegistrationError(f"{where}: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
         if nan not in NAN_BEHAVIOURS:
-            raise RegistrationError(f"implementation {key}: nan must be one of {', '.join(NAN_BEHAVIOURS)}; got {nan!r}")
-        record = ImplRecord(op, algorithm, backend, fn, frozenset(dtypes), supports, priority, kernel, description,
+            raise RegistrationError(f"{where}: nan must be one of {', '.join(NAN_BEHAVIOURS)}; got {nan!r}")
+        record = ImplRecord(op, algorithm, backend, fn, checked, supports, priority, kernel, description,
                             self.plugin.name, layout, nan, self.plugin.distribution, self.plugin.version)
         record._state.health = self._backends[backend]._health
         self._impls[key] = record

@@ -58,7 +58,9 @@ def algoswap_register(registry: "Registrar") -> None:
     - ``registry.add_implementation(op, algorithm, backend, fn, dtypes=..., supports=...,
       priority=..., kernel=...)`` where ``fn``, ``supports`` and ``kernel`` may be callables or
       ``algoswap.Ref("module:attribute")`` (``fn`` and ``supports`` also plain strings) imported on
-      first use; ``dtypes`` from ``algoswap.FLOAT_DTYPES``, ``INT_DTYPES``, ``ALL_DTYPES``;
+      first use; ``dtypes`` from ``algoswap.FLOAT_DTYPES``, ``INT_DTYPES``, ``ALL_DTYPES`` (any other
+      name, or a malformed "module:attribute" string, is a RegistrationError: see ``_validation``;
+      ``algoswap check-plugin`` checks what needs the plugin's modules imported);
     - ``registry.declare_unsupported(op, algorithm, backend, reason)`` for an algorithm the
       backend knows but cannot offer (the capability matrix shows the reason);
     - ``registry.add_op(spec)`` for an op the core does not declare.

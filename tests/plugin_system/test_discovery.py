@@ -18,7 +18,7 @@ from algoswap import _global
 from algoswap._plugins import ENV_ALLOW, ENV_DENY, ENV_STRICT
 from algoswap._select import select
 from helpers import assert_close
-from op_scales import assert_op_close
+from helpers import assert_op_close
 
 from .conftest import DENY_FAILING, EXPECTED, FAILING, MODULES, NUMPY_OWNER, Installed, imported, plugin_records
 

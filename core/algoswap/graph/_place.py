@@ -5,7 +5,7 @@
 - A request that names a backend ("cuda:default", "numpy:smm") or is "auto" runs where that backend
   (or the best-ranked one) works: the node's inputs move there.
 - Any other request ("default", an algorithm name) serves the node from the memory space of its
-  inputs, never from another: a host backend serves device-resident data only when the request
+  inputs (a device's, where its computed inputs are in host and device memory), never from another: a host backend serves device-resident data only when the request
   names it. Where nothing there serves the node, it runs in PyTorch on the same device when the
   front end allows it (``fallback="torch"``) and has a torch twin for it; otherwise it is an error
   that names the node and every rejected candidate.
@@ -66,9 +66,13 @@ def first_serving(registry: Registry, op: str, requests: Sequence[str], memories
 
 
 def inputs_space(inputs: Sequence[Node | None], spaces: Sequence[MemorySpace | None]) -> MemorySpace:
-    """Where a node's inputs are: the memory space of its first input computed by the graph or fed to
-    it (weights and other stored arrays move to where the activations are), else of its first input."""
-    for node, space in zip(inputs, spaces):
-        if node is not None and space is not None and node.kind not in ("parameter", "variable", "constant"):
-            return space
+    """Where a node's inputs are: a device's memory space where an input the graph computed (or was
+    fed) is there, else the memory space of the first such input (weights and other stored arrays move
+    to where the activations are), else of its first input. A value computed on the host from weights
+    alone (ViT's class token broadcast over the batch) so moves to the device where it meets the
+    activations, instead of pulling them, and everything after, onto the host."""
+    computed = [space for node, space in zip(inputs, spaces)
+                if node is not None and space is not None and node.kind not in ("parameter", "variable", "constant")]
+    if computed:
+        return next((space for space in computed if not space.is_host), computed[0])
     return next((space for space in spaces if space is not None), HOST)

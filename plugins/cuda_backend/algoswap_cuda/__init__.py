@@ -143,7 +143,7 @@ _KERNELS: dict[str, Any] = {
     "slicing": "CuPy copy / scatter-add", "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask",
     "loss": _REDUCING, "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
     "optim": "one CuPy element-wise kernel, in place",
-    "attention": "cuBLAS batched GEMM (cupy.matmul) and CuPy softmax." + _TF32_NOTE,
+    "attention": "cuBLAS batched GEMM (cupy.matmul) around one softmax kernel (CuPy's with a mask)." + _TF32_NOTE,
     "resample": "CuPy raw kernel interpolate (one thread per output; the gradient scatters with atomicAdd)",
 }
 ANY_DTYPES = tuple(dtype for dtype in ALL_DTYPES if dtype != "bfloat16")  # CuPy has no bfloat16
@@ -161,5 +161,9 @@ _OPS: dict[str, dict[str, Any]] = {
     "slice": _COPY, "split": _COPY, "transpose": _COPY, "zeros_like": _COPY, "ones_like": _COPY,
     "one_hot": {"dtypes": tuple(dtype for dtype in ANY_DTYPES if dtype in INT_DTYPES), "kernel": "CuPy eye[indices]"},
     "csrmm": _CSRMM, "csrmm_grad_dense": _CSRMM,
-    "batchnorm2d_fused": {"kernel": "CuPy raw kernel: x * scale + shift per channel, then the activation, in one pass"},
+    "batchnorm2d": {"kernel": "one CuPy raw kernel: x * scale + shift per channel (_passes)"},
+    "batchnorm2d_fused": {"kernel": "one CuPy raw kernel: x * scale + shift per channel, then the activation, in one pass (_passes)"},
+    "layer_norm": {"kernel": "one CuPy raw kernel, a block of threads per row, two-pass (_passes)"},
+    "concat": {"kernel": "one CuPy raw kernel copying every input (CuPy's concatenate past 64 inputs)"},
+    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a block of threads per row (CuPy reductions over another)"},
 }

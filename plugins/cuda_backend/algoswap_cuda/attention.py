@@ -9,6 +9,7 @@ import cupy as cp
 
 from algoswap import attention_mask
 
+from . import _passes
 from ._blas import matmul
 from .reduce import sum_to_shape
 from .softmax import softmax, softmax_grad
@@ -20,8 +21,10 @@ def _t(a: Any) -> Any:
 
 def _weights(q: Any, k: Any, mask: Any, is_causal: bool, scale: float) -> Any:
     """softmax(scale * q @ k^T + mask) over the keys; rows of scores all -inf give zeros (torch's _safe_softmax)."""
-    scores = matmul(q, _t(k)) * q.dtype.type(scale)
     added = attention_mask(mask, is_causal, q.shape[-2], k.shape[-2], q.dtype, cp)
+    if added is None and q.dtype.name in _passes.FLOAT_TYPES:
+        return _passes.softmax_rows(matmul(q, _t(k)), scale, safe=True)
+    scores = matmul(q, _t(k)) * q.dtype.type(scale)
     if added is not None:
         scores += added
     fully_masked = cp.all(scores == -cp.inf, axis=-1, keepdims=True)

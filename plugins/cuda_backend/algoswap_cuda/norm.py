@@ -1,6 +1,6 @@
 """Batch norm (inference and training) and layer norm with gradients, as CuPy reductions in the
-input's dtype (two-pass variance). batchnorm2d_fused is one pass over memory: x * scale + shift per
-channel, then the activation (the convolution epilogue's kernel, _epilogue)."""
+input's dtype (two-pass variance); the inference batch norm (with its activation too: batchnorm2d_fused)
+and the layer norm of float32 and float64 arrays as one kernel launch each (``_passes``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import cupy as cp
 
-from . import _epilogue
+from . import _passes
 
 _NHW = (0, 2, 3)
 
@@ -18,31 +18,25 @@ def _per_channel(v: Any) -> Any:
 
 
 def batchnorm2d(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float) -> Any:
+    if x.dtype.name in _passes.FLOAT_TYPES:
+        return _passes.batchnorm(x, running_mean, running_var, weight, bias, eps)
     rstd = 1 / cp.sqrt(running_var + x.dtype.type(eps))
     return _per_channel_affine(x, _per_channel(running_mean), _per_channel(rstd), weight, bias)
 
 
 def batchnorm2d_fused(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float,
                       activation: str) -> Any:
-    """activation(x * scale + shift) per channel in one raw-kernel pass (scale and shift: C numbers each)."""
-    rstd = 1 / cp.sqrt(running_var + x.dtype.type(eps))
-    scale, shift = _scale_shift(running_mean, rstd, weight, bias, (-1,))
-    return _epilogue.apply(cp.empty(x.shape, x.dtype), shift, activation=activation, source=cp.ascontiguousarray(x),
-                           scale=scale)
-
-
-def _scale_shift(mean: Any, rstd: Any, weight: Any, bias: Any, shape: tuple[int, ...] = (1, -1, 1, 1)) -> tuple[Any, Any]:
-    """scale = rstd * weight and shift = bias - mean * scale, weight and bias reshaped to ``shape``."""
-    scale = rstd if weight is None else rstd * weight.reshape(shape)
-    shift = -mean * scale if bias is None else bias.reshape(shape) - mean * scale
-    return scale, shift
+    """activation(batchnorm2d(...)) in one pass over memory: the batch norm kernel with the activation
+    (the convolution epilogue's C statements) before its store (float32 and float64, the backend's dtypes)."""
+    return _passes.batchnorm(x, running_mean, running_var, weight, bias, eps, activation)
 
 
 def _per_channel_affine(x: Any, mean: Any, rstd: Any, weight: Any, bias: Any) -> Any:
     """(x - mean) * rstd * weight + bias per channel, as PyTorch computes it: x * scale + shift with
     scale = rstd * weight and shift = bias - mean * scale (so that an infinite weight gives NaN
     exactly where PyTorch's batch and instance norms do). mean and rstd: (1, C, 1, 1) or (N, C, 1, 1)."""
-    scale, shift = _scale_shift(mean, rstd, weight, bias)
+    scale = rstd if weight is None else rstd * _per_channel(weight)
+    shift = -mean * scale if bias is None else _per_channel(bias) - mean * scale
     return x * scale + shift
 
 
@@ -103,6 +97,8 @@ def _first(x: Any, ndim: int) -> tuple[int, ...]:
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, *, normalized_ndim: int, eps: float) -> Any:
+    if x.dtype.name in _passes.FLOAT_TYPES:
+        return _passes.layer_norm(x, weight, bias, normalized_ndim, eps)
     return _scale_shift(_standardise(x, _last(x, normalized_ndim), eps)[0], weight, bias)
 
 

@@ -1,4 +1,5 @@
-"""softmax and log_softmax along one axis, and their gradients from the outputs (CuPy reductions)."""
+"""softmax and log_softmax along one axis, and their gradients from the outputs (CuPy reductions; the
+float softmax over the last axis as one kernel, ``_passes.softmax_rows``)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ from typing import Any
 
 import cupy as cp
 
+from . import _passes
+
 
 def _shifted(x: Any, axis: int) -> Any:
     return x - x.max(axis=axis, keepdims=True)
 
 
 def softmax(x: Any, *, axis: int) -> Any:
+    if x.ndim and axis % x.ndim == x.ndim - 1 and x.dtype.name in _passes.FLOAT_TYPES:
+        return _passes.softmax_rows(x)
     e = cp.exp(_shifted(x, axis))
     return e / e.sum(axis=axis, keepdims=True)
 

@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 from algoswap import FUSED_ACTIVATIONS
-from case_inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
-from op_cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
+from ._cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
+from ._inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
 
 Case = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -84,6 +84,8 @@ CONCAT: list[Case] = [
     (((2, 3), (1, 3), (4, 3)), {}),
     (((2, 3, 4), (2, 3, 1)), {"axis": -1}),
     (((3, 5),), {"axis": 1}),
+    (tuple((2, k % 3 + 1, 3, 2) for k in range(24)), {"axis": 1}),  # DenseNet's: many inputs in one call
+    (tuple((1, 2) for _ in range(70)), {"axis": 0}),  # past the CUDA kernel's 64 inputs
 ]
 
 RESHAPE: list[Case] = [
@@ -117,6 +119,7 @@ SOFTMAX: list[Case] = [
     (((2, 3, 4, 5),), {"axis": 0}),
     (((4, 3, 5),), {"axis": -2}),
     (((9,),), {"axis": -1}),
+    (((3, 700),), {}),  # rows longer than a block of threads
 ]
 
 LAYER_NORM: list[Case] = [
@@ -126,6 +129,7 @@ LAYER_NORM: list[Case] = [
     (((3, 4, 5), (4, 5), (4, 5)), {"normalized_ndim": 2}),
     (((2, 3, 4, 3), None, None), {"normalized_ndim": 2, "eps": 0.0}),
     (((3, 5), None, (3, 5)), {"normalized_ndim": 2}),
+    (((3, 1000), (1000,), (1000,)), {}),  # rows longer than a block of threads
 ]
 
 BATCH_NORM_TRAIN: list[Case] = [
@@ -302,6 +306,22 @@ def _bfloat16_missing() -> str:
     return ""
 
 
+def checked_dtypes(impl: Any, dtypes: tuple[str, ...], integer_fallback: bool = False) -> list[str]:
+    """The dtypes ``impl`` is checked in: those of ``dtypes`` it has (or int64 when it has none of them and
+    ``integer_fallback``)."""
+    return sorted(set(impl.dtypes) & set(dtypes)) or (sorted(set(impl.dtypes) & {"int64"}) if integer_fallback else [])
+
+
+def skip_reason(impl: Any, dtype: str) -> str:
+    """Why ``impl`` cannot be checked in ``dtype`` here ("" if it can): its backend is unavailable, or
+    bfloat16 arrays cannot be made."""
+    import algoswap
+
+    available = algoswap.registry().backends[impl.backend].availability()
+    skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
+    return skip or (_bfloat16_missing() if dtype == "bfloat16" else "")
+
+
 def implementation_params(dtypes: tuple[str, ...], integer_fallback: bool = False) -> list[Any]:
     """One pytest param (impl, dtype) per registered implementation and each of its ``dtypes`` (or int64
     when it has none of them and ``integer_fallback``), skipped with the reason where its backend is
@@ -310,14 +330,10 @@ def implementation_params(dtypes: tuple[str, ...], integer_fallback: bool = Fals
 
     import algoswap
 
-    registry = algoswap.registry()
     params = []
-    for impl in registry.implementations():
-        chosen = sorted(set(impl.dtypes) & set(dtypes)) or (sorted(set(impl.dtypes) & {"int64"}) if integer_fallback else [])
-        available = registry.backends[impl.backend].availability()
-        for dtype in chosen:
-            skip = f"{impl.backend} unavailable: {available}" if available is not True else ""
-            skip = skip or (_bfloat16_missing() if dtype == "bfloat16" else "")
+    for impl in algoswap.registry().implementations():
+        for dtype in checked_dtypes(impl, dtypes, integer_fallback):
+            skip = skip_reason(impl, dtype)
             marks = [pytest.mark.skip(reason=skip)] if skip else []
             params.append(pytest.param(impl, dtype, id=f"{impl.op}-{impl.qualified}-{dtype}", marks=marks))
     return params

@@ -1,5 +1,5 @@
 """Planting NaN and infinities into a case's inputs, and comparing non-finite results, for
-tests/test_nonfinite.py.
+the non-finite conformance checks (algoswap/testing/_nonfinite_check.py).
 
 A trial is one copy of a case's inputs with non-finite values planted: NaN at the first and last
 entries of one input and NaN, +inf and -inf at random positions of it ("scattered"), or one value over a whole region of the first
@@ -35,7 +35,7 @@ def plantable(array: Any) -> bool:
         return False
     if not isinstance(array, np.ndarray):
         return bool(array.nnz)
-    return array.dtype.kind == "f" or array.dtype.name == "bfloat16"
+    return bool(array.dtype.kind == "f" or array.dtype.name == "bfloat16")
 
 
 def _values(array: Any) -> np.ndarray:
@@ -137,12 +137,12 @@ def classes(array: np.ndarray) -> np.ndarray:
     return np.select([np.isnan(a), a == np.inf, a == -np.inf], [NAN, POS_INF, NEG_INF], FINITE)
 
 
-def compare(got: np.ndarray, expected: np.ndarray, nan: str, tolerance: float, scale: float) -> str:
+def compare(got: np.ndarray, expected: np.ndarray, nan: str, tolerance: float, scale: float, oracle: str = "torch") -> str:
     """What differs ("" if nothing). ``nan="exact"``: every entry's class is the oracle's;
     ``"spreads"``: an entry may also be NaN where the oracle's is not. Entries finite in both agree
     within ``tolerance``, relative to their norm or, if larger, to ``scale`` (the oracle's RMS on
     the inputs before planting) per entry, so that a few finite entries left near zero are judged
-    against the size of the result rather than their own."""
+    against the size of the result rather than their own. ``oracle`` names where ``expected`` comes from."""
     if got.shape != expected.shape:
         return f"shape {got.shape}, expected {expected.shape}"
     got_class, expected_class = classes(got), classes(expected)
@@ -153,7 +153,7 @@ def compare(got: np.ndarray, expected: np.ndarray, nan: str, tolerance: float, s
         positions = np.argwhere(wrong)
         shown = "; ".join(f"{tuple(int(i) for i in p)}: {float(got[tuple(p)])}, expected {float(expected[tuple(p)])}" for p in positions[:6])
         more = f" (and {len(positions) - 6} more)" if len(positions) > 6 else ""
-        return f"{len(positions)} of {got.size} entries not {'' if nan == 'exact' else 'NaN or '}as torch has them: {shown}{more}"
+        return f"{len(positions)} of {got.size} entries not {'' if nan == 'exact' else 'NaN or '}as {oracle} has them: {shown}{more}"
     finite = (got_class == FINITE) & (expected_class == FINITE)
     if not finite.any():
         return ""

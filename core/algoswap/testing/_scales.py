@@ -1,5 +1,5 @@
-"""The scale and reduction length of every op's result, for ``helpers.assert_close`` (the policy is in
-tests/helpers.py): ``op_scale(op, inputs, attrs)`` gives, for float64 copies of a call's inputs, the
+"""The scale and reduction length of every op's result, for the tolerance policy of
+algoswap/testing/_tolerance.py: ``op_scale(op, inputs, attrs)`` gives, for float64 copies of a call's inputs, the
 elementwise magnitude of the terms each result element is computed from and the number of terms
 added to make one element.
 
@@ -16,15 +16,16 @@ Ops fall into four kinds:
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Callable
 
 import numpy as np
 
 import algoswap
-from helpers import as_float64, assert_close, dtype_name
-from op_cases import reference_name
-from op_scales_activations import ACTIVATION_RULES
+from ._cases import reference_name
+from ._scales_activations import ACTIVATION_RULES
+from ._tolerance import as_float64
 
 Scale = tuple[Any, int]  # (elementwise magnitudes or None for "the result itself", reduction length)
 
@@ -222,7 +223,7 @@ def _batchnorm2d(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
 
 
 def _targets(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return np.abs(labels) if labels.ndim == 2 else np.eye(logits.shape[1])[labels]
+    return np.abs(labels) if labels.ndim == 2 else np.asarray(np.eye(logits.shape[1])[labels])
 
 
 def _reduced(rows: np.ndarray, reduction: str) -> np.ndarray:
@@ -275,7 +276,7 @@ def _attention(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
     terms of |scale * q * k|) changes each weight relatively by that much, the softmax adds S roundings: the
     weights' magnitude is P * (1 + |s|), |s| the largest score term sum of the row. Gradients add their
     products' terms: dV = P^T dy, dS = P * (dP - rowsum(dP * P)) with dP = dy v^T, dQ = scale dS k, dK = scale dS^T q."""
-    from algoswap_numpy.attention import attention_weights
+    attention_weights = importlib.import_module("algoswap_numpy.attention").attention_weights  # the reference's
 
     call = algoswap.registry().spec(op).bind([getattr(a, "shape", None) for a in inputs],
                                              [None if a is None else str(a.dtype) for a in inputs], attrs)
@@ -288,8 +289,10 @@ def _attention(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
         return weights @ np.abs(v), length
     d_weights = np.abs(dy) @ np.swapaxes(np.abs(v), -1, -2)
     d_scores = abs(scale) * weights * (d_weights + np.sum(d_weights * weights, axis=-1, keepdims=True))
-    wrt, product = {"_query": (q, lambda: d_scores @ np.abs(k)), "_key": (k, lambda: np.swapaxes(d_scores, -1, -2) @ np.abs(q)),
-                    "_value": (v, lambda: np.swapaxes(weights, -1, -2) @ np.abs(dy))}[op[op.rindex("_"):]]
+    products: dict[str, tuple[Any, Callable[[], Any]]] = {
+        "_query": (q, lambda: d_scores @ np.abs(k)), "_key": (k, lambda: np.swapaxes(d_scores, -1, -2) @ np.abs(q)),
+        "_value": (v, lambda: np.swapaxes(weights, -1, -2) @ np.abs(dy))}
+    wrt, product = products[op[op.rindex("_"):]]
     full = product()
     summed = _reference("sum_to_shape", [full], {"shape": wrt.shape})
     return summed, length + full.size // max(summed.size, 1)
@@ -340,22 +343,11 @@ def op_scale(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
         return SPELLED_OUT[op](op, inputs, attrs)
     if op in ELEMENTWISE:
         return None, 1
-    raise KeyError(f"op {op!r} has no tolerance rule: add it to one of the tables in tests/op_scales.py")
+    raise KeyError(f"op {op!r} has no tolerance rule: add it to one of the tables in algoswap/testing/_scales.py")
 
 
 def _widened(a: Any) -> Any:
     return a.astype(np.float64) if _is_float(a) else a
-
-
-def assert_op_close(op: str | None, out: Any, ref: Any, inputs: list[Any], attrs: dict[str, Any], *,
-                    dtype: Any = None, context: Any = "") -> None:
-    """``helpers.assert_close`` with the scale and reduction length of ``op`` on ``inputs`` (op None: data
-    movement, the result itself and one term); ``dtype``, when given, is the dtype ``out`` must have."""
-    if dtype is not None:
-        assert dtype_name(out) == dtype_name(dtype), f"{op}: dtype {dtype_name(out)}, expected {dtype_name(dtype)}"
-    scale, length = (None, 1) if op is None else op_scale(op, list(inputs), attrs)
-    shapes = [getattr(a, "shape", None) for a in inputs]
-    assert_close(out, ref, reduction_length=length, scale=scale, context=context or f"{op} on {shapes} {attrs}")
 
 
 def gradient_scales(op: str, inputs: list[Any], attrs: dict[str, Any], grad_output: Any, output: Any) -> dict[str, Scale]:
@@ -366,12 +358,6 @@ def gradient_scales(op: str, inputs: list[Any], attrs: dict[str, Any], grad_outp
     by_name = dict(zip(spec.input_names, inputs), grad_output=as_float64(grad_output), output=as_float64(output))
     return {rule.wrt: (None, 1) if rule.op is None else op_scale(rule.op, [by_name[n] for n in rule.inputs], rule.attrs(call))
             for rule in spec.gradients}
-
-
-def check(out: Any, ref: Any, dtype: Any, op: str | None = None, inputs: tuple[Any, ...] = (), **attrs: Any) -> None:
-    """``assert_op_close`` for a kernel called directly: ``out`` must have ``dtype``; ``op`` and ``attrs``
-    name the op it computes (None: data movement)."""
-    assert_op_close(op, out, ref, list(inputs), attrs, dtype=dtype)
 
 
 def _bound_attrs(op: str, inputs: list[Any], attrs: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The scale rules (tests/op_scales.py) of the activations whose terms can cancel: the magnitude of the
+"""The scale rules (algoswap/testing/_scales.py) of the activations whose terms can cancel: the magnitude of the
 terms each result element is computed from, in every form a backend may compute it in."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ _TANH_SCALE = math.sqrt(2 / math.pi)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=np.float64)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -58,7 +58,7 @@ def _mish_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
 
 def _hard_ramp(x: np.ndarray) -> np.ndarray:
     """Where x + 3 is computed and clamped to [0, 6], the magnitude of its terms (|x| + 3), else the clamp."""
-    return np.where((x > -3) & (x < 3), np.abs(x) + 3, np.clip(x + 3, 0, 6))
+    return np.asarray(np.where((x > -3) & (x < 3), np.abs(x) + 3, np.clip(x + 3, 0, 6)))
 
 
 def _hardswish(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:

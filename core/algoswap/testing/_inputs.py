@@ -1,5 +1,5 @@
 """Case inputs beyond standard normal float arrays, and drawing and binding cases (shared by
-tests/op_cases.py, the conformance suite and the gradient checks)."""
+the case table, the conformance checks and the gradient checks)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,6 @@ def draw(rng: np.random.Generator, entry: Any, dtype: str) -> Any:
         return rng.integers(0, entry.high, entry.shape)
     if entry.kind == "bool":
         return rng.random(entry.shape) < 0.5
-    import scipy.sparse
+    import scipy.sparse  # type: ignore[import-untyped]
 
     return scipy.sparse.random(*entry.shape, density=0.4, format="csr", dtype=dtype, rng=rng, data_rvs=rng.standard_normal)

@@ -1,11 +1,11 @@
 """Cases of the operator set (arithmetic, matmul, reductions, slicing, indexing, instance norm,
-dropout, losses, CSR products, optimizer updates), merged into tests/op_cases.py."""
+dropout, losses, CSR products, optimizer updates), merged into algoswap/testing/_cases.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from case_inputs import Arg, shape_of
+from ._inputs import Arg, shape_of
 
 Case = tuple[tuple[Any, ...], dict[str, Any]]
 

@@ -1,0 +1,3 @@
+import algoswap.testing
+def test_conformance():
+    algoswap.testing.assert_conformant("cppconv")
