@@ -56,7 +56,7 @@ def _norm(out: g.Node) -> g.Node:
 
 
 def test_the_conformance_cases_cover_every_activation() -> None:
-    from op_cases import cases_for
+    from algoswap.testing._cases import cases_for
 
     assert {attrs["activation"] for _, attrs in cases_for("batchnorm2d_fused")} == {"none", *algoswap.FUSED_ACTIVATIONS}
 
@@ -202,7 +202,7 @@ def test_the_dnnl_fused_relu_keeps_nan_and_infinities(layout: str, rng: np.rando
         pytest.skip(f"dnnl unavailable: {algoswap.registry().backends['dnnl'].availability()}")
     import torch.nn.functional as F
 
-    from nonfinite import classes
+    from algoswap.testing._nonfinite import classes
 
     x = rng.standard_normal((2, 8, 5, 7)).astype(np.float32)
     mean, weight, bias = (rng.standard_normal(8).astype(np.float32) for _ in range(3))
