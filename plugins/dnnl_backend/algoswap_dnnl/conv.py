@@ -49,7 +49,6 @@ LARGEST = {"float32": float(np.finfo(np.float32).max) * (1 - 2.0**-23), "bfloat1
 # layer 64x112x112, where a read of its input takes 28 us; 2.4 us on 16->64 1x1 over 15x15; 38 us on 3->64 3x3
 # over 64x64).
 FINITE_RELU_FROM = 1 << 14
-_calls: LRUCache[ConvCall] = LRUCache(CALLS)  # call signature -> its ConvCall
 _packed = Derived(PACKED)  # (weight, layout text) -> its PackedWeights
 _finite = Derived(FINITE)  # weight -> max |element| (inf if one is not finite)
 
@@ -60,39 +59,36 @@ class ConvCall:
     order of ``conv2d_forward``), and the packed layout it reads the weights in (asked of oneDNN at the first call
     with a frozen weight; "" when it reads the plain weight)."""
 
-    __slots__ = ("size", "args", "bias", "residual", "dtype", "_weights_layout")
+    __slots__ = ("size", "weight_size", "args", "bias", "residual", "dtype", "_weights_layout")
 
     def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], bias: bool, residual: bool, activation: str,
                  algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int, padding_mode: str,
                  channels_last: bool, dtype: str) -> None:
         g = conv_geometry(x_shape, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups)
         size, kwargs = _primitive_args(g, padding_mode)
-        self.size = list(size)
+        self.size, self.weight_size = list(size), list(w_shape)
         self.args = (kwargs["stride"], kwargs["padding_l"], kwargs["padding_r"], kwargs["dilation"], kwargs["groups"],
                      algorithm, kwargs["layout"], activation, channels_last)
         self.bias, self.residual, self.dtype = bias, residual, dtype
         self._weights_layout: str | None = None
 
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """The arguments after the arrays, by name."""
-        return dict(zip(("stride", "padding_l", "padding_r", "dilation", "groups", "algorithm", "layout", "activation",
-                         "channels_last"), self.args))
-
-    def weights_layout(self, w_shape: tuple[int, ...]) -> str:
+    def weights_layout(self) -> str:
         if self._weights_layout is None:
-            self._weights_layout = dnnl.conv2d_weights_layout(self.size, list(w_shape), self.bias, self.residual,
+            self._weights_layout = dnnl.conv2d_weights_layout(self.size, self.weight_size, self.bias, self.residual,
                                                               *self.args, dtype=self.dtype)
         return self._weights_layout
 
     def packed(self, w: np.ndarray) -> Any:
         """The PackedWeights of frozen ``w`` in the layout this primitive reads (made once), or None when it reads
         the plain weight."""
-        layout = self.weights_layout(w.shape)
+        layout = self.weights_layout()
         if not layout:
             return None
         return _packed.get(w, layout, lambda: dnnl.conv2d_pack_weights(self.size, w, self.bias, self.residual,
                                                                          *self.args))
+
+
+_calls: LRUCache[ConvCall] = LRUCache(CALLS)  # call signature -> its ConvCall
 
 
 def _conv_call(x: np.ndarray, w: np.ndarray, bias: bool, residual: bool, activation: str, algorithm: str, stride: Pair,
