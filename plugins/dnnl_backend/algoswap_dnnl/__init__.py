@@ -99,7 +99,7 @@ _OPS: dict[str, dict[str, Any]] = {
     **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",
                            "reduce_max")},
     "transpose": {**_ANY, "description": "oneDNN reorder from the input's memory order (none where that already is the "
-                  "output's: the input seen through permuted strides)"},
+                  "output's, or where the input seen through permuted strides is channels-last: that view)"},
     "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
 }
 _BIAS_GRADIENT = {"algorithm": "direct", "supports": None, "kernel": BIAS_KERNEL}
