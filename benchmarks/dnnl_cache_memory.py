@@ -64,7 +64,7 @@ def counts() -> str:
     from algoswap_dnnl._ext import dnnl
 
     return (f"plans {dnnl.cache_size():>5}  packed weights {conv.packed_weights_count():>3}  "
-            f"weight layouts {len(getattr(conv, '_layouts', ())):>5}  idle output buffers {dnnl.pooled_idle_bytes() / 2**20:6.1f} MiB")
+            f"conv calls {len(conv._calls):>5}  idle output buffers {dnnl.pooled_idle_bytes() / 2**20:6.1f} MiB")
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ _available = algoswap.registry().backends["dnnl"].availability() if "dnnl" in al
 pytestmark = pytest.mark.skipif(_available is not True, reason=f"dnnl backend unavailable: {_available}")
 
 CONV = {"stride": [1, 1], "padding_l": [1, 1], "padding_r": [1, 1], "dilation": [1, 1], "groups": 1}
-DNNL_KINDS = ("dnnl_plans", "dnnl_weight_layouts", "dnnl_packed_weights", "dnnl_finite_weights")
+DNNL_KINDS = ("dnnl_plans", "dnnl_conv_calls", "dnnl_packed_weights", "dnnl_finite_weights")
 
 
 def ext() -> Any:
@@ -136,6 +136,35 @@ def test_frozen_weights_are_reordered_once(blocked_weights: Any) -> None:
     assert info.layout == "blocked"
     packed = ext().conv2d_pack_weights(list(x.shape), constant, True, False, **CONV, layout="any")
     assert packed is not None and packed.shape == list(w.shape)
+
+
+def test_a_call_signature_derives_the_primitives_arguments_once(blocked_weights: Any) -> None:
+    """The geometry, the primitive's arguments and its weights' layout are made at a signature's first call."""
+    conv = blocked_weights
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 16, 10, 10), dtype=np.float32)
+    w = algoswap.freeze(rng.standard_normal((16, 16, 3, 3), dtype=np.float32))
+    for _ in range(3):
+        _conv_direct(x, w)
+    assert conv.conv_calls_count() == 1
+    _conv_direct(x[:, :, :8], w)  # another input shape: another signature
+    assert conv.conv_calls_count() == 2
+
+
+def test_a_layout_set_between_calls_applies_to_the_next_call(blocked_weights: Any) -> None:
+    """The layout setting is part of a call signature: a kept signature never serves another layout."""
+    import algoswap_dnnl
+
+    conv = blocked_weights
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 32, 14, 14), dtype=np.float32)
+    w = algoswap.freeze(rng.standard_normal((64, 32, 3, 3), dtype=np.float32))
+    algoswap_dnnl.set_layout("plain")
+    expected = _conv_direct(x, w)
+    assert conv.packed_weights_count() == 0  # the plain primitive reads the weight as it is
+    algoswap_dnnl.set_layout("any")
+    np.testing.assert_allclose(_conv_direct(x, w), expected, rtol=1e-5, atol=1e-5)
+    assert conv.packed_weights_count() == 1  # the blocked one reads a packed copy
 
 
 def test_writeable_weights_are_never_cached(blocked_weights: Any) -> None:

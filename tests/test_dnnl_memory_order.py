@@ -112,3 +112,12 @@ def test_transpose_to_the_memory_order_is_a_view_and_others_reorder_it(rng: np.r
     for perm in [(0, 3, 1, 2), (1, 0, 3, 2), (3, 2, 1, 0)]:
         got = algoswap.ops.transpose(x, perm=perm, algorithm="dnnl:direct")
         assert np.array_equal(got, x.transpose(perm)) and got.flags.c_contiguous, perm
+
+
+def test_the_permute_back_to_nchw_is_a_channels_last_view(rng: np.random.Generator) -> None:
+    """ConvNeXt's permute(0, 3, 1, 2) after its channels-last MLP: that memory seen as a channels-last NCHW
+    array (what the next convolution takes), not a dense copy that the runner would copy back to NHWC."""
+    nhwc = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)
+    nchw = algoswap.ops.transpose(nhwc, perm=(0, 3, 1, 2), algorithm="dnnl:direct")
+    assert np.shares_memory(nchw, nhwc) and algoswap.is_channels_last(nchw)
+    assert np.array_equal(nchw, nhwc.transpose(0, 3, 1, 2))

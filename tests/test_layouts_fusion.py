@@ -115,6 +115,13 @@ def test_arrange_leaves_weights_and_already_ordered_arrays_alone() -> None:
     assert arrange([x_cl], "any", ())[0] is x_cl
 
 
+@pytest.mark.parametrize("shape", [(1, 72, 1, 1), (2, 1, 5, 3)])
+def test_arrange_leaves_arrays_in_both_memory_orders_alone(shape: tuple[int, ...]) -> None:
+    """A squeeze-and-excitation gate (N, C, 1, 1), or one channel, is NCHW and NHWC memory at once: no copy."""
+    x = np.ones(shape, np.float32)
+    assert arrange([x], "channels_last", ())[0] is x
+
+
 @pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 16])
 def test_arrange_gives_the_same_values_in_nhwc_memory_for_any_channel_count(channels: int, rng: np.random.Generator) -> None:
     """Few channels (a model's RGB input) are copied channel by channel, more by one transposing copy."""

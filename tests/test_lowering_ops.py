@@ -15,7 +15,8 @@ nn = torch.nn
 from algoswap._torch.convert import swap_backend  # noqa: E402
 from algoswap._torch.errors import UnsupportedModelError  # noqa: E402
 from algoswap._torch.lower_in_place import InPlaceError  # noqa: E402
-from lowering_check import Fn, check_lowered, requires_ops  # noqa: E402
+from helpers import assert_close  # noqa: E402
+from lowering_check import Fn, check_lowered, random_input, requires_ops  # noqa: E402
 
 NCHW = (2, 4, 5, 6)
 
@@ -185,6 +186,21 @@ def test_layer_norm_function_over_sizes_computed_in_forward(rng: np.random.Gener
     module = Fn(lambda m, x: F.layer_norm(x, x.shape[-2:]) + m.norm(x))
     module.norm = nn.LayerNorm((5, 6), elementwise_affine=False)
     check_lowered(module, NCHW, ["layer_norm", "add"], rng, reduction_length=30)
+
+
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_normalize_is_the_norm_floored_at_eps(dim: int, rng: np.random.Generator) -> None:
+    module = Fn(lambda m, x: F.normalize(x, dim=dim, eps=1e-3))
+    model = check_lowered(module, NCHW, ["mul", "reduce_sum", "sqrt", "clamp_min", "div"], rng, reduction_length=6)
+    x = random_input(rng, NCHW)
+    x[0] = 0  # vectors of zeros: their norm is floored at eps, and they stay zeros (not 0 / 0)
+    x[1] *= 1e-4  # norms below eps: divided by eps
+    assert_close(model(x), module(x), layers=5, reduction_length=6)
+
+
+def test_normalize_other_than_p2_is_left_to_torch() -> None:
+    with pytest.raises(UnsupportedModelError, match="only p=2"):
+        swap_backend(Fn(lambda m, x: F.normalize(x, p=1.0, dim=-1)).eval(), None, NCHW)
 
 
 # ---------------------------------------------------------------------------- matrix products

@@ -17,7 +17,7 @@ from test_registry import BOXED, Boxed, global_plugin, make_plugin  # noqa: F401
 
 DIFFERENTIABLE = {
     "add": {"a", "b"}, "sub": {"a", "b"}, "mul": {"a", "b"}, "div": {"a", "b"}, "neg": {"input"},
-    "sqrt": {"input"}, "rsqrt": {"input"}, "add_scalar": {"input"}, "mul_scalar": {"input"}, "rdiv_scalar": {"input"},
+    "sqrt": {"input"}, "rsqrt": {"input"}, "add_scalar": {"input"}, "mul_scalar": {"input"}, "rdiv_scalar": {"input"}, "clamp_min": {"input"},
     "pow_scalar": {"input"}, "matmul": {"a", "b"}, "batch_matmul": {"a", "b"}, "reduce_sum": {"input"},
     "reduce_mean": {"input"}, "broadcast_to": {"input"}, "sum_to_shape": {"input"}, "slice": {"input"},
     "split": {"input"}, "pad": {"input"}, "transpose": {"input"}, "where": {"x", "y"}, "embedding": {"weight"},

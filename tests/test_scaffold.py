@@ -20,7 +20,7 @@ from algoswap._records import PluginRecord
 from algoswap._registry import Registry
 from algoswap._scaffold import FLAVOURS, ScaffoldError, new_plugin, render
 from helpers import fail, mismatch
-from op_cases import bind, cases_for, draw, reference_name
+from algoswap.testing._cases import bind, cases_for, draw, reference_name
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cpp_plugin"
 # the example's own files: its kernel and its README (the rest is exactly what new-plugin --cpp writes)

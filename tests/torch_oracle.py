@@ -216,6 +216,7 @@ FORWARD: dict[str, Fn] = {
     "mul_scalar": lambda x, value: x * value,
     "rdiv_scalar": lambda x, value: value / x,
     "pow_scalar": lambda x, exponent: x**exponent,
+    "clamp_min": lambda x, value: torch.clamp_min(x, value),
     "zeros_like": torch.zeros_like,
     "ones_like": torch.ones_like,
     "matmul": _matmul,
@@ -317,6 +318,7 @@ GRADIENT: dict[str, Fn] = {
     "rsqrt_grad": lambda dy, y: -0.5 * dy * y.pow(3),
     "rdiv_scalar_grad": lambda dy, x, value: _vjp(lambda v: value / v, x, dy),
     "pow_scalar_grad": lambda dy, x, exponent: _vjp(lambda v: v**exponent, x, dy),
+    "clamp_min_grad": lambda dy, x, value: _vjp(lambda v: torch.clamp_min(v, value), x, dy),
     "matmul_grad_a": lambda dy, b, trans_a=False, trans_b=False: _vjp(
         lambda a: _matmul(a, b, trans_a, trans_b), _zeros(_matmul_sizes(dy, b, trans_a, trans_b, True)), dy),
     "matmul_grad_b": lambda dy, a, trans_a=False, trans_b=False: _vjp(

@@ -23,7 +23,7 @@ FEW_CHANNELS = 4
 
 
 def _channels_last(array: np.ndarray) -> np.ndarray:
-    if is_channels_last(array):
+    if array.transpose(0, 2, 3, 1).flags.c_contiguous:  # NHWC memory already (also where H = W = 1 or C = 1)
         return array
     n, c, h, w = array.shape
     if 1 < c <= FEW_CHANNELS:

@@ -1,5 +1,5 @@
 """Elementwise arithmetic: sub, mul, div with NumPy broadcasting, neg, sqrt, rsqrt, the ops with a
-scalar constant (add_scalar, mul_scalar, rdiv_scalar, pow_scalar), zeros_like and ones_like, and
+scalar constant (add_scalar, mul_scalar, rdiv_scalar, pow_scalar, clamp_min), zeros_like and ones_like, and
 the gradient ops they need. ``add`` lives in elementwise.py; reductions to a broadcast operand's
 shape use ``sum_to_shape`` (reduce.py).
 
@@ -146,6 +146,13 @@ pow_scalar = _unary(
 pow_scalar_grad = _unary_grad(
     "pow_scalar", "input", "Gradient of pow_scalar: grad_output * exponent * input**(exponent - 1).", _EXPONENT,
 )
+clamp_min = _unary(
+    "clamp_min", "max(input, value) elementwise (NaN stays NaN), like torch.clamp_min; F.normalize's floor of the norm.",
+    GradRule("input", "clamp_min_grad", ("grad_output", "input"), _same_attrs), _VALUE,
+)
+clamp_min_grad = _unary_grad(
+    "clamp_min", "input", "Gradient of clamp_min: grad_output where input >= value, else 0 (at NaN too, as in PyTorch).", _VALUE,
+)
 
 
 def _constant(name: str, doc: str) -> OpSpec:
@@ -161,6 +168,6 @@ ones_like = _constant("ones_like", "An array of ones with the input's shape and 
 SPECS = (
     sub, sub_grad_b, mul, mul_grad, div, div_grad_a, div_grad_b,
     neg, sqrt, sqrt_grad, rsqrt, rsqrt_grad,
-    add_scalar, mul_scalar, rdiv_scalar, rdiv_scalar_grad, pow_scalar, pow_scalar_grad,
+    add_scalar, mul_scalar, rdiv_scalar, rdiv_scalar_grad, pow_scalar, pow_scalar_grad, clamp_min, clamp_min_grad,
     zeros_like, ones_like,
 )

@@ -1,4 +1,4 @@
-"""From a traced model to the graph a Model runs: lower every node, fold batch norms, turn
+"""From a traced model to the graph a Model runs: lower every node, fold batch norms and layer scales, turn
 weights into frozen numpy arrays once, and make the nodes no registry op serves torch nodes.
 
 A node lowered to several ops (``x[:, 0]``: a slice, then a reshape) gives one graph node per op,
@@ -22,6 +22,7 @@ from .._runner import bfloat16
 from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .explain import KEPT_NOTE
+from .fold_scale import find_layer_scale, scale_linear
 from .lower_in_place import rewrite_in_place
 from .lowered import Alias, Constant, Deferred, Lowered, LoweredOp, PythonCall, Unsupported, describe, fx_nodes, target_name
 from .lower_python import SHAPE_READERS
@@ -104,6 +105,8 @@ class ModelBuilder:
             entry = self.lowered.get(node)
             if isinstance(entry, LoweredOp) and entry.op == "batchnorm2d":
                 self._fold(node, entry)
+            elif isinstance(entry, LoweredOp) and entry.op == "mul":
+                self._fold_scale(node, entry)
         for node in nodes:
             entry = self.lowered.get(node)
             if node.name in self.in_torch and isinstance(entry, LoweredOp):
@@ -150,6 +153,26 @@ class ModelBuilder:
             conv.inputs[1:3] = [weight.double() * scale.reshape(-1, 1, 1, 1), folded_bias]
         conv.folded += [str(node.target) if node.op == "call_module" else node.name]
         self.lowered[node] = Alias(source)
+
+    def _fold_scale(self, node: fx.Node, mul: LoweredOp) -> None:
+        """Fold a constant per-feature scale into the linear (perhaps permuted) whose output feeds only it:
+        ConvNeXt's layer scale (fold_scale.py)."""
+        found = find_layer_scale(mul, self.lowered, self.lowerer.constants, self._sole_reader, self._rank)
+        if found is None or not self._sole_reader(found.source, node):
+            return
+        if any(n.name in self.in_torch for n in (node, found.source, found.linear_node)):
+            return  # the selector left one of them in PyTorch: nothing is folded
+        scale_linear(found, self.lowerer.constants)
+        found.linear.scaled += [node.name]
+        self.lowered[node] = Alias(found.source)
+
+    def _sole_reader(self, value: fx.Node, reader: fx.Node) -> bool:
+        """Whether ``reader`` is the only node using ``value`` (reads of its shape aside)."""
+        return all(u is reader or self._reads_shape(u) for u in value.users)
+
+    def _rank(self, value: fx.Node) -> int | None:
+        shape = self.lowerer.shape(value)
+        return None if shape is None else len(shape)
 
     def _reads_shape(self, node: fx.Node) -> bool:
         entry = self.lowered.get(node)
@@ -208,11 +231,12 @@ class ModelBuilder:
         module = str(owner.target) if owner.op == "call_module" else None
         request = own_request(lowered.module)  # a layer swapped before keeps its choice
         label = describe(self.traced, owner)
-        twin = None if node is None or lowered.folded or not self._runnable(node) else self._torch_call(node, label)
+        changed = lowered.folded or lowered.scaled  # its weights are no longer the module's: no torch twin
+        twin = None if node is None or changed or not self._runnable(node) else self._torch_call(node, label)
         names = [f"{module or name}.{n}" for n in get_registry().spec(lowered.op).flat_input_names(len(lowered.inputs))]
         inputs = tuple(self._input(v, n) for v, n in zip(lowered.inputs, names))
         op = Node(name, "op", (), "", lowered.op, inputs, self._ref(lowered.attrs), request=str(request),
-                  source=Origin(module if node is not None else None, label, twin, tuple(lowered.folded)))
+                  source=Origin(module if node is not None else None, label, twin, tuple(lowered.folded), tuple(lowered.scaled)))
         target = node.target if node is not None else owner.target
         self.graph.subjects[name] = lowered.module if lowered.module is not None else FunctionalCall(name, target, lowered.op, dict(lowered.attrs))
         first = lowered.inputs[0] if lowered.inputs else None

@@ -49,6 +49,22 @@ def _reduction(op: str) -> Handler:
     return handler
 
 
+def normalized(x: Any, dim: int, eps: float) -> LoweredOp:
+    """``F.normalize(x, p=2, dim, eps)``: x / max(sqrt(sum(x * x, dim)), eps)."""
+    squares = LoweredOp("reduce_sum", [LoweredOp("mul", [x, x], {})], {"axes": (dim,), "keepdims": True})
+    norm = LoweredOp("clamp_min", [LoweredOp("sqrt", [squares], {})], {"value": eps})
+    return LoweredOp("div", [x, norm], {})
+
+
+def _normalize(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", p=2.0, dim=1, eps=1e-12, out=None), node)
+    if bound["p"] != 2 or bound["out"] is not None:
+        raise Unsupported(f"F.normalize with p={bound['p']!r}{' and out=' if bound['out'] is not None else ''} (only p=2 is lowered)")
+    if not isinstance(bound["dim"], int):
+        raise Unsupported(f"F.normalize over dim={bound['dim']!r} (only one literal dimension is lowered)")
+    return normalized(bound["input"], bound["dim"], bound["eps"])
+
+
 # ---------------------------------------------------------------------------- matrix products
 
 
@@ -193,7 +209,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
     F.batch_norm: _BATCH_NORM,
-    F.layer_norm: _layer_norm,
+    F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.mean: _MEAN, torch.sum: _SUM,
     torch.matmul: _matmul, operator.matmul: _matmul, torch.bmm: _bmm,
     torch.einsum: _einsum,

@@ -1,15 +1,17 @@
 """Rules for torchvision's functions that torch.fx keeps as one call (``torch.fx.wrap``), matched by
 qualified name (torchvision is never imported here): stochastic depth, and the Swin Transformer's
-patch merging and shifted-window attention, written as the registry ops their code amounts to."""
+patch merging and shifted-window attention (V2's cosine attention too), written as the registry ops their
+code amounts to."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import fx
 
-from .lower_linalg import attention
+from .lower_linalg import attention, normalized
 from .lower_shapes import pad, permutation, reshape, tensor_index
 from .lowered import Alias, Deferred, Handler, Lowered, LoweredOp, Unsupported, signature
 
@@ -108,8 +110,6 @@ def _shifted_window_attention(lw: Lowerer, node: fx.Node) -> Lowered:
     cut into windows, multi-head attention in each (relative position bias and the shift's mask as one
     additive mask), and back. The structure depends on H and W: lowered for the sample's size."""
     a = lw.bind(_SWA, node)
-    if a["logit_scale"] is not None:
-        raise Unsupported("Swin V2's cosine attention (logit_scale) has no lowering")
     if a["training"] is not False and (a["attention_dropout"] or a["dropout"]):
         raise Unsupported("dropout with training=True (random); convert the model in eval mode")
     shape, bias = lw.shape(a["input"]), lw.constants.get(a["relative_position_bias"])
@@ -122,15 +122,39 @@ def _shifted_window_attention(lw: Lowerer, node: fx.Node) -> Lowered:
     x = pad(a["input"], (0, 0, 0, padded[1] - w, 0, padded[0] - h)) if padded != (h, w) else a["input"]
     x = _roll(lw, x, (-shift[0], -shift[1]), padded)
     x = reshape(permutation(reshape(x, Deferred(windows_shape, (x, (h, w), padded, window))), (0, 1, 3, 2, 4, 5)), (-1, windows, size, c))
-    qkv = LoweredOp("linear", [x, a["qkv_weight"], a["qkv_bias"]], {})
+    cosine = a["logit_scale"] is not None
+    qkv = LoweredOp("linear", [x, a["qkv_weight"], _key_bias_zeroed(lw, a["qkv_bias"]) if cosine else a["qkv_bias"]], {})
     qkv = permutation(reshape(qkv, (-1, windows, size, 3, heads, c // heads)), (3, 0, 1, 4, 2, 5))  # (3, B, windows, heads, N, d)
     q, k, v = (tensor_index(lw, qkv, i) for i in range(3))
     mask = bias if sum(shift) == 0 else bias + _shift_mask(padded, window, shift).unsqueeze(1)  # (windows or 1, heads, N, N)
-    out = permutation(attention(q, k, v, mask), (0, 1, 3, 2, 4))  # (B, windows, N, heads, d)
+    if cosine:
+        q, k = LoweredOp("mul", [normalized(q, -1, 1e-12), _logit_scale(lw, a["logit_scale"])], {}), normalized(k, -1, 1e-12)
+    out = permutation(attention(q, k, v, mask, scale=1.0 if cosine else None), (0, 1, 3, 2, 4))  # (B, windows, N, heads, d)
     out = LoweredOp("linear", [reshape(out, (-1, windows, size, c)), a["proj_weight"], a["proj_bias"]], {})
     out = reshape(out, (-1, padded[0] // window[0], padded[1] // window[1], window[0], window[1], c))
     out = _roll(lw, reshape(permutation(out, (0, 1, 3, 2, 4, 5)), (-1, *padded, c)), shift, padded)
     return out if padded == (h, w) else tensor_index(lw, out, (slice(None), slice(0, h), slice(0, w)))
+
+
+def _logit_scale(lw: Lowerer, value: Any) -> torch.Tensor:
+    """Swin V2's per-head temperature of its cosine attention, exp(min(logit_scale, log 100)), as a constant."""
+    scale = lw.constants.get(value) if isinstance(value, fx.Node) else value
+    if not isinstance(scale, torch.Tensor):
+        raise Unsupported("Swin V2's cosine attention with a logit_scale computed in forward (only a weight is lowered)")
+    with torch.no_grad():
+        return torch.clamp(scale, max=math.log(100.0)).exp()
+
+
+def _key_bias_zeroed(lw: Lowerer, value: Any) -> Any:
+    """The qkv bias with its key third zeroed, as torchvision's cosine attention uses it."""
+    bias = lw.constants.get(value) if isinstance(value, fx.Node) else value
+    if bias is None:
+        return None
+    if not isinstance(bias, torch.Tensor):
+        raise Unsupported("Swin V2's cosine attention with a qkv_bias computed in forward (only a weight is lowered)")
+    bias, length = bias.detach().clone(), bias.numel() // 3
+    bias[length:2 * length] = 0
+    return bias
 
 
 NAMED: dict[str, Handler] = {

@@ -36,7 +36,8 @@ class LoweredOp:
     inputs: list[Any]
     attrs: dict[str, Any]
     module: nn.Module | None = None
-    folded: list[str] = field(default_factory=list)
+    folded: list[str] = field(default_factory=list)  # the batch norms folded into it
+    scaled: list[str] = field(default_factory=list)  # the muls by a constant folded into its weights (fold_scale.py)
 
 
 @dataclass(eq=False)

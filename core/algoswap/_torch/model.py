@@ -76,6 +76,11 @@ class Model:
         return [name for node in self.op_nodes() if isinstance(node.source, Origin) for name in node.source.folded]
 
     @property
+    def folded_scales(self) -> list[str]:
+        """The muls by a constant per-feature scale (ConvNeXt's layer scale) folded into the linear before them."""
+        return [name for node in self.op_nodes() if isinstance(node.source, Origin) for name in node.source.scaled]
+
+    @property
     def fused(self) -> list[Chain]:
         """The fusion chains (conv2d+add+relu, conv2d+relu, batchnorm2d+relu, ...) that may run as one call of
         their head's fused twin (conv2d_fused, batchnorm2d_fused)."""
@@ -216,6 +221,8 @@ class Model:
         folded = len(self.folded_batchnorms)
         if folded:
             parts.append(f"{folded} batch norm{'s' if folded != 1 else ''} folded")
+        if self.folded_scales:
+            parts.append(f"{len(self.folded_scales)} layer scale{'s' if len(self.folded_scales) != 1 else ''} folded")
         if self.chains:
             heads = Counter(str(chain.head.op) for chain in self.chains)
             parts.append(", ".join(f"{count} {op} chain{'s' if count != 1 else ''}" for op, count in heads.items()) + " fusable")
@@ -231,8 +238,9 @@ def _op_row(step: Step) -> Row:
     row = Row.from_selection(step.name, selection, step.request, step.input_shape, backward=False)
     row.op = step.op
     node = step.members[0] if step.members else step.node
-    folded = node.source.folded if node is not None and isinstance(node.source, Origin) else ()
-    notes = [f"batch norm {', '.join(folded)} folded"] if folded else []
+    origin = node.source if node is not None and isinstance(node.source, Origin) else Origin(None, "")
+    notes = [f"batch norm {', '.join(origin.folded)} folded"] if origin.folded else []
+    notes += [f"scale {', '.join(origin.scaled)} folded into the weights"] if origin.scaled else []
     if step.members:
         fused = [f"{m.op} {m.name!r}" for m in step.members[1:]]
         into = TWINS[str(step.members[0].op)].into

@@ -55,12 +55,14 @@ class Call:
 class Origin:
     """Where an op node of an imported model came from: its module (if any), the torch call it
     lowers (its ``twin``, run in PyTorch where no implementation serves the node; None where it has
-    none, e.g. a convolution with a batch norm folded in), and the batch norms folded into it."""
+    none, e.g. a convolution with a batch norm folded in), the batch norms folded into it, and the
+    constant scales folded into its weights (a linear's layer scale)."""
 
     module: str | None
     label: str
     twin: Call | None = None
     folded: tuple[str, ...] = ()
+    scaled: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)

@@ -41,7 +41,7 @@ SUMS = {
 ELEMENTWISE = {
     "add", "sub", "add_scalar", "relu", "relu_grad", "leaky_relu", "leaky_relu_grad", "sigmoid", "tanh", "neg",
     "sqrt", "rsqrt", "sqrt_grad", "mul_scalar", "pow_scalar", "pow_scalar_grad", "rdiv_scalar",
-    "rdiv_scalar_grad", "flatten", "reshape", "concat", "transpose", "slice", "split", "pad", "broadcast_to",
+    "rdiv_scalar_grad", "clamp_min", "clamp_min_grad", "flatten", "reshape", "concat", "transpose", "slice", "split", "pad", "broadcast_to",
     "one_hot", "zeros_like", "ones_like", "where", "embedding", "maxpool2d", "dropout", "dropout2d", "dropout_grad",
     "dropout2d_grad", "hardtanh", "hardtanh_grad", "hardsigmoid_grad", "silu", "mish", "elu_grad",
     "reduce_max", "reduce_max_grad",

@@ -44,6 +44,8 @@ _rsqrt_grad = cp.ElementwiseKernel("T dy, T y", "T dx", "dx = dy * (y * y * y) *
 _rdiv_grad = cp.ElementwiseKernel("T dy, T x, T value", "T dx", "dx = dy * (-value / (x * x))", "algoswap_rdiv_grad")
 # x ** e as PyTorch (and NumPy) compute it: e = 0.5 is sqrt(x) and e = -0.5 is 1 / sqrt(x), NaN for
 # x = -inf (where C's pow gives +inf and 0)
+_clamp_min = cp.ElementwiseKernel("T x, T value", "T y", "y = x < value ? value : x", "algoswap_clamp_min")  # NaN stays NaN
+_clamp_min_grad = cp.ElementwiseKernel("T dy, T x, T value", "T dx", "dx = x >= value ? dy : (T)0", "algoswap_clamp_min_grad")
 _POWER = """
 template <typename F> __device__ F algoswap_power(F x, F e) {
     return e == (F)0.5 ? sqrt(x) : e == (F)-0.5 ? (F)1 / sqrt(x) : pow(x, e);
@@ -99,6 +101,14 @@ def pow_scalar_grad(dy: Any, x: Any, *, exponent: float) -> Any:
     if exponent == 0:
         return cp.zeros_like(x)
     return _pow_grad(dy, x, x.dtype.type(exponent))
+
+
+def clamp_min(x: Any, *, value: float) -> Any:
+    return _clamp_min(x, x.dtype.type(value))
+
+
+def clamp_min_grad(dy: Any, x: Any, *, value: float) -> Any:
+    return _clamp_min_grad(dy, x, x.dtype.type(value))
 
 
 def zeros_like(x: Any) -> Any:

@@ -99,7 +99,7 @@ _OPS: dict[str, dict[str, Any]] = {
     **{op: _ANY for op in ("sub", "mul", "div", "mul_grad", "div_grad_a", "div_grad_b", "reduce_sum", "reduce_mean",
                            "reduce_max")},
     "transpose": {**_ANY, "description": "oneDNN reorder from the input's memory order (none where that already is the "
-                  "output's: the input seen through permuted strides)"},
+                  "output's, or where the input seen through permuted strides is channels-last: that view)"},
     "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
 }
 _BIAS_GRADIENT = {"algorithm": "direct", "supports": None, "kernel": BIAS_KERNEL}
@@ -130,6 +130,8 @@ _UNSUPPORTED = {
     "hardswish_grad hardsigmoid_grad": "oneDNN 3.2's backward decides the kinks on x/6 + 1/2 rounded to float32 (within an "
                                        "ulp below x = 3 it passes grad_output where PyTorch has 1.5x or 1/6 of it) and "
                                        "multiplies grad_output by 0 where PyTorch selects 0 (NaN for an infinite one)",
+    "clamp_min_grad": "oneDNN 3.2's clip_v2 backward passes grad_output only where value < input < inf; PyTorch's clamp_min "
+                      "passes it wherever input >= value",
     "mish_grad": "oneDNN 3.2's mish backward overflows: +-inf from |x| ~ 1e30 on and at x = +inf, where PyTorch has "
                  "grad_output and NaN",
 }

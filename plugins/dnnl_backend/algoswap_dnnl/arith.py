@@ -3,7 +3,7 @@ elementwise.py), the unary and scalar-constant ops on eltwise, and their gradien
 -grad_output * a / b**2, is one binary primitive: mul, then post-ops div by b twice and linear -x.
 
 eltwise constants are oneDNN's: linear is alpha * x + beta (neg, add_scalar, mul_scalar, sub_grad_b),
-pow is alpha * x ** beta (rdiv_scalar, pow_scalar). oneDNN's pow has fast paths only for some
+pow is alpha * x ** beta (rdiv_scalar, pow_scalar), clip_v2 clips to [alpha, beta] (clamp_min). oneDNN's pow has fast paths only for some
 exponents (2, -1, 0.5: about 7 ms on 12.8 M floats here; 3 or -0.5: about 50 ms), so rsqrt is sqrt
 then pow(-1), and rsqrt's gradient -grad_output * y**3 / 2 is -y**2 / 2 (pow), times y, times
 grad_output (binary_mul). Other gradients come from eltwise backward (d(alpha * x ** beta) = alpha * beta *
@@ -31,6 +31,7 @@ _ELTWISE: dict[str, Any] = {
     "rsqrt": lambda a: [("sqrt", 0.0, 0.0), ("pow", 1.0, -1.0)],
     "rdiv_scalar": lambda a: [("pow", a["value"], -1.0)],
     "pow_scalar": lambda a: [("pow", 1.0, a["exponent"])],
+    "clamp_min": lambda a: [("clip_v2", a["value"], float("inf"))],
     "sub_grad_b": lambda a: [("linear", -1.0, 0.0)],
     "rsqrt_grad": lambda a: [("pow", -0.5, 2.0)],  # of y, then times y and grad_output
 }
@@ -134,6 +135,11 @@ def pow_scalar(x: np.ndarray, *, exponent: float) -> np.ndarray:
 
 def pow_scalar_grad(dy: np.ndarray, x: np.ndarray, *, exponent: float) -> np.ndarray:
     return _eltwise_grad("pow_scalar_grad", dy, x, exponent=exponent)
+
+
+def clamp_min(x: np.ndarray, *, value: float) -> np.ndarray:
+    """clip_v2 to [value, inf] (the extension keeps NaN, which oneDNN's clip turns into a bound)."""
+    return _eltwise("clamp_min", x, value=value)
 
 
 # ---------------------------------------------------------------------- selection and kernels

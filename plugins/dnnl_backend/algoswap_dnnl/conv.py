@@ -30,10 +30,10 @@ def _primitive_args(g: ConvGeometry, mode: str) -> tuple[tuple[int, ...], dict[s
 # Frozen weights (algoswap.is_frozen: nothing can write them; swap_backend Models freeze theirs) are
 # reordered once per packed layout and the copy kept while the weight lives; any other weight is
 # reordered at every call. Input shapes whose primitives read the weight in one layout share one copy.
-LAYOUTS = declare_cache(
-    "dnnl_weight_layouts", 4096,
-    "oneDNN conv2d: which packed weight layout the forward primitive of each geometry (input and weight shapes, "
-    "strides, padding, fusion, dtype) reads (a short text per entry)")
+CALLS = declare_cache(
+    "dnnl_conv_calls", 4096,
+    "oneDNN conv2d: what the forward primitive of each call signature (input and weight shapes, attributes, fusion, "
+    "dtype, layout setting) is given: its positional arguments, and the packed layout it reads the weights in")
 PACKED = declare_cache(
     "dnnl_packed_weights", 256,
     "oneDNN conv2d: frozen weights reordered into a primitive's layout, one copy per (weight, layout), shared by "
@@ -49,34 +49,58 @@ LARGEST = {"float32": float(np.finfo(np.float32).max) * (1 - 2.0**-23), "bfloat1
 # layer 64x112x112, where a read of its input takes 28 us; 2.4 us on 16->64 1x1 over 15x15; 38 us on 3->64 3x3
 # over 64x64).
 FINITE_RELU_FROM = 1 << 14
-# geometry -> the layout text of the weights its primitive reads ("" when it reads the plain weight)
-_layouts: LRUCache[str] = LRUCache(LAYOUTS)
 _packed = Derived(PACKED)  # (weight, layout text) -> its PackedWeights
 _finite = Derived(FINITE)  # weight -> max |element| (inf if one is not finite)
 
 
-def _weights_layout(size: list[int], w: np.ndarray, fusion: dict[str, Any], kwargs: dict[str, Any]) -> str:
-    """The layout text of the weights the forward primitive for this geometry reads ("" if plain)."""
-    geometry = (tuple(size), w.shape, w.dtype.str, *fusion.values(),
-                *[tuple(v) if type(v) is list else v for v in kwargs.values()])
-    layout: str | None = _layouts.get(geometry)
-    if layout is None:
-        layout = _layouts.put(geometry, dnnl.conv2d_weights_layout(size, list(w.shape), **fusion, **kwargs,
-                                                                      dtype=_dtype_name(w)))
-    return layout
+class ConvCall:
+    """What the extension's forward convolution is given for one call signature, derived once: the input size the
+    primitive sees (NCHW, padded here first unless the mode is "zeros"), its arguments after the arrays (in the
+    order of ``conv2d_forward``), and the packed layout it reads the weights in (asked of oneDNN at the first call
+    with a frozen weight; "" when it reads the plain weight)."""
+
+    __slots__ = ("size", "weight_size", "args", "bias", "residual", "dtype", "_weights_layout")
+
+    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], bias: bool, residual: bool, activation: str,
+                 algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, groups: int, padding_mode: str,
+                 channels_last: bool, dtype: str) -> None:
+        g = conv_geometry(x_shape, w_shape, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        size, kwargs = _primitive_args(g, padding_mode)
+        self.size, self.weight_size = list(size), list(w_shape)
+        self.args = (kwargs["stride"], kwargs["padding_l"], kwargs["padding_r"], kwargs["dilation"], kwargs["groups"],
+                     algorithm, kwargs["layout"], activation, channels_last)
+        self.bias, self.residual, self.dtype = bias, residual, dtype
+        self._weights_layout: str | None = None
+
+    def weights_layout(self) -> str:
+        if self._weights_layout is None:
+            self._weights_layout = dnnl.conv2d_weights_layout(self.size, self.weight_size, self.bias, self.residual,
+                                                              *self.args, dtype=self.dtype)
+        return self._weights_layout
+
+    def packed(self, w: np.ndarray) -> Any:
+        """The PackedWeights of frozen ``w`` in the layout this primitive reads (made once), or None when it reads
+        the plain weight."""
+        layout = self.weights_layout()
+        if not layout:
+            return None
+        return _packed.get(w, layout, lambda: dnnl.conv2d_pack_weights(self.size, w, self.bias, self.residual,
+                                                                         *self.args))
 
 
-def _packed_weight(x: np.ndarray, w: np.ndarray, fusion: dict[str, Any], kwargs: dict[str, Any]) -> Any:
-    """The PackedWeights of frozen ``w`` in the layout this call's primitive reads (made once), or None
-    when it reads the plain weight.
+_calls: LRUCache[ConvCall] = LRUCache(CALLS)  # call signature -> its ConvCall
 
-    ``x`` is the array the extension reads (NHWC if channels-last); ``fusion`` has bias and residual
-    (whether present), activation and channels_last."""
-    size = [x.shape[i] for i in (0, 3, 1, 2)] if kwargs["channels_last"] else list(x.shape)
-    layout = _weights_layout(size, w, fusion, kwargs)
-    if not layout:
-        return None
-    return _packed.get(w, layout, lambda: dnnl.conv2d_pack_weights(size, w, **fusion, **kwargs))
+
+def _conv_call(x: np.ndarray, w: np.ndarray, bias: bool, residual: bool, activation: str, algorithm: str, stride: Pair,
+               padding: PadHW, dilation: Pair, groups: int, padding_mode: str, channels_last: bool) -> ConvCall:
+    """The ConvCall of this signature (``x`` as given, NCHW-shaped, before any padding here), made at its first call."""
+    key = (x.shape, w.shape, w.dtype, bias, residual, activation, algorithm, stride, padding, dilation, groups,
+           padding_mode, channels_last, conv_layout())
+    call: ConvCall | None = _calls.get(key)
+    if call is None:
+        call = _calls.put(key, ConvCall(x.shape, w.shape, bias, residual, activation, algorithm, stride, padding,
+                                        dilation, groups, padding_mode, channels_last, _dtype_name(w)))
+    return call
 
 
 def _all_finite(w: np.ndarray) -> bool:
@@ -138,10 +162,16 @@ def packed_weights_count() -> int:
     return len(_packed)
 
 
+def conv_calls_count() -> int:
+    """How many call signatures have their primitive's arguments kept (a ConvCall each)."""
+    return len(_calls)
+
+
 def packed_weights_clear() -> None:
-    """Forget every cached reordered weight (and which layout each geometry reads)."""
+    """Forget every cached reordered weight (and each call signature's arguments, with the layout its weights are
+    read in)."""
     _packed.clear()
-    _layouts.clear()
+    _calls.clear()
     _finite.clear()
 
 
@@ -169,8 +199,7 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
         return _in_float32(x, w, b, residual, activation, algorithm, stride, padding, dilation, groups, padding_mode)
     channels_last = residual is None or not _is_bfloat16(w)
     padding_mode = _padded_here(padding, padding_mode, w)
-    geometry = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    _, kwargs = _primitive_args(geometry, padding_mode)
+    unpadded = x
     if padding_mode != "zeros":
         x = pad(x, padding, padding_mode)
     src = to_memory_order(x, channels_last)
@@ -178,20 +207,20 @@ def _forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.nd
     bias = None if b is None else np.ascontiguousarray(b)
     out_size = x.size // max(x.shape[1], 1) * w.shape[0] // (stride[0] * stride[1])  # about
     post_op = _post_op(activation, out_size, src, w, bias, res)
-    kwargs.update(algorithm=algorithm, activation=post_op or "none", channels_last=channels_last)
-    y = from_memory_order(_primitive(src, w, bias, res, kwargs), channels_last)
+    call = _conv_call(unpadded, w, bias is not None, res is not None, post_op or "none", algorithm, stride, padding,
+                      dilation, groups, padding_mode, channels_last)
+    y = from_memory_order(_primitive(src, w, bias, res, call), channels_last)
     return y if post_op is not None else _activated(y, activation)
 
 
 def _primitive(src: np.ndarray, w: np.ndarray, bias: np.ndarray | None, res: np.ndarray | None,
-               kwargs: dict[str, Any]) -> np.ndarray:
+               call: ConvCall) -> np.ndarray:
     """The extension's convolution on arrays in its memory order, with frozen weights packed once."""
     if is_frozen(w) and (w.dtype.char == "f" or _is_bfloat16(w)) and w.ndim == 4 and src.ndim == 4:
-        fusion = {"bias": bias is not None, "residual": res is not None}
-        packed = _packed_weight(src, w, fusion, kwargs)
+        packed = call.packed(w)
         if packed is not None:
-            return dnnl.conv2d_forward_packed(src, packed, bias, res, **kwargs)
-    return dnnl.conv2d_forward(src, w, bias, res, **kwargs)
+            return dnnl.conv2d_forward_packed(src, packed, bias, res, *call.args)
+    return dnnl.conv2d_forward(src, w, bias, res, *call.args)
 
 
 def _in_float32(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None, *args: Any) -> np.ndarray:

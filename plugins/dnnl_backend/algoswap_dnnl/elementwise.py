@@ -61,7 +61,7 @@ def binary(kind: str, a: np.ndarray, b: np.ndarray, post: Sequence[Post] = ()) -
         raise ValueError(f"algoswap_dnnl {kind}: {found}")
     swapped, full, part = found
     src0, src1 = (b, a) if swapped else (a, b)
-    shape = np.broadcast_shapes(a.shape, b.shape)  # 0-D for two 0-D operands (run as 1-D)
+    shape = full if a.ndim or b.ndim else ()  # 0-D for two 0-D operands (run as 1-D)
     if 0 in full:
         return np.empty(shape, np.float32)
     memory, order = memory_order(src0.reshape(full))

@@ -94,6 +94,16 @@ def pow_scalar_grad(dy: np.ndarray, x: np.ndarray, *, exponent: float) -> np.nda
     return dy * x.dtype.type(exponent) * _power(x, exponent - 1)
 
 
+def clamp_min(x: np.ndarray, *, value: float) -> np.ndarray:
+    """max(x, value); NaN stays NaN."""
+    return np.maximum(x, x.dtype.type(value))
+
+
+def clamp_min_grad(dy: np.ndarray, x: np.ndarray, *, value: float) -> np.ndarray:
+    """dy where x >= value, else 0."""
+    return np.where(x >= x.dtype.type(value), dy, dy.dtype.type(0))
+
+
 def zeros_like(x: np.ndarray) -> np.ndarray:
     return np.zeros_like(x)
 
