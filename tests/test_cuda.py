@@ -445,3 +445,11 @@ def test_foreign_models_run_every_step_on_the_gpu(name: str) -> None:
     assert len(host_steps) <= 1, host_steps  # at most ViT's broadcast of its class token
     assert got.device.type == "cuda"
     assert relative_error(got.cpu(), expected.cpu()) < 1e-5
+
+
+@gpu
+def test_a_broadcast_host_view_uploads_whole() -> None:
+    """A host value broadcast over the batch (ViT's class token: strides of 0) reaches the GPU with every row."""
+    space = _registry.backends["cuda"].memory
+    view = np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4))
+    assert np.array_equal(space.download(space.upload(view)), view)

@@ -29,7 +29,13 @@ DNNL_FUSES = ("relu",)
 
 
 def _dnnl_available() -> bool:
-    return algoswap.registry().backends["dnnl"].availability() is True
+    backend = algoswap.registry().backends.get("dnnl")  # not installed on the GPU machine
+    return backend is not None and backend.availability() is True
+
+
+def _dnnl_reason() -> str:
+    backend = algoswap.registry().backends.get("dnnl")
+    return "algoswap-dnnl is not installed" if backend is None else f"dnnl unavailable: {backend.availability()}"
 
 
 def _constant(rng: np.random.Generator, shape: tuple[int, ...], name: str, positive: bool = False) -> g.Node:
@@ -145,7 +151,7 @@ def test_a_batchnorm_without_a_fused_twin_runs_unfused_and_says_why(batchnorm_wi
 
 def test_the_dnnl_batchnorm_refuses_the_activations_it_cannot_fuse_exactly() -> None:
     if not _dnnl_available():
-        pytest.skip(f"dnnl unavailable: {algoswap.registry().backends['dnnl'].availability()}")
+        pytest.skip(_dnnl_reason())
     from algoswap_dnnl import norm
 
     registry = algoswap.registry()
@@ -199,7 +205,7 @@ def test_the_dnnl_fused_relu_keeps_nan_and_infinities(layout: str, rng: np.rando
     """oneDNN's fused relu is a max with 0 (NaN became 0): NaN, +inf and -inf in the input, and inf meeting a
     zero weight (inf * 0), come out where torch has them; finite input gives torch's values."""
     if not _dnnl_available():
-        pytest.skip(f"dnnl unavailable: {algoswap.registry().backends['dnnl'].availability()}")
+        pytest.skip(_dnnl_reason())
     import torch.nn.functional as F
 
     from algoswap.testing._nonfinite import classes

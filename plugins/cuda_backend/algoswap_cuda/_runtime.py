@@ -89,7 +89,7 @@ def from_host(array: Any) -> Any:
         entry = _uploaded.get(id(array))
         if entry is not None and entry[0]() is array:
             return entry[1]
-        device = cp.ascontiguousarray(cp.asarray(array))
+        device = cp.asarray(np.ascontiguousarray(array))
         _remember_finite(array, device)
         key = id(array)
 
@@ -98,7 +98,7 @@ def from_host(array: Any) -> Any:
 
         _uploaded.put(key, (weakref.ref(array, forget), device))
         return device
-    return cp.ascontiguousarray(cp.asarray(array))
+    return cp.asarray(np.ascontiguousarray(array))  # a broadcast view (strides of 0) made whole on the host first
 
 
 def uploads_cached() -> int:
