@@ -15,6 +15,9 @@ YES, NO = "✓", "✗"
 SPREADS = "~"  # after YES: the implementation registered nan="spreads"
 SPREADS_LEGEND = (f"{SPREADS} spreads NaN: a NaN or inf input may also make other outputs NaN (FFT and Winograd, "
                   "or a library's pick that may be one); it never loses one")
+LEGEND = (f"{YES} offered   {YES}{SPREADS} offered, spreads NaN (see the note under its table)   {NO} not offered   "
+          f"{NO}* declared unsupported or not importable (the reason under its table)")
+SUMMARY_LEGEND = "each cell: the algorithms the backend offers for the op; - none"
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,19 @@ class CapabilityMatrix:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def _row_label(self, backend: str) -> str:
-        status = self.backends[backend]
-        return backend if status.status == "available" else f"{backend} (unavailable: {status.reason})"
+        return backend if self.backends[backend].status == "available" else f"{backend} (unavailable)"
+
+    def unavailable(self) -> dict[str, str]:
+        """The backends shown that cannot run here, each with the reason why."""
+        return {name: status.reason or status.status for name, status in self.backends.items() if status.status != "available"}
+
+    def _unavailable_note(self) -> list[str]:
+        """Said once below the tables rather than in every row."""
+        reasons = self.unavailable()
+        if not reasons:
+            return []
+        return ["", "unavailable backends (what they would offer is shown; they cannot run here):"] + [
+            f"  {name}: {reason}" for name, reason in reasons.items()]
 
     def _grid(self, op: str) -> tuple[list[str], list[list[str]], list[str]]:
         table = self.tables[op]
@@ -117,7 +131,7 @@ class CapabilityMatrix:
             widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
             lines = [op] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows]
             blocks.append("\n".join(lines + notes))
-        return "\n\n".join(blocks) if blocks else "(no ops match)"
+        return "\n".join(["\n\n".join(blocks)] + self._unavailable_note()) if blocks else "(no ops match)"
 
     def to_markdown(self) -> str:
         blocks = []
@@ -126,7 +140,7 @@ class CapabilityMatrix:
             lines = [f"### {op}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(r) + " |" for r in rows]
             blocks.append("\n".join(lines + ([""] + notes if notes else [])))
-        return "\n\n".join(blocks)
+        return "\n".join(["\n\n".join(blocks)] + self._unavailable_note())
 
     def to_rst(self) -> str:
         blocks = []
@@ -137,7 +151,7 @@ class CapabilityMatrix:
                 lines.append(f"   * - {row[0]}")
                 lines += [f"     - {c}" for c in row[1:]]
             blocks.append("\n".join(lines + ([""] + notes if notes else [])))
-        return "\n\n".join(blocks)
+        return "\n".join(["\n\n".join(blocks)] + self._unavailable_note())
 
     def to_summary(self) -> str:
         """One line per op: for each backend, the algorithms it offers ('-' for none)."""
@@ -147,7 +161,8 @@ class CapabilityMatrix:
             offered = [" ".join(a for a, c in table.rows[b].items() if c.supported) or "-" for b in backends]
             rows.append([op] + offered)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        return "\n".join(lines + self._unavailable_note())
 
     def __str__(self) -> str:
         return self.to_text()

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
+import logging
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+from ._cli_args import UsageError, positive_int
+from ._cli_tables import add_caps, add_ops
 from ._version import API_VERSION, __version__
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a program its reader stopped listening to
 
 
 def _backend_rows() -> list[dict[str, Any]]:
@@ -70,25 +77,6 @@ def _print_family_gaps() -> None:
         print(f"  {name}: {family} ({registry.families(name)[family]} has no function for {', '.join(ops)})")
 
 
-def cmd_caps(args: argparse.Namespace) -> int:
-    from ._api import capabilities
-
-    matrix = capabilities(args.op, args.backend, available=args.available)
-    render = {"text": matrix.to_text, "summary": matrix.to_summary, "markdown": matrix.to_markdown,
-              "rst": matrix.to_rst, "json": matrix.to_json}
-    print(render[args.format]())
-    return 0
-
-
-def cmd_ops(args: argparse.Namespace) -> int:
-    from ._global import get_registry
-
-    registry = get_registry()
-    names = [args.name] if args.name else list(registry.ops)
-    print("\n\n".join(registry.spec(name).describe() for name in names))
-    return 0
-
-
 def cmd_retry(args: argparse.Namespace) -> int:
     from ._api import retry_plugins
 
@@ -125,13 +113,35 @@ def cmd_check_plugin(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
+    _check_model(args.model)
     return run_demo(args.model, args.batch, args.small, args.repeats)
+
+
+def _check_model(name: str) -> None:
+    """An unknown model is a usage error before the demo prints anything (without torch, the demo says
+    how to install it instead)."""
+    if importlib.util.find_spec("torch") is None:
+        return
+    from . import zoo
+    from ._zoo_foreign import check_foreign, is_foreign
+
+    try:
+        zoo.input_shape(name)
+        if is_foreign(name):
+            check_foreign(name)
+    except ValueError as exc:
+        raise UsageError(f"argument --model: {exc}") from None
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
     from ._scaffold import new_plugin
 
-    target = new_plugin(args.name, cpp=args.cpp, directory=args.dir)
+    if not os.path.isdir(args.dir):
+        raise UsageError(f"argument --dir: {args.dir!r} is not a folder")
+    try:
+        target = new_plugin(args.name, cpp=args.cpp, directory=args.dir)
+    except OSError as exc:
+        raise UsageError(f"argument --dir: cannot write the plugin into {args.dir!r}: {exc.strerror or exc}") from None
     folder = str(target) if target.is_absolute() else os.path.join(".", target)  # a path for pip, not a name on PyPI
     kind = "C++ (pybind11, scikit-build-core)" if args.cpp else "NumPy"
     print(f"wrote {folder}/: the plugin {args.name!r} with conv2d algorithm '{args.name}:direct' ({kind}); next:")
@@ -143,39 +153,53 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="algoswap", description="Registry of deep-learning operator implementations.")
     main.add_argument("--version", action="version", version=f"algoswap {__version__} (plugin API {API_VERSION})")
-    sub = main.add_subparsers(dest="command", required=True)
+    sub = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_backends(sub)
+    add_caps(sub)
+    add_ops(sub)
+    _add_retry(sub)
+    _add_check_plugin(sub)
+    _add_demo(sub)
+    _add_new_plugin(sub)
+    return main
+
+
+def _add_backends(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     backends = sub.add_parser("backends", help="installed backends and plugin status")
     backends.add_argument("--json", action="store_true", help="machine-readable output")
     backends.add_argument("--verbose", "-v", action="store_true", help="also the ops of their families backends lack, and tracebacks of broken plugins")
-    backends.set_defaults(run=cmd_backends)
-    caps = sub.add_parser("caps", help="the capability matrix")
-    caps.add_argument("--op", help="only this op")
-    caps.add_argument("--backend", help="only this backend")
-    caps.add_argument("--format", choices=("text", "summary", "markdown", "rst", "json"), default="text")
-    caps.add_argument("--available", action="store_true", help="only backends available on this machine")
-    caps.set_defaults(run=cmd_caps)
-    ops = sub.add_parser("ops", help="op specs: inputs and attributes")
-    ops.add_argument("name", nargs="?")
-    ops.set_defaults(run=cmd_ops)
+    backends.set_defaults(run=cmd_backends, parser=backends)
+
+
+def _add_retry(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     retry = sub.add_parser("retry", help="import again plugins skipped since they crashed or timed out in an earlier process")
-    retry.add_argument("names", nargs="*", help="plugin, distribution or backend names (default: every one)")
-    retry.set_defaults(run=cmd_retry)
+    retry.add_argument("names", nargs="*", metavar="NAME", help="plugin, distribution or backend names (default: every one)")
+    retry.set_defaults(run=cmd_retry, parser=retry)
+
+
+def _add_check_plugin(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     check = sub.add_parser("check-plugin", help="what would fail in a plugin: references, names, probe time, API version")
-    check.add_argument("name", help="the plugin's entry-point or distribution name, or a backend it declares")
+    check.add_argument("name", metavar="NAME", help="the plugin's entry-point or distribution name, or a backend it declares")
     check.add_argument("--module", help="a plugin not installed: import this module and register it as NAME first")
-    check.set_defaults(run=cmd_check_plugin)
+    check.set_defaults(run=cmd_check_plugin, parser=check)
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
-    demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, mobilenet, squeezenet)")
-    demo.add_argument("--batch", type=int, default=1)
+    demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, "
+                                                          "mobilenet, squeezenet), or torchvision:NAME / timm:NAME")
+    demo.add_argument("--batch", type=positive_int, default=1, metavar="N", help="images per input batch (default 1)")
     demo.add_argument("--small", action="store_true", help="the model's reduced input size (quicker)")
-    demo.add_argument("--repeats", type=int, default=3, help="timed runs per algorithm (median)")
-    demo.set_defaults(run=cmd_demo)
+    demo.add_argument("--repeats", type=positive_int, default=3, metavar="N", help="timed runs per algorithm (median; default 3)")
+    demo.set_defaults(run=cmd_demo, parser=demo)
+
+
+def _add_new_plugin(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     new = sub.add_parser("new-plugin", help="write a new plugin distribution algoswap-NAME (conv2d 'NAME:direct'), ready to install")
-    new.add_argument("name", help="the backend's name: a lower-case identifier ([a-z][a-z0-9_]*) no installed plugin has")
+    new.add_argument("name", metavar="NAME", help="the backend's name: a lower-case identifier ([a-z][a-z0-9_]*) no installed plugin has")
     new.add_argument("--cpp", action="store_true", help="a C++ extension (pybind11, scikit-build-core, OpenMP) instead of NumPy")
     new.add_argument("--dir", default=".", help="the folder to write algoswap-NAME/ into (default: the current one)")
-    new.set_defaults(run=cmd_new_plugin)
-    return main
+    new.set_defaults(run=cmd_new_plugin, parser=new)
 
 
 def quiet_openmp_spinning() -> None:
@@ -185,13 +209,64 @@ def quiet_openmp_spinning() -> None:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
+class _Warnings(logging.StreamHandler):  # type: ignore[type-arg]
+    """algoswap's warnings (``_log``: a plugin skipped, an unknown name in ALGOSWAP_PLUGINS) on stderr."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setLevel(logging.WARNING)
+        self.setFormatter(logging.Formatter("algoswap: warning: %(message)s"))
+
+
+@contextlib.contextmanager
+def _warnings_shown() -> Iterator[None]:
+    """Show the library's warnings while the command runs, unless the application logs them itself
+    (or an enclosing ``main``, as the demo's, already does)."""
+    log = logging.getLogger("algoswap")
+    configured = logging.getLogger().handlers or any(not isinstance(h, logging.NullHandler) for h in log.handlers)
+    handler = None if configured else _Warnings()
+    if handler is not None:
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            log.removeHandler(handler)
+
+
+def _stop_writing_stdout() -> None:
+    """The reader of stdout is gone (``algoswap caps | head``): point stdout at /dev/null, so that
+    nothing else, the interpreter's last flush included, fails on it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (a test's capture)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; 0 when it worked, 1 when what it reports is a problem, 2 for a usage error
+    (argparse's convention); ``SystemExit(141)`` as soon as the reader of its output stops reading."""
+    quiet_openmp_spinning()
+    try:
+        with _warnings_shown():
+            status = _run(argv)
+            sys.stdout.flush()  # here, not at exit, where a closed pipe would be reported as an ignored exception
+            return status
+    except BrokenPipeError:
+        _stop_writing_stdout()
+        raise SystemExit(SIGPIPE_STATUS) from None  # also out of the demo, which calls main for its first part
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from ._errors import AlgoswapError
 
-    quiet_openmp_spinning()
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except UsageError as exc:
+        args.parser.error(str(exc))  # exits with status 2
+        raise
     except AlgoswapError as exc:
         print(f"algoswap: error: {exc}", file=sys.stderr)
         return 2

@@ -1,13 +1,15 @@
 """algoswap's log: ``logging.getLogger("algoswap")``.
 
 - WARNING, once per process and plugin (or backend): a plugin that is broken, incompatible, timed out
-  or crashed; a backend whose probe timed out or crashed.
+  or crashed; a backend whose probe timed out or crashed; a name in ALGOSWAP_PLUGINS or
+  ALGOSWAP_DISABLE_PLUGINS that no installed plugin has.
 - DEBUG: each selection made (the call, the implementation chosen, each candidate rejected and why),
   each move of an op's inputs between memory spaces, and the ops of the families a backend
   registered (``add_family``) that it has no implementation for.
 
 As for any library, nothing is printed unless the application configures logging (a NullHandler
-is attached): ``logging.basicConfig(level=logging.DEBUG)`` shows everything.
+is attached): ``logging.basicConfig(level=logging.DEBUG)`` shows everything. The ``algoswap``
+command prints the warnings on stderr.
 """
 
 from __future__ import annotations

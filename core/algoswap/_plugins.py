@@ -13,12 +13,12 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from ._errors import PluginError
 from ._faults import FaultLog
 from ._guard import Guard, TimedOut
-from ._log import plugin_failed
+from ._log import plugin_failed, warn_once
 from ._ownership import refused_claims
 from ._records import PluginRecord, exception_trace, format_exception
 from ._registry import Registrar, Registry
@@ -116,7 +116,9 @@ class PluginLoader:
     def discover(self) -> None:
         """Load every entry point of the group, each isolated from the others."""
         self.faults.collect()
-        self._settle([self._from_entry_point(entry_point) for entry_point in _entry_points()])
+        found = _entry_points()
+        _warn_unknown_names(self.env, [_record_of(entry_point) for entry_point in found])
+        self._settle([self._from_entry_point(entry_point) for entry_point in found])
 
     def load(self, plugin: Any, record: PluginRecord) -> PluginRecord:
         """Register one plugin object (a module or any object with hook functions) now."""
@@ -126,9 +128,7 @@ class PluginLoader:
         return Supervisor(record.name, record.distribution, record.version, self.guard, self.faults, self.retry)
 
     def _from_entry_point(self, entry_point: Any) -> _Outcome:
-        dist = getattr(entry_point, "dist", None)
-        record = PluginRecord(entry_point.name, distribution=dist.metadata["Name"] if dist is not None else "",
-                              version=dist.version if dist is not None else "")
+        record = _record_of(entry_point)
         reason = _disabled_reason(record, self.env)
         if reason:
             return _Outcome(record, "disabled", reason)
@@ -201,14 +201,32 @@ class PluginLoader:
             outcome.record, status=outcome.status, error=outcome.error, backends=declared if outcome.status == "loaded" else (),
             trace=exception_trace(outcome.exc) if outcome.exc is not None else "")
         self.registry._record(record, declared)
-        if record.status in FAILED:
-            plugin_failed(record.name, record.owner, record.status, record.error)
         if record.status in FAILED and self.strict:
             raise PluginError(f"plugin {record.name!r} ({record.owner}) is {record.status}: {record.error}") from outcome.exc
+        if record.status in FAILED:  # in strict mode not "skipped" but the error above
+            plugin_failed(record.name, record.owner, record.status, record.error)
         return record
 
 
-def _entry_points() -> Iterable[Any]:
+def _record_of(entry_point: Any) -> PluginRecord:
+    dist = getattr(entry_point, "dist", None)
+    return PluginRecord(entry_point.name, distribution=dist.metadata["Name"] if dist is not None else "",
+                        version=dist.version if dist is not None else "")
+
+
+def _warn_unknown_names(env: Mapping[str, str], installed: list[PluginRecord]) -> None:
+    """A name in ALGOSWAP_PLUGINS or ALGOSWAP_DISABLE_PLUGINS that no installed plugin has (a typo) is
+    a warning naming it and the installed plugins: otherwise it silently disables every plugin, or none."""
+    known = {normalise(n) for record in installed for n in (record.name, record.distribution) if n}
+    listing = ", ".join(f"{r.name} ({r.distribution})" if r.distribution else r.name for r in installed) or "none"
+    for variable in (ENV_ALLOW, ENV_DENY):
+        unknown = sorted((env_names(env, variable) or set()) - known)
+        if unknown:
+            warn_once(("unknown plugin names", variable, *unknown), "%s names no installed plugin: %s; installed plugins: %s",
+                      variable, ", ".join(unknown), listing)
+
+
+def _entry_points() -> list[Any]:
     """The group's entry points by name; the same distribution found twice on sys.path counts once."""
     from importlib.metadata import entry_points
 

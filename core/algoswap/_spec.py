@@ -310,12 +310,17 @@ class OpSpec:
         return float(fill)
 
     def describe(self) -> str:
-        """A few lines for people: inputs, attributes with defaults, and the doc."""
+        """A few lines for people: inputs, attributes with their defaults and the values they take, and the doc."""
+        from ._specs._convert import expected  # here: the spec modules import this one
+
         lines = [f"{self.name}({', '.join(self._input_text(i) for i in self.inputs)})"]
         width = max((len(a.name) for a in self.attrs), default=0)
         for attr in self.attrs:
             default = "required" if attr.default is REQUIRED else repr(attr.default)
+            allowed = expected(attr.convert)
             lines.append(f"    {attr.name.ljust(width)} = {default:<9} {attr.doc}".rstrip())
+            if allowed:
+                lines.append(f"    {''.ljust(width)}   takes {allowed}")
         if self.doc:
             lines.append(f"  {self.doc}")
         return "\n".join(lines)

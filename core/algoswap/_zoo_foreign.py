@@ -43,8 +43,24 @@ def import_library(library: str) -> Any:
         raise ValueError(f"zoo: {library} models need {library} installed ({hint}): {exc}") from None
 
 
+def check_foreign(name: str) -> None:
+    """``ValueError`` unless the library of "library:model" is installed and has that model."""
+    from ._registry import suggest
+
+    library, _, model = name.partition(":")
+    module = import_library(library)
+    if library == "timm":
+        found, known = module.is_model(model), module.list_models()  # is_model: "resnet50.a1_in1k" too
+    else:
+        known = module.models.list_models()
+        found = model in known
+    if not found:
+        raise ValueError(f"zoo: {library} has no model {model!r}{suggest(model, known)}")
+
+
 def build_foreign(name: str, num_classes: int, seed: int) -> nn.Module:
     """``library:model`` with random weights from ``seed``, in eval mode."""
+    check_foreign(name)
     library, _, model = name.partition(":")
     module = import_library(library)
     with torch.random.fork_rng(devices=[]):
@@ -52,9 +68,7 @@ def build_foreign(name: str, num_classes: int, seed: int) -> nn.Module:
         if library == "timm":
             built: nn.Module = module.create_model(model, pretrained=False, num_classes=num_classes)
         else:
-            builder = getattr(module.models, model, None)
-            if builder is None or not callable(builder):
-                raise ValueError(f"zoo: torchvision has no model {model!r}")
+            builder = module.models.get_model_builder(model)
             extra = {"aux_logits": False, "init_weights": True} if model in ("inception_v3", "googlenet") else {}
             built = builder(weights=None, num_classes=num_classes, **extra)
         _randomise_batch_norm(built, torch.Generator().manual_seed(seed))

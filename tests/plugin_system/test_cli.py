@@ -44,7 +44,8 @@ def test_import_does_not_discover_plugins_first_use_does(installed: Installed, t
 
 
 DEMO = ("demo", "--small", "--repeats", "1")  # the whole job, on the reduced input: isolation is the point here
-COMMANDS = [("backends",), ("backends", "--json"), ("caps",), ("caps", "--format", "json"), ("ops",), DEMO]
+COMMANDS = [("backends",), ("backends", "--json"), ("caps",), ("caps", "--full"), ("caps", "--format", "json"), ("ops",), DEMO]
+OFFLINE = "no toy device here"  # toy_offline's reason: said once, below the tables, never in their rows
 
 
 @pytest.mark.parametrize("command", COMMANDS[:1] + COMMANDS[2:], ids=" ".join)  # backends --json: see above
@@ -56,11 +57,17 @@ def test_cli_works_with_broken_plugins(installed: Installed, tmp_path: Path, com
         assert "[test_broken]" in out and "broken: import failed: RuntimeError: boom at import" in out
         assert "toy_offline" in out and "unavailable: no toy device here" in out
     elif command == ("caps",):
+        header, relu = out.splitlines()[0], [line for line in out.splitlines() if line.startswith("relu ")][0]
+        assert "toy_offline (unavailable)" in header and out.count(OFFLINE) == 1
+        assert f"\n  toy_offline: {OFFLINE}\n" in out and "- none" in out.splitlines()[-1]
+        assert relu.split().count("direct") >= 3  # numpy, toy, toy_offline (and other installed backends)
+    elif command == ("caps", "--full"):
         relu = out.split("\n\nrelu\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert relu[0].split() == ["backend", "direct"]
         rows = {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in relu[1:]}
-        expected = {"numpy": "✓", "toy": "✓", "toy_offline (unavailable: no toy device here)": "✓"}
+        expected = {"numpy": "✓", "toy": "✓", "toy_offline (unavailable)": "✓"}
         assert rows.items() >= expected.items()  # other installed backends (dnnl) may add rows
+        assert out.count(OFFLINE) == 1 and f"\n  toy_offline: {OFFLINE}\n" in out and "✗*" in out.splitlines()[-1]
     elif command == ("caps", "--format", "json"):
         document = json.loads(out)
         assert document["backends"]["toy_offline"]["status"] == "unavailable"
@@ -72,7 +79,7 @@ def test_cli_works_with_broken_plugins(installed: Installed, tmp_path: Path, com
     elif command == ("ops",):
         assert "relu" in out and "conv2d" in out
     elif command == DEMO:
-        assert "numpy:direct" in out and "toy_offline (unavailable: no toy device here)" in out
+        assert "numpy:direct" in out and "toy_offline (unavailable)" in out and f"  toy_offline: {OFFLINE}" in out
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -109,3 +116,21 @@ def test_cli_without_the_test_plugins_installed(installed: Installed, tmp_path: 
     rows = backend_rows(cli(installed, tmp_path, "backends", "--json", plugins=False))
     assert ("numpy", "numpy") in rows
     assert not [key for key in rows if key[0].startswith("test_") or key[1] in ("toy", "toy_offline")]
+
+
+def test_cli_caps_available_with_nothing_available_says_why_and_fails(installed: Installed, tmp_path: Path) -> None:
+    done = cli(installed, tmp_path, "caps", "--available", "--backend", "toy_offline")
+    assert (done.returncode, done.stdout) == (1, "")
+    said = done.stderr.split("algoswap caps: ", 1)[1]  # after the warnings of the broken plugins
+    assert said == f"no backend matching the filters is available on this machine:\n  toy_offline: {OFFLINE}\n"
+
+
+def test_cli_warns_of_names_in_the_plugin_variables_no_plugin_has(installed: Installed, tmp_path: Path) -> None:
+    done = cli(installed, tmp_path, "backends", "--json", ALGOSWAP_PLUGINS="numpy,test-goood",
+               ALGOSWAP_DISABLE_PLUGINS="test_broken,nope")
+    assert done.returncode == 0
+    warnings = [line for line in done.stderr.splitlines() if "names no installed plugin" in line]
+    assert [w.split(";")[0] for w in warnings] == ["algoswap: warning: ALGOSWAP_PLUGINS names no installed plugin: test-goood",
+                                                   "algoswap: warning: ALGOSWAP_DISABLE_PLUGINS names no installed plugin: nope"]
+    assert all("test_good (algoswap-test-good)" in w and "numpy (algoswap-numpy)" in w for w in warnings)
+    assert backend_rows(done)[("numpy", "numpy")]["status"] == "available"

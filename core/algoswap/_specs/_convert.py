@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
+Converter = TypeVar("Converter", bound=Callable[..., Any])
 INT_MAX = 2**31 - 1  # the largest size, stride or count every backend's kernels take (32-bit ints)
 
 
@@ -19,10 +20,27 @@ def bounded(values: Iterable[Any], what: str) -> None:
         raise ValueError(f"{what}, each at most {INT_MAX} (2**31 - 1: backends' kernels take 32-bit ints)")
 
 
+def expecting(what: str) -> Callable[[Converter], Converter]:
+    """Mark a converter with ``what`` it accepts (the text of its ValueError), for people to read
+    (``OpSpec.describe``, ``algoswap ops NAME``)."""
+
+    def mark(convert: Converter) -> Converter:
+        convert.expected = what  # type: ignore[attr-defined]
+        return convert
+
+    return mark
+
+
+def expected(convert: Callable[[Any], Any]) -> str:
+    """What ``convert`` accepts, if it says (see ``expecting``); "" otherwise."""
+    return str(getattr(convert, "expected", ""))
+
+
 def integer(minimum: int | None = None) -> Callable[[Any], int]:
     """An int, at least `minimum`."""
     what = "an int" if minimum is None else f"an int >= {minimum}"
 
+    @expecting(what)
     def convert(value: Any) -> int:
         if not _is_int(value) or (minimum is not None and value < minimum):
             raise ValueError(what)
@@ -36,6 +54,7 @@ def pair(minimum: int) -> Callable[[Any], tuple[int, int]]:
     """An int or a pair of ints, each at least `minimum`; canonical form: a pair."""
     what = f"an int >= {minimum} or a pair of them"
 
+    @expecting(what)
     def convert(value: Any) -> tuple[int, int]:
         if _is_int(value):
             value = (value, value)
@@ -52,6 +71,7 @@ def pair(minimum: int) -> Callable[[Any], tuple[int, int]]:
 def optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """None, or whatever `convert` accepts."""
 
+    @expecting(f"None or {expected(convert)}" if expected(convert) else "")
     def convert_optional(value: Any) -> Any:
         if value is None:
             return None
@@ -63,10 +83,11 @@ def optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert_optional
 
 
+@expecting("True or False")
 def boolean(value: Any) -> bool:
     """True or False (ints and strings are refused so that typos are caught)."""
     if not isinstance(value, bool):
-        raise ValueError("True or False")
+        raise ValueError(expected(boolean))
     return value
 
 
@@ -74,6 +95,7 @@ def choice(*options: str) -> Callable[[Any], str]:
     """One of the given strings."""
     what = "one of " + ", ".join(repr(o) for o in options)
 
+    @expecting(what)
     def convert(value: Any) -> str:
         if value not in options:
             raise ValueError(what)
@@ -82,9 +104,10 @@ def choice(*options: str) -> Callable[[Any], str]:
     return convert
 
 
+@expecting("'same', 'valid', an int >= 0, a pair (h, w) or ((top, bottom), (left, right))")
 def conv_padding(value: Any) -> str | tuple[int, int] | tuple[tuple[int, int], tuple[int, int]]:
     """'same', 'valid', an int, a pair (h, w), or explicit ((top, bottom), (left, right))."""
-    what = "'same', 'valid', an int >= 0, a pair (h, w) or ((top, bottom), (left, right))"
+    what = expected(conv_padding)
     if isinstance(value, str):
         if value not in ("same", "valid"):
             raise ValueError(what)
@@ -100,9 +123,10 @@ def conv_padding(value: Any) -> str | tuple[int, int] | tuple[tuple[int, int], t
         raise ValueError(what) from None
 
 
+@expecting("an int >= 1 or a pair of ints >= 1 / None")
 def output_size(value: Any) -> tuple[int | None, int | None]:
     """An int, or a pair whose entries are ints >= 1 or None (None keeps the input size)."""
-    what = "an int >= 1 or a pair of ints >= 1 / None"
+    what = expected(output_size)
     if _is_int(value):
         value = (value, value)
     if not isinstance(value, (tuple, list)) or len(value) != 2:
@@ -124,6 +148,7 @@ def real(minimum: float | None = None, maximum: float | None = None, *, open_min
         bounds.append(f"{'<' if open_max else '<='} {maximum:g}")
     what = "a finite real number" + (f" {' and '.join(bounds)}" if bounds else "")
 
+    @expecting(what)
     def convert(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise ValueError(what)
@@ -137,9 +162,10 @@ def real(minimum: float | None = None, maximum: float | None = None, *, open_min
     return convert
 
 
+@expecting("a shape: an int >= 0 or a tuple of them")
 def shape(value: Any) -> tuple[int, ...]:
     """A shape of any rank (an int or a tuple of ints >= 0; () is a scalar's shape)."""
-    what = "a shape: an int >= 0 or a tuple of them"
+    what = expected(shape)
     if _is_int(value):
         value = (value,)
     if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= 0 for v in value):
@@ -148,9 +174,10 @@ def shape(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+@expecting("None, an int or a tuple of ints")
 def axes(value: Any) -> tuple[int, ...] | None:
     """None (every axis), an int, or a tuple of distinct ints (negative counts from the end)."""
-    what = "None, an int or a tuple of ints"
+    what = expected(axes)
     if value is None:
         return None
     if _is_int(value):
