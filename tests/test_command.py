@@ -121,6 +121,12 @@ def test_ops_shows_the_values_each_attribute_takes(capsys: pytest.CaptureFixture
     assert after_mode.split() == ["takes", "one", "of", *[f"{mode!r}," for mode in PADDING_MODES[:-1]], repr(PADDING_MODES[-1])]
 
 
+def test_every_attribute_of_every_op_says_what_it_takes() -> None:
+    """For ``algoswap ops``: a converter without ``expecting`` would show nothing."""
+    silent = [f"{spec.name}.{attr.name}" for spec in get_registry().ops.values() for attr in spec.attrs if not expected(attr.convert)]
+    assert not silent
+
+
 def test_converters_say_what_they_take_as_their_errors_do() -> None:
     take = optional(choice("a", "b"))
     with pytest.raises(ValueError) as refused:

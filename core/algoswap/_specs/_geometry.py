@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from .._spec import Shape
-from ._convert import _is_int, bounded
+from ._convert import _is_int, bounded, expecting
 
 Pair = tuple[int, int]
 Padding = tuple[Pair, Pair]
@@ -19,6 +19,7 @@ def shape_attr(rank: int) -> Callable[[Any], tuple[int, ...]]:
     """An attribute holding a shape of `rank` sizes (e.g. input_size of a gradient op; a batch may be 0)."""
     what = f"a shape of {rank} ints >= 0"
 
+    @expecting(what)
     def convert(value: Any) -> tuple[int, ...]:
         if not isinstance(value, (tuple, list)) or len(value) != rank:
             raise ValueError(what)

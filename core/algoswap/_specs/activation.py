@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._errors import InvalidSpec
-from ._convert import choice
+from ._convert import choice, expected, expecting
 from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpSpec, Shape
 
@@ -21,9 +21,10 @@ def _same_shapes(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
     return shapes[other]
 
 
+@expecting("a finite real number")
 def _finite_real(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError("a finite real number")
+        raise ValueError(expected(_finite_real))
     return float(value)
 
 

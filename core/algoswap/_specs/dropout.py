@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec
-from ._convert import boolean, integer, real
+from ._convert import boolean, expected, expecting, integer, real
 
 
+@expecting("an int in [0, 2**64)")
 def _seed(value: Any) -> int:
     seed: int = integer(0)(value)
     if seed >= 2**64:
-        raise ValueError("an int in [0, 2**64)")
+        raise ValueError(expected(_seed))
     return seed
 
 

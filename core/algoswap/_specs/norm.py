@@ -10,19 +10,21 @@ from typing import Any
 from .._errors import InvalidSpec
 from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import integer
+from ._convert import expected, expecting, integer
 from .conv import ACTIVATION
 
 
+@expecting("a finite real number >= 0")
 def _eps(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError("a finite real number >= 0")
+        raise ValueError(expected(_eps))
     return float(value)
 
 
+@expecting("a finite real number > 0 (as in torch, training batch norm needs eps > 0)")
 def _positive_eps(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError("a finite real number > 0 (as in torch, training batch norm needs eps > 0)")
+        raise ValueError(expected(_positive_eps))
     return float(value)
 
 

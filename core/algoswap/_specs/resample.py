@@ -22,15 +22,16 @@ import numpy as np
 from .._cache import LRUCache, declare_cache
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import boolean, choice, optional, pair, real
+from ._convert import boolean, choice, expected, expecting, optional, pair, real
 from ._geometry import shape_attr
 
 _FAMILY = "resample"
 Taps = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # first index, second index, their weights
 
 
+@expecting("a real number > 0 or a pair of them")
 def _scale_pair(value: Any) -> tuple[float, float]:
-    what = "a real number > 0 or a pair of them"
+    what = expected(_scale_pair)
     values = value if isinstance(value, (tuple, list)) else (value, value)
     if len(values) != 2:
         raise ValueError(what)

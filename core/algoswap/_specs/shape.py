@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from .._errors import InvalidSpec, OpDtypeError
 from ._geometry import ANY_RANK
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import _is_int, bounded, integer
+from ._convert import _is_int, bounded, expected, expecting, integer
 
 
 def any_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) -> str:
@@ -61,8 +61,9 @@ def same_any_dtype(op: str, names: Sequence[str], dtypes: Sequence[str | None]) 
     return first
 
 
+@expecting("an int or a tuple of ints, each >= 0 or -1 (at most one -1)")
 def _target_shape(value: Any) -> tuple[int, ...]:
-    what = "an int or a tuple of ints, each >= 0 or -1 (at most one -1)"
+    what = expected(_target_shape)
     if _is_int(value):
         value = (value,)
     if not isinstance(value, (tuple, list)) or not all(_is_int(v) and (v >= 0 or v == -1) for v in value):

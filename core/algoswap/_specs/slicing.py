@@ -7,7 +7,7 @@ from typing import Any
 
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import _is_int, bounded, choice, integer, real, shape
+from ._convert import _is_int, bounded, choice, expected, expecting, integer, real, shape
 from .shape import any_dtype
 
 _FAMILY = "shape"
@@ -15,6 +15,7 @@ _INPUT_SIZE = Attr("input_size", convert=shape, doc="the shape of the forward op
 
 
 def _ints(minimum: int, what: str) -> Any:
+    @expecting(what)
     def convert(value: Any) -> tuple[int, ...]:
         if _is_int(value):
             value = (value,)
@@ -76,8 +77,9 @@ slice_grad = OpSpec(
 # ------------------------------------------------------------------------------------ split
 
 
+@expecting("an int >= 1 (equal parts) or a tuple of part sizes >= 1")
 def _sections(value: Any) -> int | tuple[int, ...]:
-    what = "an int >= 1 (equal parts) or a tuple of part sizes >= 1"
+    what = expected(_sections)
     if _is_int(value) and value >= 1:
         bounded((value,), what)
         return int(value)
@@ -131,8 +133,9 @@ split = OpSpec(
 # -------------------------------------------------------------------------------------- pad
 
 
+@expecting("a tuple of (before, after) pairs of ints >= 0")
 def _pads(value: Any) -> tuple[tuple[int, int], ...]:
-    what = "a tuple of (before, after) pairs of ints >= 0"
+    what = expected(_pads)
     if not isinstance(value, (tuple, list)) or not value:
         raise ValueError(what)
     pairs = []
@@ -203,8 +206,9 @@ def _inverse(call: OpCall) -> dict[str, Any]:
     return {"perm": tuple(perm.index(d) for d in range(len(perm)))}
 
 
+@expecting("None or a tuple of ints >= 0")
 def _perm(value: Any) -> tuple[int, ...] | None:
-    return None if value is None else _ints(0, "None or a tuple of ints >= 0")(value)
+    return None if value is None else _ints(0, expected(_perm))(value)
 
 
 transpose = OpSpec(
