@@ -125,7 +125,7 @@ def cmd_check_plugin(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
-    return run_demo(args.model, args.batch, args.small, args.repeats)
+    return run_demo(args.model, args.batch, args.small, args.repeats, matrix=args.matrix, slow=args.slow)
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
@@ -164,11 +164,13 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("name", help="the plugin's entry-point or distribution name, or a backend it declares")
     check.add_argument("--module", help="a plugin not installed: import this module and register it as NAME first")
     check.set_defaults(run=cmd_check_plugin)
-    demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
+    demo = sub.add_parser("demo", help="a zoo model's convolutions swapped algorithm by algorithm and checked against torch, the backends, explain of the fastest")
     demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, mobilenet, squeezenet)")
     demo.add_argument("--batch", type=int, default=1)
     demo.add_argument("--small", action="store_true", help="the model's reduced input size (quicker)")
     demo.add_argument("--repeats", type=int, default=3, help="timed runs per algorithm (median)")
+    demo.add_argument("--matrix", action="store_true", help="also print the capability matrix (the summary of `algoswap caps`)")
+    demo.add_argument("--slow", action="store_true", help="also run the slow reference algorithms (numpy:fft), skipped by default")
     demo.set_defaults(run=cmd_demo)
     new = sub.add_parser("new-plugin", help="write a new plugin distribution algoswap-NAME (conv2d 'NAME:direct'), ready to install")
     new.add_argument("name", help="the backend's name: a lower-case identifier ([a-z][a-z0-9_]*) no installed plugin has")
