@@ -4,7 +4,6 @@ docstring is the policy), and a failure names the session seed and the command t
 
 from __future__ import annotations
 
-import math
 import shlex
 import sys
 import zlib
@@ -15,7 +14,8 @@ import numpy as np
 
 from algoswap.testing._scales import op_scale
 from algoswap.testing._tolerance import (  # noqa: F401 (the tests import them from here)
-    SAFETY, UNIT_ROUNDOFF, as_float64, central_difference, dtype_name, mismatch, relative_error, tolerance, unit_roundoff,
+    SAFETY, UNIT_ROUNDOFF, as_float64, central_difference, comparison_bound, dtype_name, mismatch, network_terms, relative_error,
+    tolerance, unit_roundoff,
 )
 
 # A subprocess time limit only a hang reaches: on two shared cores the README's examples took 80 s.
@@ -67,35 +67,6 @@ def assert_close(out: Any, ref: Any, *, dtype: Any = None, reduction_length: int
 def fail(message: str) -> None:
     """Raise an AssertionError carrying ``message``, the seed and the replay command."""
     raise AssertionError(f"{message}\n{replay_note()}")
-
-
-def network_terms(module: Any, backward_of: tuple[int, ...] | None = None, steps: int = 1,
-                  functional: tuple[int, ...] = ()) -> dict[str, int]:
-    """``layers`` and ``reduction_length`` of a torch network for ``assert_close``: its leaf modules and the
-    reduction lengths of its convolutions and linear layers, combined in quadrature (see the policy).
-    ``functional``: the lengths of functional calls (``F.linear``), which are no modules. For gradients,
-    ``backward_of`` is the input's shape: each such layer's weight gradient sums over at most the batch's
-    pixels, N*H*W, its input gradient over its outputs' terms. ``steps`` training steps, each a forward and
-    a backward pass, add their errors."""
-    import torch
-
-    leaves = [m for m in module.modules() if not list(m.children())]
-    pixels = math.prod(backward_of) // backward_of[1] if backward_of is not None else 0
-    lengths = list(functional)
-    for layer in leaves:
-        if isinstance(layer, torch.nn.Conv2d):
-            kernel = math.prod(layer.kernel_size)
-            lengths.append(layer.in_channels // layer.groups * kernel + 1)
-            backward = [pixels, layer.out_channels // layer.groups * kernel]
-        elif isinstance(layer, torch.nn.Linear):
-            lengths.append(layer.in_features + 1)
-            backward = [pixels, layer.out_features]
-        else:
-            continue
-        lengths += backward if backward_of is not None else []
-    layers = steps * (len(leaves) + len(functional)) * (2 if backward_of is not None else 1)
-    squares = steps * sum(n * n for n in lengths)
-    return {"layers": max(math.isqrt(layers - 1) + 1, 1), "reduction_length": max(math.isqrt(max(squares - 1, 0)) + 1, 1)}
 
 
 def assert_op_close(op: str | None, out: Any, ref: Any, inputs: list[Any], attrs: dict[str, Any], *,

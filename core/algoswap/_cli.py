@@ -114,7 +114,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     _check_model(args.model)
-    return run_demo(args.model, args.batch, args.small, args.repeats)
+    return run_demo(args.model, args.batch, args.small, args.repeats, matrix=args.matrix, slow=args.slow)
 
 
 def _check_model(name: str) -> None:
@@ -185,12 +185,15 @@ def _add_check_plugin(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    demo = sub.add_parser("demo", help="backends, matrix, then a zoo model's convolutions swapped algorithm by algorithm")
+    demo = sub.add_parser("demo", help="a zoo model's convolutions swapped algorithm by algorithm and checked against torch, "
+                                       "the backends, explain of the fastest run")
     demo.add_argument("--model", default="resnet18", help="a zoo model (convnet, alexnet, vgg16, resnet18, resnet50, "
                                                           "mobilenet, squeezenet), or torchvision:NAME / timm:NAME")
     demo.add_argument("--batch", type=positive_int, default=1, metavar="N", help="images per input batch (default 1)")
     demo.add_argument("--small", action="store_true", help="the model's reduced input size (quicker)")
     demo.add_argument("--repeats", type=positive_int, default=3, metavar="N", help="timed runs per algorithm (median; default 3)")
+    demo.add_argument("--matrix", action="store_true", help="also print the capability matrix (the summary of `algoswap caps`)")
+    demo.add_argument("--slow", action="store_true", help="also run the slow reference algorithms (numpy:fft), skipped by default")
     demo.set_defaults(run=cmd_demo, parser=demo)
 
 

@@ -46,7 +46,13 @@ class Explanation(list):  # type: ignore[type-arg]
     """The rows of ``explain``: a list of ``Row``; ``str()`` gives the table people read."""
 
     def __str__(self) -> str:
-        with_backward = any(r.backward for r in self)
+        return self.to_text()
+
+    def to_text(self, backward: bool = True, notes_once: bool = False) -> str:
+        """The table, then each layer's rejected candidates and notes. ``backward=False`` leaves out the
+        backward column and notes (an inference run); ``notes_once`` prints each distinct note once, with
+        the number of layers it applies to, instead of under every layer."""
+        with_backward = backward and any(r.backward for r in self)
         header = ("layer", "op", "input", "request", "implementation", "kernel") + (("backward",) if with_backward else ())
         cells = [header] + [
             (r.name, r.op, "x".join(map(str, r.input_shape)) if r.input_shape else "?", r.request, r.implementation,
@@ -55,14 +61,39 @@ class Explanation(list):  # type: ignore[type-arg]
         ]
         widths = [max(len(str(row[i])) for row in cells) for i in range(len(header))]
         lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-        details = []
-        for r in self:
-            unusual = [text for text in r.backward if "(" in text]  # fallbacks and gaps
-            notes = [f"  rejected {text}" for text in _grouped(r.rejected)] + [f"  backward {text}" for text in unusual]
-            notes += [f"  note: {r.note}"] if r.note else []
-            if notes:
-                details.append(f"{r.name}:\n" + "\n".join(notes))
+        notes = {r.name: _notes(r, with_backward, rejected=not notes_once) for r in self}
+        details = (_rejected_once(self) if notes_once else []) + [f"{name}:\n" + "\n".join(text) for name, text in notes.items() if text]
         return "\n".join(lines + ([""] + details if details else []))
+
+
+def _notes(row: Row, backward: bool, rejected: bool = True) -> list[str]:
+    """A layer's rejected candidates, its unusual backward choices (fallbacks and gaps) and its note."""
+    unusual = [text for text in row.backward if "(" in text] if backward else []
+    notes = [f"  rejected {text}" for text in _grouped(row.rejected)] if rejected else []
+    return notes + [f"  backward {text}" for text in unusual] + ([f"  note: {row.note}"] if row.note else [])
+
+
+def _rejected_once(rows: list[Row]) -> list[str]:
+    """Each distinct reason for rejecting candidates once: the candidates (those of one backend folded into
+    "cuda (12 algorithms)") and how many layers they were rejected on."""
+    candidates: dict[str, dict[str, None]] = {}
+    layers: dict[str, set[str]] = {}
+    for row in rows:
+        for text in row.rejected:
+            name, _, reason = text.partition(": ")
+            candidates.setdefault(reason, {})[name] = None
+            layers.setdefault(reason, set()).add(row.name)
+    if not candidates:
+        return []
+    lines = ["rejected candidates, each reason once:"]
+    for reason, names in candidates.items():
+        per_backend: dict[str, list[str]] = {}
+        for name in names:
+            per_backend.setdefault(name.split(":")[0], []).append(name)
+        shown = ", ".join(group[0] if len(group) == 1 else f"{backend} ({len(group)} algorithms)" for backend, group in per_backend.items())
+        count = len(layers[reason])
+        lines.append(f"  {shown} on {count} layer{'s' if count > 1 else ''}: {reason}")
+    return ["\n".join(lines)]
 
 
 def _grouped(rejected: list[str]) -> list[str]:

@@ -86,6 +86,40 @@ def tolerance(dtype: Any, reduction_length: int = 1, accumulate: Any = None, lay
     return SAFETY * (layers * u + max(int(reduction_length), 1) * u_acc)
 
 
+def comparison_bound(dtype: Any, ref_dtype: Any, reduction_length: int = 1, accumulate: Any = None, layers: int = 1) -> float:
+    """The bound ``mismatch`` allows on ||out - ref|| / ||scale||: the result's ``tolerance`` plus the reference's."""
+    return tolerance(dtype, reduction_length, accumulate, layers) + tolerance(ref_dtype, reduction_length, accumulate, layers)
+
+
+def network_terms(module: Any, backward_of: tuple[int, ...] | None = None, steps: int = 1,
+                  functional: tuple[int, ...] = ()) -> dict[str, int]:
+    """``layers`` and ``reduction_length`` of a torch network for ``mismatch``: its leaf modules and the
+    reduction lengths of its convolutions and linear layers, combined in quadrature (see the policy).
+    ``functional``: the lengths of functional calls (``F.linear``), which are no modules. For gradients,
+    ``backward_of`` is the input's shape: each such layer's weight gradient sums over at most the batch's
+    pixels, N*H*W, its input gradient over its outputs' terms. ``steps`` training steps, each a forward and
+    a backward pass, add their errors."""
+    import torch
+
+    leaves = [m for m in module.modules() if not list(m.children())]
+    pixels = math.prod(backward_of) // backward_of[1] if backward_of is not None else 0
+    lengths = list(functional)
+    for layer in leaves:
+        if isinstance(layer, torch.nn.Conv2d):
+            kernel = math.prod(layer.kernel_size)
+            lengths.append(layer.in_channels // layer.groups * kernel + 1)
+            backward = [pixels, layer.out_channels // layer.groups * kernel]
+        elif isinstance(layer, torch.nn.Linear):
+            lengths.append(layer.in_features + 1)
+            backward = [pixels, layer.out_features]
+        else:
+            continue
+        lengths += backward if backward_of is not None else []
+    layers = steps * (len(leaves) + len(functional)) * (2 if backward_of is not None else 1)
+    squares = steps * sum(n * n for n in lengths)
+    return {"layers": max(math.isqrt(layers - 1) + 1, 1), "reduction_length": max(math.isqrt(max(squares - 1, 0)) + 1, 1)}
+
+
 def as_float64(value: Any) -> np.ndarray:
     """A float64 numpy copy of an array, a torch tensor (of any float dtype) or a scalar."""
     if hasattr(value, "detach"):
@@ -116,7 +150,7 @@ def mismatch(out: Any, ref: Any, *, dtype: Any = None, reduction_length: int = 1
     if problem:
         return problem
     finite = np.isfinite(want)
-    bound = tolerance(name, reduction_length, accumulate, layers) + tolerance(ref_name, reduction_length, accumulate, layers)
+    bound = comparison_bound(name, ref_name, reduction_length, accumulate, layers)
     norm = _scale_norm(want if scale is None else scale, finite)
     difference = float(np.linalg.norm(got[finite] - want[finite]))
     if difference <= bound * norm:
