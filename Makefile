@@ -100,6 +100,7 @@ $(STAMP)%_backend: plugins/%_backend/pyproject.toml | $(STAMP)core
 # The oneDNN plugin is also rebuilt when its extension's sources changed (pip compiles it in place).
 $(STAMP)dnnl_backend: plugins/dnnl_backend/setup.py $(wildcard plugins/dnnl_backend/src/*)
 
+# The rules below install the requirement lists defined at the top.
 $(STAMP)examples: Makefile | $(STAMP)core
 	$(PIP) install $(EXAMPLE_DEPS)
 	touch $@
