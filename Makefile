@@ -1,42 +1,60 @@
 # The README's quick start: `make demo` and `make test`. Both set up .venv in the repo root.
+#
+# Each set-up step leaves a stamp file, .venv/.stamp-<step> (ignored with .venv): make redoes a step only when a
+# file it installs from (a pyproject.toml, setup.py, the C++ sources of an extension, or this Makefile for the
+# pinned third-party requirements) is newer than its stamp, so a second `make test` installs nothing and does
+# not recompile the oneDNN extension. A step that fails leaves no stamp. `make clean` (or deleting a stamp)
+# redoes it all.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+STAMP := $(VENV)/.stamp-
+# pip's own progress (what it collects, downloads, builds and installs) is shown: no --quiet.
+PIP := $(BIN)/python -m pip --disable-pip-version-check
 # torch is pinned to the CPU wheel this machine keeps; a bare `torch` would pull a CUDA build.
 TORCH := torch==2.13.0
-# Every backend that can run on this machine.
-BACKENDS := plugins/numpy_backend plugins/dnnl_backend plugins/sycl_backend
-# The CUDA backend without a GPU: CuPy (137 MB wheel; no cuDNN, no frontend) lets the tests prove that it
-# loads, says why it is unavailable and is never chosen. On a GPU: pip install "plugins/cuda_backend[cu12]".
-CUDA_CI := -e plugins/cuda_backend cupy-cuda12x==14.2.0
-PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
-
-.PHONY: demo test test-repeat setup setup-test plugin-e2e bench clean asan
-
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-
-# torch first and pinned, so that nothing later pulls another build of it.
-setup: $(BIN)/python
-	$(PIP) install $(TORCH)
-	$(PIP) install -e ".[torch]" $(foreach backend,$(BACKENDS),-e $(backend)) $(CUDA_CI)
-
+# Every backend plugin, installed editable (a change to its Python needs no reinstall). The CUDA backend without
+# its GPU libraries: it loads, says why it is unavailable and is never chosen. On a machine with an NVIDIA GPU:
+# .venv/bin/python -m pip install -e "plugins/cuda_backend[cu12]" (or [cu13]).
+BACKENDS := numpy_backend dnnl_backend sycl_backend cuda_backend
+# What the scripts in examples/ need beyond the core and torch (examples/train_digits.py: scikit-learn's digits).
+EXAMPLE_DEPS := "scikit-learn>=1.3"
+# The test suite's own requirements.
+TEST_DEPS := "pytest>=8" "mypy>=1.10" "scipy>=1.11" safetensors pyyaml huggingface_hub pillow
 # torchvision's and timm's architectures (zoo.build("torchvision:NAME")): without their dependencies, which
 # would replace the pinned torch (docs/development.md); pillow above is the one torchvision imports.
 FOREIGN := torchvision==0.28.0 timm==1.0.31
-
+# CuPy without a GPU, for the tests only: the CUDA backend's kernel modules import it, and
+# tests/test_cuda_activation_code.py compiles their C statements on the host against the reference.
+CUPY := cupy-cuda12x==14.2.0
 # The example C++ plugin, built by pip with scikit-build-core and CMake, so that the suite (its own tests included:
-# pyproject.toml's testpaths) runs over it. Not editable: after changing its C++, run this line again.
-EXAMPLES := ./examples/cpp_plugin
+# pyproject.toml's testpaths) runs over it. Not editable: reinstalled when any of these files changed.
+EXAMPLE_PLUGIN := examples/cpp_plugin
+EXAMPLE_PLUGIN_FILES := $(wildcard $(addprefix $(EXAMPLE_PLUGIN)/,pyproject.toml CMakeLists.txt src/* algoswap_cppconv/*.py))
+# ONNX Runtime next to the pinned torch (torch.onnx.export needs onnx) for benchmarks/models.py, which also
+# needs setup-test's torchvision and timm.
+BENCH_DEPS := matplotlib onnxruntime==1.32.0 onnx==1.23.2
+# Where `make bench` writes its figures and tables (ignored by git). The committed ones in docs/ are updated by
+# hand with the commands in the README's "Benchmarks" section.
+BENCH_OUT := bench-out
 
-setup-test: setup
-	$(PIP) install "pytest>=8" "mypy>=1.10" "scipy>=1.11" "scikit-learn>=1.3" safetensors pyyaml huggingface_hub pillow
-	$(PIP) install --no-deps $(FOREIGN)
-	$(PIP) install $(EXAMPLES)
+.PHONY: demo test test-repeat setup setup-test plugin-e2e bench clean asan
+# pip installs into one venv: never two at once, even under make -j.
+.NOTPARALLEL:
 
-demo: setup
+# ------------------------------------------------------------------------------------------------ the targets
+
+# The core (with the swap API) and every backend plugin.
+setup: $(STAMP)core $(addprefix $(STAMP),$(BACKENDS))
+
+# setup, the examples' requirements, the test suite's, and the example C++ plugin.
+setup-test: setup $(STAMP)examples $(STAMP)test-deps $(STAMP)cupy $(STAMP)cpp_plugin
+
+# The README's first command: the demo on the set-up venv (then examples/ runs as the README shows).
+demo: setup $(STAMP)examples
 	$(BIN)/algoswap demo
 
+# What CI runs (.ci/run): the whole suite, then the plugin round trip.
 test: setup-test
 	$(BIN)/python -m pytest
 	$(MAKE) plugin-e2e
@@ -52,15 +70,57 @@ N ?= 10
 test-repeat: setup-test
 	PYTHON=$(BIN)/python tests/repeat.sh $(N) $(TESTS)
 
-# ONNX Runtime next to the pinned torch (torch.onnx.export needs onnx) for benchmarks/models.py, which also
-# needs setup-test's torchvision and timm.
-BENCH_DEPS := matplotlib onnxruntime==1.32.0 onnx==1.23.2
-
-bench: setup-test
-	$(PIP) install $(TORCH) $(BENCH_DEPS)
+# The first three benchmark scripts, their figures and tables in $(BENCH_OUT)/ (never over the committed ones).
+bench: setup-test $(STAMP)bench-deps
+	mkdir -p $(BENCH_OUT)
 	$(BIN)/python benchmarks/registry_overhead.py
-	$(BIN)/python benchmarks/swap_models.py --plot docs/swap_models.png
-	$(BIN)/python benchmarks/models.py --json docs/models.json --plot docs/models.png
+	$(BIN)/python benchmarks/swap_models.py --plot $(BENCH_OUT)/swap_models.png
+	$(BIN)/python benchmarks/models.py --json $(BENCH_OUT)/models.json --plot $(BENCH_OUT)/models.png
+
+# --------------------------------------------------------------------------------- the set-up steps (stamps)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch first and pinned, so that nothing later pulls another build of it.
+$(STAMP)torch: Makefile | $(BIN)/python
+	$(PIP) install $(TORCH)
+	touch $@
+
+# The core, editable, with its torch extra.
+$(STAMP)core: pyproject.toml | $(STAMP)torch
+	$(PIP) install -e ".[torch]"
+	touch $@
+
+# One backend plugin, editable: plugins/<name>/pyproject.toml changed, or it was never installed.
+$(STAMP)%_backend: plugins/%_backend/pyproject.toml | $(STAMP)core
+	$(PIP) install -e plugins/$*_backend
+	touch $@
+
+# The oneDNN plugin is also rebuilt when its extension's sources changed (pip compiles it in place).
+$(STAMP)dnnl_backend: plugins/dnnl_backend/setup.py $(wildcard plugins/dnnl_backend/src/*)
+
+# The rules below install the requirement lists defined at the top.
+$(STAMP)examples: Makefile | $(STAMP)core
+	$(PIP) install $(EXAMPLE_DEPS)
+	touch $@
+
+$(STAMP)test-deps: Makefile | $(STAMP)core
+	$(PIP) install $(TEST_DEPS)
+	$(PIP) install --no-deps $(FOREIGN)
+	touch $@
+
+$(STAMP)cupy: Makefile | $(STAMP)cuda_backend
+	$(PIP) install $(CUPY)
+	touch $@
+
+$(STAMP)cpp_plugin: $(EXAMPLE_PLUGIN_FILES) | $(STAMP)core
+	$(PIP) install ./$(EXAMPLE_PLUGIN)
+	touch $@
+
+$(STAMP)bench-deps: Makefile | $(STAMP)core
+	$(PIP) install $(TORCH) $(BENCH_DEPS)
+	touch $@
 
 # The oneDNN extension built with AddressSanitizer, and the tests that run it (README: "Sanitizer runs").
 # build/asan/venv only supplies headers and libdnnl (the test run uses .venv); build/asan/pkg holds an
@@ -75,7 +135,7 @@ ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_
 ASAN_OPTIONS_RUN := detect_leaks=0
 asan: setup-test
 	$(PYTHON) -m venv $(ASAN)/venv
-	$(ASAN)/venv/bin/python -m pip --disable-pip-version-check --quiet install pybind11 onednn-devel-cpu-gomp==2023.2.0
+	$(ASAN)/venv/bin/python -m pip --disable-pip-version-check install pybind11 onednn-devel-cpu-gomp==2023.2.0
 	mkdir -p $(ASAN_PKG)
 	cp plugins/dnnl_backend/algoswap_dnnl/*.py plugins/dnnl_backend/algoswap_dnnl/*.pyi $(ASAN_PKG)/
 	g++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address -fopenmp -shared -fPIC -fvisibility=hidden \
@@ -87,5 +147,6 @@ asan: setup-test
 		LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libstdc++.so) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS)
 
+# The venv (its stamps with it) and every build folder: the next target sets up from scratch.
 clean:
 	rm -rf $(VENV) build core/*.egg-info plugins/*/*.egg-info plugins/*/build
