@@ -75,8 +75,8 @@ def overhead(nodes: int, repeats: int, backend: str) -> None:
 
     if not all(s.backend == backend for s in program.steps if s.runner is not None):
         raise SystemExit(f"not every node ran on {backend}: {executor.explain(feed=feed)}")
-    to_host = getattr(direct(), "get", lambda: direct())
-    assert np.array_equal(executor.run(feed=feed)[0], to_host())
+    out = direct()
+    assert np.array_equal(executor.run(feed=feed)[0], out.get() if backend == "cuda" else out)
     t_exec = best_seconds(synchronised(lambda: executor.run(feed=feed)), repeats)
     t_direct = best_seconds(synchronised(direct), repeats)
     t_ops = best_seconds(through_ops, repeats) if backend != "cuda" else float("nan")  # ops.call takes host arrays
