@@ -67,7 +67,8 @@ def test_a_step_that_reads_a_value_on_the_host_leaves_the_model_eager() -> None:
     """cuDNN's winograd_nonfused saturates NaN and inf, so its plan first scans the operands on the host:
     recording fails, and the model runs eagerly (with the eager results) and says why."""
     module = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3), torch.nn.ReLU()).eval()
-    model, eager = algoswap.swap_backend(module, "cuda:winograd_nonfused"), algoswap.swap_backend(module, "cuda:winograd_nonfused")
+    request = {"conv2d": "cuda:winograd_nonfused"}
+    model, eager = algoswap.swap_backend(module, request), algoswap.swap_backend(module, request)
     eager.capture = False
     inputs = [torch.randn(2, 16, 16, 16, device="cuda") for _ in range(3)]
     outputs, modes = _modes(model, inputs)
