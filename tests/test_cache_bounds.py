@@ -18,7 +18,7 @@ from algoswap._records import PluginRecord
 from algoswap._registry import Registry
 from algoswap._select import select
 
-CORE_KINDS = ("selections", "ops_calls", "torch_calls", "graph_programs")
+CORE_KINDS = ("selections", "ops_calls", "torch_calls", "graph_programs", "graph_captures")
 LIMIT = 5
 SHAPES = 3 * LIMIT
 

@@ -10,7 +10,9 @@ so each is an ``LRUCache`` of one of these kinds, bounded by its size:
   and swapped torch layers), keyed on what each front end sees before validation; kept beside the
   selections (``SelectionCache.prepared``) and emptied with them whenever the registry changes;
 - ``graph_programs``: per graph Executor (a swap_backend Model has one), its planned program for each
-  set of input shapes and memory spaces.
+  set of input shapes and memory spaces;
+- ``graph_captures``: per graph Executor, its programs captured as device graphs (``graph._capture``),
+  each holding the device memory its graph reads and writes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ SELECTIONS = declare_cache("selections", 4096, "the registry's validated calls a
 OPS_CALLS = declare_cache("ops_calls", 1024, "algoswap.ops calls ready to run (per op, request, input types and attributes)")
 TORCH_CALLS = declare_cache("torch_calls", 1024, "swapped torch layers' calls ready to run (per op, request, tensor shapes)")
 GRAPH_PROGRAMS = declare_cache("graph_programs", 32, "per graph Executor: its planned program for each set of input shapes")
+GRAPH_CAPTURES = declare_cache("graph_captures", 8, "per graph Executor: its programs captured as device graphs (CUDA graphs), "
+                               "per input signature, with the reason of those that run eagerly")
 
 
 class SelectionCache(LRUCache["Selection"]):

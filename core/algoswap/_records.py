@@ -50,6 +50,10 @@ class MemorySpace:
     copying; results go back to torch through their own ``__dlpack__``. ``accepts_host``: host
     inputs are served without being asked for transfers (the caller uploads them), as for a device
     the host reaches cheaply (SYCL USM on a CPU device); a GPU's memory leaves it False.
+    ``capture`` (optional): records a program's device work once and replays it (a CUDA graph):
+    ``capture(run, inputs)`` returns a replay, a function of new inputs of the same shapes and
+    dtypes giving the outputs as ``run(inputs)`` would, or raises why it cannot
+    (``algoswap.graph._capture`` says how executors use it).
     """
 
     name: str
@@ -59,6 +63,7 @@ class MemorySpace:
     description: str = ""
     from_dlpack: RefLike | None = None
     accepts_host: bool = False
+    capture: RefLike | None = None
 
     @property
     def is_host(self) -> bool:

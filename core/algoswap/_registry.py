@@ -76,8 +76,8 @@ class Registrar:
         if not isinstance(memory, MemorySpace):
             raise RegistrationError(f"backend {name!r}: memory must be an algoswap.MemorySpace, got {memory!r}")
         check_reference(f"backend {name!r}", "probe", probe, optional=True)
-        for field in ("to_host", "from_host", "from_dlpack"):
-            check_reference(f"backend {name!r}", f"memory.{field}", getattr(memory, field), optional=field == "from_dlpack")
+        for field in ("to_host", "from_host", "from_dlpack", "capture"):
+            check_reference(f"backend {name!r}", f"memory.{field}", getattr(memory, field), optional=field in ("from_dlpack", "capture"))
         if reference and self.reference is not None:
             raise RegistrationError(f"backends {self.reference!r} and {name!r} of {self.plugin.owner} both declare "
                                     "themselves the reference: at most one backend is")

@@ -127,7 +127,7 @@ class BackendHealth:
     def _unresolvable_memory(self, backend: "BackendRecord") -> str:
         """Why the functions that move the backend's arrays cannot be imported ("" if they may be)."""
         memory = backend.memory
-        for what in ("to_host", "from_host", "from_dlpack"):
+        for what in ("to_host", "from_host", "from_dlpack", "capture"):
             ref = getattr(memory, what)
             if not isinstance(ref, (str, Ref)):
                 continue

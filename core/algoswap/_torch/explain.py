@@ -43,7 +43,10 @@ class Row:
 
 
 class Explanation(list):  # type: ignore[type-arg]
-    """The rows of ``explain``: a list of ``Row``; ``str()`` gives the table people read."""
+    """The rows of ``explain``: a list of ``Row``; ``str()`` gives the table people read. ``capture``
+    (an ``algoswap.Model``'s): how its latest call ran, as one replayed device graph or eagerly, and why."""
+
+    capture: str = ""
 
     def __str__(self) -> str:
         return self.to_text()
@@ -63,7 +66,8 @@ class Explanation(list):  # type: ignore[type-arg]
         lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
         notes = {r.name: _notes(r, with_backward, rejected=not notes_once) for r in self}
         details = (_rejected_once(self) if notes_once else []) + [f"{name}:\n" + "\n".join(text) for name, text in notes.items() if text]
-        return "\n".join(lines + ([""] + details if details else []))
+        capture = [f"graph capture: {self.capture}"] if self.capture else []
+        return "\n".join(lines + ([""] + details if details else []) + capture)
 
 
 def _notes(row: Row, backward: bool, rejected: bool = True) -> list[str]:

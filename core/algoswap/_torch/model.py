@@ -17,6 +17,7 @@ from .._inputs import host_array
 from .._records import MemorySpace
 from .._ref import resolve_ref
 from .._runner import bfloat16
+from ..graph._capture import CaptureReport
 from ..graph._executor import Executor, space_of
 from ..graph._fusion import TWINS, Chain
 from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topological, with_values
@@ -53,13 +54,34 @@ class Model:
         self.guards = list(guards)
         self._outputs = nodes_in(output)
         self.sample_ranks = _sample_ranks(inputs, nodes)
+        self._capture: bool | None = None  # None: follow ALGOSWAP_CAPTURE
         self.executor = self._executor()
 
     def _executor(self) -> Executor:
         """One subgraph: the outputs, then the model's shape guards, which planning checks for every
         input signature (they compute nothing when the model runs)."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
-        return Executor({SUBGRAPH: [*(self._outputs or self.inputs[:1]), *self.guards]}, options=options)
+        return Executor({SUBGRAPH: [*(self._outputs or self.inputs[:1]), *self.guards]}, options=options,
+                        capture=self._capture)
+
+    @property
+    def capture(self) -> bool | None:
+        """Whether a call replays its input signature's forward pass as one device graph (a CUDA graph:
+        where every op runs on a GPU backend and the inputs are CUDA tensors): True, False, or None,
+        the default, to follow ALGOSWAP_CAPTURE (on unless "0"). The first call of a signature runs
+        eagerly, the second captures, later ones replay; ``explain()`` says which ran, or why not.
+        Setting False drops the captured graphs."""
+        return self._capture
+
+    @capture.setter
+    def capture(self, value: bool | None) -> None:
+        self.executor.captures.enabled = value
+        self._capture = value
+
+    @property
+    def capture_report(self) -> CaptureReport | None:
+        """How the latest call ran: replayed, captured or eager (with why), None before any."""
+        return self.executor.captures.last
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -160,6 +182,7 @@ class Model:
             shapes = tuple((1, *shape) for shape in shapes)
         feed = {node: Shaped(tuple(shape), self.dtype) for node, shape in zip(self.inputs, shapes)}
         program = self.executor.last = self.executor.plan(SUBGRAPH, feed)
+        self.executor.captures.last = None  # planned, not run
         return program
 
     def _to_array(self, value: Any, name: str) -> Any:
@@ -185,7 +208,7 @@ class Model:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"_capture": None, **state})  # pickled before capture existed: follow ALGOSWAP_CAPTURE
         self.sample_ranks = _sample_ranks(self.inputs, self.nodes)
         for node in topological(self._outputs):
             if node.kind == "constant":
@@ -207,6 +230,8 @@ class Model:
                 rows.append(_op_row(step))
             elif step.kind == "torch":
                 rows.append(_torch_row(step))
+        report = self.capture_report
+        rows.capture = "" if report is None else str(report)
         return rows
 
     def backends(self) -> list[str]:

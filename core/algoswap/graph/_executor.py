@@ -15,6 +15,7 @@ from .._runner import holds
 from .._requests import Selector, Subject, assign, selector_argument
 from .._select import select
 from .._spec import Shape
+from ._capture import Captures
 from ._node import GraphError, Node, Shaped, topological
 from ._explain import PlanText, explain_program
 from ._plan import PlanOptions, build_program, homes
@@ -32,7 +33,9 @@ class Executor:
     ``["dnnl", "numpy"]``): nodes without a request run on the first listed backend that implements
     their op and serves the call; None: the registry's ranking, in the memory space of each node's
     inputs (see ``graph._place``: data moves to a device only where a request names its backend).
-    ``plan_memory=False`` keeps every value (to compare).
+    ``plan_memory=False`` keeps every value (to compare). ``capture``: replay each program as one
+    device graph where its memory space can (a CUDA graph; see ``graph._capture``): True, False, or
+    None to follow ALGOSWAP_CAPTURE; ``captures.last`` says how the latest run went.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class Executor:
         plan_memory: bool = True,
         options: PlanOptions | None = None,
         *,
+        capture: bool | None = False,
         algos: Selector = None,
         algorithms: Selector = None,
     ) -> None:
@@ -58,6 +62,7 @@ class Executor:
         self._sources: dict[str, list[Node]] = {}
         self.programs: LRUCache[Program] = LRUCache(GRAPH_PROGRAMS)
         self.residence = Residence()
+        self.captures = Captures(capture)
         self._homes: dict[int, Any] | None = None
         self._requests = self._assign_requests()
 
@@ -140,9 +145,9 @@ class Executor:
         for slot, node in program.sources:
             space = program.kept.get(slot)
             values[slot] = self._source_value(node, feed, batches) if space is None else self.residence.value(node, space)
-        program.run(values)
+        outputs = self.captures.run(program, values)
         self.residence.updated(program.updated_on_device)
-        return [None if slot is None else values[slot] for slot in program.output_slots]
+        return outputs
 
     def _next_batches(self, name: str) -> dict[str, np.ndarray]:
         batches: dict[str, np.ndarray] = {}

@@ -30,7 +30,7 @@ ENGINES = {"implicit_gemm": 0, "implicit_precomp_gemm": 1, "gemm": 2, "fft": 3, 
 CUDA_MEMORY = MemorySpace(
     "cuda", "cupy.ndarray",
     to_host=f"{__name__}._runtime:to_host", from_host=f"{__name__}._runtime:from_host",
-    from_dlpack=f"{__name__}._runtime:from_dlpack",
+    from_dlpack=f"{__name__}._runtime:from_dlpack", capture=f"{__name__}._graphs:capture",
     description="C-contiguous CuPy arrays in the memory of the current CUDA device",
 )
 _TF32_NOTE = " TF32 when enabled."

@@ -10,7 +10,7 @@ import cupy as cp
 import numpy as np
 from cupy._core import _routines_linalg as _linalg
 
-from . import _runtime
+from . import _graphs, _runtime
 
 _set: dict[str, bool] = {}
 
@@ -47,8 +47,12 @@ def rows_times_transposed(x: Any, w: Any) -> Any:
     compute = _COMPUTE_64F if x.dtype == np.float64 else _COMPUTE_32F_FAST_TF32 if _runtime.tf32() else _COMPUTE_32F
     one, zero = _SCALARS[x.dtype.name]
     handle = cp.cuda.device.get_cublas_handle()
+    args = (cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, k, one.ctypes.data, w.data.ptr, data_type, k,
+            x.data.ptr, data_type, k, zero.ctypes.data, y.data.ptr, data_type, n, compute, cublas.CUBLAS_GEMM_DEFAULT)
+    if _graphs.capturing():  # recording a CUDA graph: CuPy's wrappers refuse the capturing stream
+        _graphs.gemm_ex(handle, *args)
+        return y
     cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, k, one.ctypes.data, w.data.ptr, data_type, k,
-                  x.data.ptr, data_type, k, zero.ctypes.data, y.data.ptr, data_type, n, compute, cublas.CUBLAS_GEMM_DEFAULT)
+    cublas.gemmEx(handle, *args)
     return y
