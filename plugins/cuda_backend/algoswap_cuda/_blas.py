@@ -48,6 +48,13 @@ _SCALARS = {name: (np.ones(1, "float64" if name == "float64" else "float32"),
                    np.zeros(1, "float64" if name == "float64" else "float32")) for name in DATA_TYPES}
 
 
+def precision(dtype: str) -> str:
+    """How cuBLAS computes products of ``dtype`` now, in words (what explain shows)."""
+    if dtype == "float32":
+        return "TF32 tensor cores" if _runtime.tf32("matmul") else "float32, no TF32"
+    return "float32 accumulation" if dtype in _runtime.HALF else dtype
+
+
 def compute_type(dtype: str) -> int:
     """cuBLAS's compute type for products of ``dtype``: float64 in float64, float32 in TF32 where allowed,
     the rest (the half precisions too) in float32."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _epilogue
-from ._blas import DATA_TYPES, matmul, rows_times_transposed
+from ._blas import DATA_TYPES, matmul, precision, rows_times_transposed
 
 
 def _rows(a: Any) -> Any:
@@ -46,4 +46,4 @@ def linear_grad_bias(dy: Any) -> Any:
 
 
 def kernel(call: Any) -> str:
-    return "cuBLAS GEMM (cublasGemmEx; then one raw kernel adding the bias)"
+    return f"cuBLAS GEMM (cublasGemmEx, {precision(call.dtype)}; then one raw kernel adding the bias)"
