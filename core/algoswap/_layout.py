@@ -1,7 +1,9 @@
-"""Memory orders: host arrays laid out as an implementation takes them (its ``ImplRecord.layout``)."""
+"""Memory orders: arrays laid out as an implementation takes them (its ``ImplRecord.layout``). Host arrays, and
+the arrays of a device library with numpy's ``ascontiguousarray`` (CuPy); other arrays are passed as they are."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -12,8 +14,19 @@ def is_channels_last(array: np.ndarray) -> bool:
     return array.ndim == 4 and not array.flags.c_contiguous and array.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
+def _library(array: Any) -> Any:
+    """numpy, or the module of a device array's library where it has ``ascontiguousarray`` (else None)."""
+    if type(array) is np.ndarray:
+        return np
+    module = sys.modules.get(type(array).__module__.partition(".")[0])
+    return module if hasattr(module, "ascontiguousarray") and hasattr(array, "flags") else None
+
+
 def _contiguous(array: Any) -> Any:
-    return array if array is None or type(array) is not np.ndarray or array.flags.c_contiguous else np.ascontiguousarray(array)
+    if array is None or type(array) is np.ndarray and array.flags.c_contiguous:
+        return array
+    library = _library(array)
+    return array if library is None or array.flags.c_contiguous else library.ascontiguousarray(array)
 
 
 # Up to this many channels a copy channel by channel into NHWC memory is faster than NumPy's transposing copy
@@ -22,18 +35,19 @@ def _contiguous(array: Any) -> Any:
 FEW_CHANNELS = 4
 
 
-def _channels_last(array: np.ndarray) -> np.ndarray:
+def _channels_last(array: Any) -> Any:
     if array.transpose(0, 2, 3, 1).flags.c_contiguous:  # NHWC memory already (also where H = W = 1 or C = 1)
         return array
+    library = _library(array)
+    if library is None:
+        return array
     n, c, h, w = array.shape
-    if 1 < c <= FEW_CHANNELS:
+    if library is np and 1 < c <= FEW_CHANNELS:
         nhwc = np.empty((n, h, w, c), array.dtype)
         for channel in range(c):
             nhwc[..., channel] = array[:, channel]
-        as_nchw: np.ndarray = nhwc.transpose(0, 3, 1, 2)
-        return as_nchw
-    copied: np.ndarray = np.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    return copied
+        return nhwc.transpose(0, 3, 1, 2)
+    return library.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
 def arrange(arrays: Sequence[Any], layout: str, weights: tuple[int, ...]) -> Sequence[Any]:
@@ -43,9 +57,10 @@ def arrange(arrays: Sequence[Any], layout: str, weights: tuple[int, ...]) -> Seq
     if layout == "any":
         return arrays
     if layout == "channels_last":
-        return [_channels_last(a) if type(a) is np.ndarray and a.ndim == 4 and i not in weights else _contiguous(a)
-                for i, a in enumerate(arrays)]
+        return [_channels_last(a) if getattr(a, "ndim", 0) == 4 and hasattr(a, "flags") and i not in weights
+                else _contiguous(a) for i, a in enumerate(arrays)]
     for a in arrays:  # most arrays already are: no new list then
-        if type(a) is np.ndarray and not a.flags.c_contiguous:
+        flags = getattr(a, "flags", None)
+        if flags is not None and not flags.c_contiguous:
             return [_contiguous(a) for a in arrays]
     return arrays

@@ -6,7 +6,8 @@ the inputs already in the backend's memory space. It
 
 - gives the implementation its inputs in the memory order it declared (``ImplRecord.layout``):
   C-contiguous, as they are ("any"), or 4-D activations in NHWC memory ("channels_last"; an input
-  named "weight" stays as it is), so no implementation re-detects the layout from strides;
+  named "weight" stays as it is), so no implementation re-detects the layout from strides (host
+  arrays, and CuPy's: ``_layout``);
 - runs nothing for a call with no element to compute (``OpCall.empty``: a batch of 0): the output
   is an empty array (or one of ``OpCall.fill``) of the spec's shape and dtype in the backend's
   memory space, and an in-place op returns its first input unchanged;
@@ -50,8 +51,7 @@ class Runner:
         self.array_type = array_type(selection.backend.memory)
         self.updated = call.input_names.index(in_place[0]) if in_place else None
         self.empty = call.empty
-        host = selection.backend.memory.is_host
-        self.layout = selection.impl.layout if host and selection.impl.layout != "any" else None
+        self.layout = selection.impl.layout if selection.impl.layout != "any" else None
         self.weights = tuple(i for i, name in enumerate(call.input_names) if name == "weight")
 
     def run(self, arrays: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:

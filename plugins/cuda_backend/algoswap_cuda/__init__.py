@@ -5,7 +5,8 @@ Implementations are registered as "module:attribute" strings: discovery imports 
 cuDNN. The availability probe first loads the CUDA driver library (a dlopen: without a driver it
 answers in well under a millisecond, and CuPy is never imported), then asks CuPy, once, when the
 backend is first considered; without a GPU it answers "no CUDA GPU is visible" and nothing else runs. Torch CUDA tensors cross zero-copy
-through DLPack. TF32 is off for float32 unless ``set_tf32(True)`` or ALGOSWAP_CUDA_TF32=1.
+through DLPack. TF32 for float32: ``set_tf32`` first, then ALGOSWAP_CUDA_TF32 ("1" or "0"), then the caller's
+wish (a swapped torch model follows torch's own switches), else off (the functional API's default).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ __version__ = "0.1.0"
 __all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register", "set_tf32"]
 
 BACKEND = "cuda"
-F32 = ("float32",)
 OWN = ("float32", "float64")
+# cuDNN's convolutions: the half precisions (tensor cores, accumulating in float32; forward in NHWC) and float32
+CUDNN = ("float16", "bfloat16", "float32")
 # Legacy cudnnConvolutionFwdAlgo_t name -> cuDNN 9 engine global index of a forward convolution graph (DIRECT
 # was never implemented, so the engines after GEMM are the legacy values minus one); here, so that listing them
 # imports nothing, and read by _cudnn.
@@ -43,7 +45,8 @@ FUSED_WINOGRAD_REASON = ("cuDNN 9 builds no fused Winograd engine (engine 5, the
 
 
 def set_tf32(enabled: bool | None) -> None:
-    """Allow TF32 tensor cores for float32 (True), forbid them (False) or follow ALGOSWAP_CUDA_TF32 (None)."""
+    """Allow TF32 tensor cores for float32 (True), forbid them (False), or leave it to ALGOSWAP_CUDA_TF32 and then
+    to the caller (None: a swapped torch model follows torch's switches; the functional API's default is off)."""
     from ._runtime import set_tf32 as set_
 
     set_(enabled)
@@ -106,11 +109,11 @@ def _register_forward(registry: Any, op: str) -> None:
     def function(name: str) -> str:
         return f"{conv}:conv2d_{name}_fused" if fused else f"{conv}:conv2d_{name}"
 
-    add(op, "guess", BACKEND, function("guess"), dtypes=F32, priority=20,
+    add(op, "guess", BACKEND, function("guess"), dtypes=CUDNN, priority=20, layout="any",
         supports=Ref(f"{conv}:supports_cudnn", "guess"), kernel=Ref(f"{conv}:kernel_cudnn", "guess"),
         description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE + then,
         nan=SPREADS)
-    add(op, "find", BACKEND, function("find"), dtypes=F32, priority=15,
+    add(op, "find", BACKEND, function("find"), dtypes=CUDNN, priority=15, layout="any",
         supports=Ref(f"{conv}:supports_cudnn", "find"), kernel=Ref(f"{conv}:kernel_cudnn", "find"),
         description="cuDNN's first sixteen qualifying ranked engines timed once per layer, the fastest kept (like cudnnFind)."
         + _TF32_NOTE + then, nan=SPREADS)
@@ -118,7 +121,7 @@ def _register_forward(registry: Any, op: str) -> None:
         if name == "winograd":
             registry.declare_unsupported(op, name, BACKEND, FUSED_WINOGRAD_REASON)
             continue
-        add(op, name, BACKEND, function(name), dtypes=F32, priority=10,
+        add(op, name, BACKEND, function(name), dtypes=CUDNN, priority=10, layout="any",
             supports=Ref(f"{conv}:supports_cudnn", name), kernel=Ref(f"{conv}:kernel_cudnn", name),
             description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)" + then,
             nan=SPREADS if name.startswith(("fft", "winograd")) else "exact")
@@ -149,7 +152,7 @@ _KERNELS: dict[str, Any] = {
 ANY_DTYPES = tuple(dtype for dtype in ALL_DTYPES if dtype != "bfloat16")  # CuPy has no bfloat16
 _COPY = {"dtypes": ANY_DTYPES, "kernel": "CuPy copy"}
 _CSRMM = {"kernel": "CuPy raw kernel csrmm (one thread per output, summing the stored entries of its row of the CSR matrix)"}
-_GUESS = {"algorithm": "guess", "dtypes": F32, "priority": 20, "supports": Ref(f"{__name__}.conv:supports_cudnn", "guess"),
+_GUESS = {"algorithm": "guess", "dtypes": CUDNN, "priority": 20, "supports": Ref(f"{__name__}.conv:supports_cudnn", "guess"),
           "kernel": Ref(f"{__name__}.conv:kernel_cudnn", "guess"), "description": "cuDNN's heuristic pick." + _TF32_NOTE,
           "nan": SPREADS}
 _LINEAR = {"description": "cuBLAS GEMM." + _TF32_NOTE}

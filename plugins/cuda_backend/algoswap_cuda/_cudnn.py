@@ -33,7 +33,26 @@ SATURATION_FALLBACK = ("implicit_gemm", "implicit_precomp_gemm", "gemm")
 # What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
 EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
 TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
-_DTYPES = {"float32": "FLOAT", "float16": "HALF", "float64": "DOUBLE"}
+_DTYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BFLOAT16", "float64": "DOUBLE"}
+# conv2d_fused's activations that a cuDNN graph computes as a pointwise node: (frontend method, its arguments)
+GRAPH_ACTIVATIONS: dict[str, tuple[str, dict[str, float]]] = {
+    "relu": ("relu", {}), "relu6": ("relu", {"lower_clip": 0.0, "upper_clip": 6.0}), "silu": ("swish", {"swish_beta": 1.0}),
+    "gelu": ("gelu", {}),
+}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a forward graph computes after the convolution, in float32: + bias[c], + residual, activation."""
+
+    bias: bool
+    residual: bool
+    activation: str
+
+    @property
+    def words(self) -> str:
+        parts = ["bias"] * self.bias + ["residual"] * self.residual + [self.activation] * (self.activation != "none")
+        return " + ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,16 @@ class Geometry:
     post: tuple[int, int]
     dilation: tuple[int, int]
     dtype: str = "float32"
+    channels_last: bool = False  # x, w and y in NHWC (KRSC) memory order, else NCHW (KCRS)
+    epilogue: Epilogue | None = None  # fprop only
+
+
+def layout_strides(shape: Shape, channels_last: bool) -> list[int]:
+    """The strides (in elements) of a dense 4-D array of ``shape`` (N, C, H, W) in NCHW or NHWC memory order."""
+    if not channels_last:
+        return _strides(shape)
+    n, c, h, w = shape
+    return [h * w * c, 1, w * c, c]
 
 
 class NotServed(Exception):
@@ -63,13 +92,23 @@ class Plan:
     engine: int
     name: str
     workspace: int
-    run: Callable[[Any, Any, Any], None]
+    run: Callable[..., None]  # (a, b, out, then bias and residual where the epilogue has them)
+    tf32_allowed: bool = False
+
+    @property
+    def tf32(self) -> bool:
+        """Whether this float32 plan may run on TF32 tensor cores."""
+        return self.geometry.dtype == "float32" and self.tf32_allowed
 
     @property
     def label(self) -> str:
         scan = (f"; NaN/inf in an operand runs {SATURATION_FALLBACK[0]} instead (this engine saturates them)"
                 if self.engine in SATURATING_ENGINES else "")
-        return f"cuDNN {cudnn.backend_version()} {self.name} (engine {self.engine}, workspace {self.workspace} B{scan})"
+        g = self.geometry
+        what = [g.dtype, "NHWC" if g.channels_last else "NCHW"] + (["TF32"] if self.tf32 else [])
+        graph = f"one graph: conv + {g.epilogue.words}, " if g.epilogue else ""
+        return (f"cuDNN {cudnn.backend_version()} {self.name} ({graph}engine {self.engine}, {', '.join(what)}, "
+                f"workspace {self.workspace} B{scan})")
 
 
 _lock = threading.RLock()  # find builds the legacy plans through plan() while holding it
@@ -101,7 +140,7 @@ def _strides(shape: Shape) -> list[int]:
     return out
 
 
-def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[Any, Any, Any]]:
+def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[Any, ...]]:
     dtype = getattr(cudnn.data_type, _DTYPES[g.dtype])
     compute = cudnn.data_type.DOUBLE if g.dtype == "float64" else cudnn.data_type.FLOAT
     graph = cudnn.pygraph(io_data_type=dtype, intermediate_data_type=compute, compute_data_type=compute, handle=handle())
@@ -109,7 +148,7 @@ def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[
                   dilation=list(g.dilation), compute_data_type=compute)
 
     def tensor(name: str, shape: Shape) -> Any:
-        return graph.tensor(name=name, dim=list(shape), stride=_strides(shape), data_type=dtype)
+        return graph.tensor(name=name, dim=list(shape), stride=layout_strides(shape, g.channels_last), data_type=dtype)
 
     if g.kind == "fprop":
         a, b = tensor("x", g.x), tensor("w", g.w)
@@ -120,12 +159,34 @@ def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[
     else:
         a, b = tensor("x", g.x), tensor("dy", g.y)
         out, shape = graph.conv_wgrad(image=a, loss=b, **window), g.w
-    out.set_output(True).set_dim(list(shape)).set_stride(_strides(shape)).set_data_type(dtype)
+    out, extra = _epilogue_nodes(graph, g, out, tensor, compute)
+    out.set_output(True).set_dim(list(shape)).set_stride(layout_strides(shape, g.channels_last)).set_data_type(dtype)
     for note in select_notes:
         graph.select_numeric_notes([getattr(cudnn.numerical_note, note)])
     graph.validate()
     graph.build_operation_graph()
-    return graph, (a, b, out)
+    return graph, (a, b, out, *extra)
+
+
+def _epilogue_nodes(graph: Any, g: Geometry, out: Any, tensor: Callable[[str, Shape], Any], compute: Any) -> tuple[Any, list[Any]]:
+    """The forward graph's pointwise nodes after the convolution, and the tensors they read (bias, residual)."""
+    e = g.epilogue
+    if e is None:
+        return out, []
+    extra = []
+    if e.bias:
+        channels = g.y[1]
+        bias = graph.tensor(name="b", dim=[1, channels, 1, 1], stride=[channels, 1, 1, 1], data_type=getattr(cudnn.data_type, _DTYPES[g.dtype]))
+        out = graph.bias(input=out, bias=bias, compute_data_type=compute)
+        extra.append(bias)
+    if e.residual:
+        residual = tensor("r", g.y)
+        out = graph.add(a=out, b=residual, compute_data_type=compute)
+        extra.append(residual)
+    if e.activation != "none":
+        method, arguments = GRAPH_ACTIVATIONS[e.activation]
+        out = getattr(graph, method)(input=out, compute_data_type=compute, **arguments)
+    return out, extra
 
 
 NOTES = ("FFT", "WINOGRAD", "TENSOR_CORE", "DOWN_CONVERT_INPUTS")
@@ -161,7 +222,7 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
-def _finish(g: Geometry, graph: Any, tensors: tuple[Any, Any, Any], index: int, engine: int) -> Plan:
+def _finish(g: Geometry, graph: Any, tensors: tuple[Any, ...], index: int, engine: int, tf32: bool = False) -> Plan:
     size = int(graph.get_workspace_size_plan_at_index(index))
     name = str(graph.get_plan_name_at_index(index))
     uids = [t.uid for t in tensors]
@@ -170,23 +231,24 @@ def _finish(g: Geometry, graph: Any, tensors: tuple[Any, Any, Any], index: int, 
 
     if lowered is not None and cpp_index is not None and hasattr(lowered, "_execute_plan_at_index"):
         # the frontend's own backend call without its per-call argument normalisation (~25 us less)
-        def run(a: Any, b: Any, out: Any) -> None:
-            pack = {uids[0]: a.data.ptr, uids[1]: b.data.ptr, uids[2]: out.data.ptr}
+        def run(*arrays: Any) -> None:
+            pack = {uid: array.data.ptr for uid, array in zip(uids, arrays)}
             lowered._execute_plan_at_index(pack, workspace(size), cpp_index, raw)
     else:
-        def run(a: Any, b: Any, out: Any) -> None:
-            pack = {tensors[0]: a.data.ptr, tensors[1]: b.data.ptr, tensors[2]: out.data.ptr}
+        def run(*arrays: Any) -> None:
+            pack = {tensor: array.data.ptr for tensor, array in zip(tensors, arrays)}
             graph.execute_plan_at_index(pack, workspace(size), index, handle())
 
-    return Plan(g, engine, name, size, _exact_on_non_finite(g, run) if engine in SATURATING_ENGINES else run)
+    run = _exact_on_non_finite(g, run) if engine in SATURATING_ENGINES else run
+    return Plan(g, engine, name, size, run, tf32)
 
 
-def _exact_on_non_finite(g: Geometry, run: Callable[[Any, Any, Any], None]) -> Callable[[Any, Any, Any], None]:
-    def scanned(a: Any, b: Any, out: Any) -> None:
+def _exact_on_non_finite(g: Geometry, run: Callable[..., None]) -> Callable[..., None]:
+    def scanned(a: Any, b: Any, *rest: Any) -> None:
         if bool(cp.isfinite(a).all()) and bool(cp.isfinite(b).all()):
-            run(a, b, out)
+            run(a, b, *rest)
         else:
-            _exact_plan(g).run(a, b, out)
+            _exact_plan(g).run(a, b, *rest)
     return scanned
 
 
@@ -225,7 +287,7 @@ def _qualifies(g: Geometry, engine: int, tf32: bool) -> bool:
     if not 0 <= engine < 10_000:  # only cuDNN's own engines (the frontend's Python engines are others)
         return False
     if tf32 or g.dtype != "float32":
-        return True
+        return True  # the half precisions run on tensor cores (accumulating in float32) whatever TF32 says
     found = notes(g, engine)
     return found is not None and not found & set(TF32_NOTES)
 
@@ -259,7 +321,7 @@ def _candidates(g: Geometry, graph: Any, count: int, tf32: bool, limit: int) -> 
 def _guess(g: Geometry, tf32: bool) -> Plan:
     graph, tensors, count = _ranked(g)
     for index, engine in _candidates(g, graph, count, tf32, 1):
-        return _finish(g, graph, tensors, index, engine)
+        return _finish(g, graph, tensors, index, engine, tf32)
     raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
                     f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
 
@@ -279,11 +341,13 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     """Time the first ``limit`` qualifying plans of cuDNN's ranking and the legacy FFT and Winograd
     engines on random data; keep the fastest."""
     graph, tensors, count = _ranked(g)
-    shapes = {"fprop": (g.x, g.w, g.y), "dgrad": (g.y, g.w, g.x), "wgrad": (g.x, g.y, g.w)}[g.kind]
+    shapes: tuple[Shape, ...] = {"fprop": (g.x, g.w, g.y), "dgrad": (g.y, g.w, g.x), "wgrad": (g.x, g.y, g.w)}[g.kind]
     rng = cp.random.default_rng(0)
-    arrays = [rng.standard_normal(shape, dtype=cp.float64).astype(g.dtype) for shape in shapes]
+    if g.epilogue is not None:
+        shapes += ((1, g.y[1], 1, 1),) * g.epilogue.bias + (g.y,) * g.epilogue.residual
+    arrays = [_random(rng, shape, g) for shape in shapes]
     timings = []
-    ranked = (_finish(g, graph, tensors, index, engine) for index, engine in _candidates(g, graph, count, tf32, limit))
+    ranked = (_finish(g, graph, tensors, index, engine, tf32) for index, engine in _candidates(g, graph, count, tf32, limit))
     for plan in itertools.chain(ranked, _legacy(g)):
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         plan.run(*arrays)
@@ -299,9 +363,17 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     return min(timings, key=lambda t: t[0])[2]
 
 
+def _random(rng: Any, shape: Shape, g: Geometry) -> Any:
+    """Standard normal values of ``g``'s dtype, in its memory order (for timing plans)."""
+    values = rng.standard_normal(shape, dtype=cp.float64).astype(g.dtype)
+    if not g.channels_last or len(shape) != 4:
+        return values
+    return cp.ascontiguousarray(values.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
 def plan(g: Geometry, algorithm: str) -> Plan:
     """The built plan of ``algorithm`` ("guess", "find" or a name in ENGINES) for ``g``; NotServed if none."""
-    tf32 = _runtime.tf32() and g.dtype == "float32"
+    tf32 = _runtime.tf32("conv") and g.dtype == "float32"
     key = (g, algorithm, tf32)
     found = _plans.get(key)
     if found is None:

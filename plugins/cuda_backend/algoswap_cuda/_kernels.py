@@ -197,8 +197,9 @@ __device__ inline void reading_inside(int offset, int stride, int size, int outs
 
 // One thread per weight. A non-finite weight (the first along the input channels of its output channel
 // and tap, so that one thread per tap writes) makes NaN of every output where its tap reads the padding.
+// y is NCHW (channels_last 0) or NHWC (1) in memory.
 extern "C" __global__ void padding_nan_forward(const T* w, T* y, int n, int o, int cg, int kh, int kw,
-        int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw) {
+        int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw, int channels_last) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= (long long)o * cg * kh * kw || isfinite(w[index])) return;
     int taps = kh * kw, tap = index % taps, ci = (index / taps) % cg, oc = index / ((long long)taps * cg);
@@ -208,12 +209,13 @@ extern "C" __global__ void padding_nan_forward(const T* w, T* y, int n, int o, i
     reading_inside(tap / kw * dh - ph, sh, h, oh, &r0, &r1);
     reading_inside(tap % kw * dw - pw, sw, wd, ow, &c0, &c1);
     T nan = (T)__int_as_float(0x7fc00000);
+    long long step = channels_last ? o : 1;  // between neighbouring columns of one channel
     for (int b = 0; b < n; ++b)
         for (int p = 0; p < oh; ++p) {
-            T* row = y + (((long long)b * o + oc) * oh + p) * ow;
+            T* row = channels_last ? y + (((long long)b * oh + p) * ow) * o + oc : y + (((long long)b * o + oc) * oh + p) * ow;
             bool padded = p < r0 || p >= r1;  // else only the columns outside [c0, c1)
-            for (int q = 0; q < (padded ? ow : c0); ++q) row[q] = nan;
-            for (int q = padded ? ow : c1; q < ow; ++q) row[q] = nan;
+            for (int q = 0; q < (padded ? ow : c0); ++q) row[q * step] = nan;
+            for (int q = padded ? ow : c1; q < ow; ++q) row[q * step] = nan;
         }
 }
 

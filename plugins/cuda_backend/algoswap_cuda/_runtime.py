@@ -10,9 +10,15 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+import algoswap
 from algoswap import LRUCache, declare_cache, is_frozen
 
 _tf32: bool | None = None
+HALF = ("float16", "bfloat16")
+# dtype -> (the C type a raw kernel stores it as, the C type it computes in: float32 for the half precisions)
+C_TYPES = {"float16": ("__half", "float"), "bfloat16": ("__nv_bfloat16", "float"), "float32": ("float", "float"),
+           "float64": ("double", "double")}
+INCLUDES = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
 
 
 def probe() -> bool | str:
@@ -28,16 +34,26 @@ def probe() -> bool | str:
 
 def set_tf32(enabled: bool | None) -> None:
     """Let float32 convolutions and matrix products use TF32 tensor cores (True), forbid it (False),
-    or follow the environment variable ALGOSWAP_CUDA_TF32 (None, the default: off unless "1")."""
+    or leave it to ALGOSWAP_CUDA_TF32 and then to the caller (None, the default)."""
     global _tf32
     _tf32 = enabled
 
 
-def tf32() -> bool:
-    """Whether TF32 is allowed now (read at each call: plans are cached per setting)."""
+def tf32(kind: str = "conv") -> bool:
+    """Whether float32 ``kind`` ("conv" or "matmul") may run in TF32 now, read at each call (plans are
+    cached per setting): set_tf32's setting, else ALGOSWAP_CUDA_TF32 ("1" or "0"), else the caller's wish
+    (a swapped torch model passes torch's own switches: ``algoswap.tf32_wish``), else no."""
     if _tf32 is not None:
         return _tf32
-    return os.environ.get("ALGOSWAP_CUDA_TF32", "0") == "1"
+    variable = os.environ.get("ALGOSWAP_CUDA_TF32")
+    if variable in ("0", "1"):
+        return variable == "1"
+    return _wish(kind) is True
+
+
+def _wish(kind: str) -> bool | None:
+    wish = getattr(algoswap, "tf32_wish", None)
+    return None if wish is None else wish(kind)
 
 
 def to_host(array: Any) -> np.ndarray:
@@ -68,6 +84,22 @@ def known_finite(device: Any) -> bool:
     return ref is not None and ref() is device
 
 
+# id -> weak reference of the GPU copies of frozen host arrays (never written: weights), whose derived forms
+# (channels-last copies) may be kept while they live.
+_frozen_copies: dict[int, weakref.ref[Any]] = {}
+
+
+def _remember_frozen(device: Any) -> None:
+    key = id(device)
+    _frozen_copies[key] = weakref.ref(device, lambda ref: _frozen_copies.pop(key, None) if _frozen_copies.get(key) is ref else None)
+
+
+def is_frozen_copy(device: Any) -> bool:
+    """Whether ``device`` is the GPU copy of a frozen host array (so never written)."""
+    ref = _frozen_copies.get(id(device))
+    return ref is not None and ref() is device
+
+
 def _remember_finite(array: np.ndarray, device: Any) -> None:
     if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
         if not np.isfinite(array).all():
@@ -91,6 +123,7 @@ def from_host(array: Any) -> Any:
             return entry[1]
         device = cp.asarray(np.ascontiguousarray(array))
         _remember_finite(array, device)
+        _remember_frozen(device)
         key = id(array)
 
         def forget(ref: weakref.ref[np.ndarray]) -> None:
@@ -106,7 +139,19 @@ def uploads_cached() -> int:
     return len(_uploaded)
 
 
-_TORCH_DTYPES = {"torch.float32": np.float32, "torch.float64": np.float64, "torch.float16": np.float16}
+_TORCH_DTYPES = {"torch.float32": np.dtype(np.float32), "torch.float64": np.dtype(np.float64), "torch.float16": np.dtype(np.float16)}
+
+
+def _bfloat16() -> None:
+    import ml_dtypes  # CuPy 14 takes ml_dtypes' bfloat16 as an array dtype
+
+    _TORCH_DTYPES["torch.bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+
+
+try:
+    _bfloat16()
+except ImportError:  # bfloat16 tensors then cross through DLPack (which refuses them without ml_dtypes)
+    pass
 
 
 def from_dlpack(tensor: Any) -> Any:
@@ -123,3 +168,37 @@ def from_dlpack(tensor: Any) -> Any:
 
 def contiguous(array: Any) -> Any:
     return array if array.flags.c_contiguous else cp.ascontiguousarray(array)
+
+
+def channels_last(array: Any) -> Any:
+    """A 4-D array (N, C, H, W) in NHWC memory order (itself if it is)."""
+    if array.transpose(0, 2, 3, 1).flags.c_contiguous:
+        return array
+    return cp.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def empty(shape: tuple[int, ...], dtype: Any, nhwc: bool) -> Any:
+    """A new 4-D array of NCHW ``shape``, in NHWC memory order where ``nhwc``."""
+    if not nhwc:
+        return cp.empty(shape, dtype)
+    n, c, h, w = shape
+    return cp.empty((n, h, w, c), dtype).transpose(0, 3, 1, 2)
+
+
+# The NHWC (KRSC) copies of weights that are GPU copies of frozen host arrays, kept while those live.
+NHWC_WEIGHTS = declare_cache("cuda_nhwc_weights", 512, "CUDA: NHWC (KRSC) copies of frozen weights, for channels-last convolutions")
+_nhwc_weights: LRUCache[tuple[weakref.ref[Any], Any]] = LRUCache(NHWC_WEIGHTS)
+
+
+def channels_last_weight(weight: Any) -> Any:
+    """A convolution weight (K, C, R, S) in KRSC memory order: made once for a frozen weight's GPU copy,
+    at each call for any other (it may have been written since)."""
+    if not is_frozen_copy(weight):
+        return channels_last(weight)
+    key = id(weight)
+    entry = _nhwc_weights.get(key)
+    if entry is not None and entry[0]() is weight:
+        return entry[1]
+    copy = channels_last(weight)
+    _nhwc_weights.put(key, (weakref.ref(weight), copy))
+    return copy

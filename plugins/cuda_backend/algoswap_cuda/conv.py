@@ -1,6 +1,11 @@
 """conv2d and its gradients: cuDNN engines (named after the legacy algorithms, and ``guess``), our
 ``direct`` CUDA kernel and ``smm`` (im2col gather + cuBLAS batched matrix products). NCHW / OIHW
-CuPy arrays; padding modes other than zeros are a gather before the convolution."""
+CuPy arrays; padding modes other than zeros are a gather before the convolution.
+
+cuDNN's forward convolutions run in NHWC memory order (weights KRSC) for the half precisions (their
+tensor-core engines want it) and wherever the input already is NHWC; their output keeps that order (a
+channels-last array of NCHW shape). In the half precisions a fused call (conv2d_fused) is one cuDNN graph
+(convolution, bias, residual, activation) where cuDNN builds one, else the convolution and one epilogue pass."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ from typing import Any
 
 import cupy as cp
 
-from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache
+from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_channels_last
 
-from . import _blas, _epilogue, _gather, _kernels, _runtime
+from . import ENGINES, _blas, _epilogue, _gather, _kernels, _runtime
 
 Pair = tuple[int, int]
 PadHW = tuple[tuple[int, int], tuple[int, int]]
@@ -27,10 +32,27 @@ def _cudnn() -> Any:
     return _cudnn
 
 
-def _cudnn_geometry(kind: str, g: ConvGeometry, dtype: str) -> Any:
+def _cudnn_geometry(kind: str, g: ConvGeometry, dtype: str, channels_last: bool = False, epilogue: Any = None) -> Any:
     """The convolution as cuDNN sees it, in direction ``kind`` ("fprop", "dgrad" or "wgrad")."""
     (top, bottom), (left, right) = g.padding
-    return _cudnn().Geometry(kind, g.input, g.weight, g.output, g.stride, (top, left), (bottom, right), g.dilation, dtype)
+    return _cudnn().Geometry(kind, g.input, g.weight, g.output, g.stride, (top, left), (bottom, right), g.dilation, dtype,
+                             channels_last, epilogue)
+
+
+def runs_channels_last(dtype: str, x_channels_last: bool) -> bool:
+    """Whether a cuDNN forward convolution runs in NHWC: always in the half precisions, else where x is NHWC."""
+    return dtype in _runtime.HALF or x_channels_last
+
+
+def _graph_epilogue(call: Any) -> Any:
+    """The epilogue a conv2d_fused call's cuDNN graph would compute (half precisions, an activation cuDNN has), else None."""
+    if call.op != "conv2d_fused" or call.dtype not in _runtime.HALF:
+        return None
+    activation = call.attrs.get("activation", "none")
+    bias, residual = call.shape("bias") is not None, call.shape("residual") is not None
+    if activation not in _cudnn().GRAPH_ACTIVATIONS and activation != "none" or not (bias or residual or activation != "none"):
+        return None
+    return _cudnn().Epilogue(bias, residual, activation)
 
 
 def _zero_padded(g: ConvGeometry) -> ConvGeometry:
@@ -42,8 +64,18 @@ _DIRECTIONS = {"conv2d": "fprop", "conv2d_fused": "fprop", "conv2d_grad_input": 
 
 
 def _plan_of(call: Any, algorithm: str) -> Any:
-    """The cuDNN plan serving ``call`` (built and cached now); _cudnn.NotServed if none."""
-    return _cudnn().plan(_cudnn_geometry(_DIRECTIONS[call.op], _zero_padded(call.geometry), call.dtype), algorithm)
+    """The cuDNN plan serving ``call`` (built and cached now; a fused call's graph, else its plain convolution);
+    _cudnn.NotServed if none."""
+    kind = _DIRECTIONS[call.op]
+    channels_last = kind == "fprop" and runs_channels_last(call.dtype, False)
+    g = _zero_padded(call.geometry)
+    epilogue = _graph_epilogue(call)
+    if epilogue is not None:
+        try:
+            return _cudnn().plan(_cudnn_geometry(kind, g, call.dtype, channels_last, epilogue), algorithm)
+        except _cudnn().NotServed:
+            pass
+    return _cudnn().plan(_cudnn_geometry(kind, g, call.dtype, channels_last), algorithm)
 
 
 def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
@@ -62,30 +94,55 @@ def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
 
 
 def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
-    label = str(_plan_of(call, algorithm).label)
-    return kernel_fused(call, label) if call.op == "conv2d_fused" else label
+    plan = _plan_of(call, algorithm)
+    label = str(plan.label)
+    return kernel_fused(call, label) if call.op == "conv2d_fused" and plan.geometry.epilogue is None else label
 
 
 _forward_plans: LRUCache[tuple[Any, tuple[int, ...]]] = LRUCache(declare_cache(
-    "cuda_forward_plans", 1024, "CUDA conv2d: the cuDNN plan and output shape of each forward call's shapes, padding and TF32"))
+    "cuda_forward_plans", 1024, "CUDA conv2d: the cuDNN plan and output shape of each forward call's shapes, padding, "
+    "memory order, fused epilogue and TF32"))
 
 
-def _forward(x: Any, w: Any, b: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, mode: str) -> Any:
+def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, mode: str, bias: Any = None,
+             residual: Any = None, activation: str = "none", fuse: bool = False) -> Any:
+    """The convolution, then bias, residual and activation: in its cuDNN graph where ``fuse`` and one builds,
+    else in one epilogue pass."""
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
-    x, w = _runtime.contiguous(x), _runtime.contiguous(w)
     if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
         stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
-    key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, _runtime.tf32())
+    channels_last = runs_channels_last(x.dtype.name, is_channels_last(x))
+    weight = w  # (K, C, R, S) as given: the padding NaN pass reads it in KCRS order
+    x, w = (_runtime.channels_last(x), _runtime.channels_last_weight(w)) if channels_last else (_runtime.contiguous(x), _runtime.contiguous(w))
+    fused = (bias is not None, residual is not None, activation) if fuse and x.dtype.name in _runtime.HALF else None
+    key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, channels_last, fused, _runtime.tf32("conv"))
     found = _forward_plans.get(key)  # the per-call path: one dictionary look-up
     if found is None:
-        g = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation)
-        found = _forward_plans.put(key, (_cudnn().plan(_cudnn_geometry("fprop", g, x.dtype.name), algorithm), g.output))
+        found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, fused))
     plan, shape = found
-    y = cp.empty(shape, dtype=x.dtype)
-    plan.run(x, w, y)
-    _padding_nan_forward(x, w, y, stride, padding, dilation)
-    return _epilogue.apply(y, b)
+    y = _runtime.empty(shape, x.dtype, channels_last)
+    if plan.geometry.epilogue is None:
+        plan.run(x, w, y)
+        _padding_nan_forward(x, weight, y, stride, padding, dilation)
+        return _epilogue.apply(y, bias, residual, activation)
+    extra = ([bias] if bias is not None else []) + ([_epilogue.same_order(residual, y)] if residual is not None else [])
+    plan.run(x, w, y, *extra)
+    _padding_nan_forward(x, weight, y, stride, padding, dilation)  # NaN stays NaN through bias, residual and activation
+    return y
+
+
+def _forward_plan(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, channels_last: bool,
+                  fused: tuple[bool, bool, str] | None) -> tuple[Any, tuple[int, ...]]:
+    """The plan of a forward call (its fused graph first, where asked and cuDNN builds one) and the output shape."""
+    cudnn = _cudnn()
+    g = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation)
+    if fused is not None and (fused[2] in cudnn.GRAPH_ACTIVATIONS or fused[2] == "none") and fused != (False, False, "none"):
+        try:
+            return cudnn.plan(_cudnn_geometry("fprop", g, x.dtype.name, channels_last, cudnn.Epilogue(*fused)), algorithm), g.output
+        except cudnn.NotServed:
+            pass
+    return cudnn.plan(_cudnn_geometry("fprop", g, x.dtype.name, channels_last), algorithm), g.output
 
 
 def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
@@ -94,8 +151,9 @@ def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, d
     for the GPU copy of a frozen weight known to be finite (a swap_backend Model's)."""
     (top, bottom), (left, right) = padding
     if (top or bottom or left or right) and not _runtime.known_finite(w):
+        w = _runtime.contiguous(w)
         _kernels.launch(_kernels.PADDING_NAN, "padding_nan_forward", y.dtype.name, w.size, (w, y), None, y.shape[0],
-                        *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation)
+                        *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation, not y.flags.c_contiguous)
 
 
 def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
@@ -112,7 +170,7 @@ def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: Pa
 def _cudnn_conv2d(algorithm: str) -> Any:
     def conv2d(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilation: Pair, groups: int,
                padding_mode: str) -> Any:
-        return _forward(x, w, b, algorithm, stride, padding, dilation, padding_mode)
+        return _forward(x, w, algorithm, stride, padding, dilation, padding_mode, b)
 
     conv2d.__name__ = conv2d.__qualname__ = f"conv2d_{algorithm}"
     picks = {"guess": "heuristic pick", "find": "timed pick"}
@@ -120,15 +178,19 @@ def _cudnn_conv2d(algorithm: str) -> Any:
     return conv2d
 
 
-conv2d_guess = _cudnn_conv2d("guess")
-conv2d_find = _cudnn_conv2d("find")
-conv2d_implicit_gemm = _cudnn_conv2d("implicit_gemm")
-conv2d_implicit_precomp_gemm = _cudnn_conv2d("implicit_precomp_gemm")
-conv2d_gemm = _cudnn_conv2d("gemm")
-conv2d_fft = _cudnn_conv2d("fft")
-conv2d_fft_tiling = _cudnn_conv2d("fft_tiling")
-conv2d_winograd = _cudnn_conv2d("winograd")
-conv2d_winograd_nonfused = _cudnn_conv2d("winograd_nonfused")
+def _cudnn_conv2d_fused(algorithm: str) -> Any:
+    def conv2d_fused(x: Any, w: Any, b: Any, residual: Any, *, activation: str, stride: Pair, padding: PadHW,
+                     dilation: Pair, groups: int, padding_mode: str) -> Any:
+        return _forward(x, w, algorithm, stride, padding, dilation, padding_mode, b, residual, activation, fuse=True)
+
+    conv2d_fused.__name__ = conv2d_fused.__qualname__ = f"conv2d_{algorithm}_fused"
+    conv2d_fused.__doc__ = f"cuDNN {algorithm} convolution with bias, residual and activation (one cuDNN graph where one builds)."
+    return conv2d_fused
+
+
+# conv2d_guess, conv2d_find and one per engine name (conv2d_implicit_gemm, ...): the registry's references
+CUDNN_ALGORITHMS = ("guess", "find", *ENGINES)
+globals().update({f"conv2d_{name}": _cudnn_conv2d(name) for name in CUDNN_ALGORITHMS})
 
 
 def fused(conv: Any) -> Any:
@@ -237,13 +299,6 @@ def kernel_smm(call: Any) -> str:
     return "im2col gather (CuPy) + cuBLAS batched GEMM (cupy.matmul)"
 
 
-conv2d_guess_fused = fused(conv2d_guess)
-conv2d_find_fused = fused(conv2d_find)
-conv2d_implicit_gemm_fused = fused(conv2d_implicit_gemm)
-conv2d_implicit_precomp_gemm_fused = fused(conv2d_implicit_precomp_gemm)
-conv2d_gemm_fused = fused(conv2d_gemm)
-conv2d_fft_fused = fused(conv2d_fft)
-conv2d_fft_tiling_fused = fused(conv2d_fft_tiling)
-conv2d_winograd_nonfused_fused = fused(conv2d_winograd_nonfused)
+globals().update({f"conv2d_{name}_fused": _cudnn_conv2d_fused(name) for name in CUDNN_ALGORITHMS if name != "winograd"})
 conv2d_smm_fused = fused(conv2d_smm)
 conv2d_direct_fused = fused(conv2d_direct)

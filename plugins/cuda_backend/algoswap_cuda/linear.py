@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _epilogue
-from ._blas import matmul, rows_times_transposed
+from ._blas import DATA_TYPES, matmul, precision, rows_times_transposed
 
 
 def _rows(a: Any) -> Any:
@@ -28,8 +28,8 @@ def linear(x: Any, w: Any, b: Any) -> Any:
 
 
 def _direct(rows: Any, w: Any) -> bool:
-    """Whether the product can be one cublasGemmEx call: float32 or float64, C-contiguous, nothing empty."""
-    return (rows.dtype.name in ("float32", "float64") and rows.dtype == w.dtype and rows.flags.c_contiguous
+    """Whether the product can be one cublasGemmEx call: a dtype cuBLAS takes, C-contiguous, nothing empty."""
+    return (rows.dtype.name in DATA_TYPES and rows.dtype == w.dtype and rows.flags.c_contiguous
             and w.flags.c_contiguous and 0 not in rows.shape and w.shape[0] > 0)
 
 
@@ -46,4 +46,4 @@ def linear_grad_bias(dy: Any) -> Any:
 
 
 def kernel(call: Any) -> str:
-    return "cuBLAS GEMM (cublasGemmEx; then one raw kernel adding the bias)"
+    return f"cuBLAS GEMM (cublasGemmEx, {precision(call.dtype)}; then one raw kernel adding the bias)"

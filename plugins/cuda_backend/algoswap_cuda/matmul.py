@@ -6,7 +6,7 @@ from typing import Any
 
 import cupy as cp
 
-from ._blas import matmul as _product
+from ._blas import matmul as _product, precision
 from .reduce import sum_to_shape
 
 
@@ -43,3 +43,7 @@ def batch_matmul_grad_a(dy: Any, b: Any, *, trans_a: bool, trans_b: bool, a_size
 
 def batch_matmul_grad_b(dy: Any, a: Any, *, trans_a: bool, trans_b: bool, b_size: tuple[int, ...]) -> Any:
     return sum_to_shape(_grad_b(dy, a, trans_a, trans_b), shape=b_size)
+
+
+def kernel(call: Any) -> str:
+    return f"cuBLAS GEMM (cupy.matmul, {precision(call.dtype)})"
