@@ -160,13 +160,13 @@ def _fresh(value: Any, stream: Any) -> Any:
     return value
 
 
-def _settings() -> tuple[int, bool]:
-    return cp.cuda.runtime.getDevice(), _runtime.tf32()
+def _settings() -> tuple[int, bool, bool]:
+    return cp.cuda.runtime.getDevice(), _runtime.tf32("conv"), _runtime.tf32("matmul")
 
 
-def _describe(settings: tuple[int, bool]) -> str:
-    device, tf32 = settings
-    return f"GPU {device} with TF32 {'on' if tf32 else 'off'}"
+def _describe(settings: tuple[int, bool, bool]) -> str:
+    device, conv, matmul = settings
+    return f"GPU {device} with TF32 {'on' if conv else 'off'} for convolutions, {'on' if matmul else 'off'} for matrix products"
 
 
 def gemm_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, a: int, a_type: int, lda: int,
