@@ -169,3 +169,25 @@ def test_tf32_follows_the_callers_wish_unless_overridden(monkeypatch: pytest.Mon
         monkeypatch.setenv("ALGOSWAP_CUDA_TF32", "0")
         assert not _runtime.tf32("conv")
     assert not _runtime.tf32("conv")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", *sorted(HALF)])
+def test_batched_products_of_every_layout(dtype: str) -> None:
+    """_blas.matmul: one strided-batched GEMM for row- and column-major operands, broadcast batches, a
+    batch of one, and cupy.matmul where the batch axes do not fold (each against NumPy in float64)."""
+    from algoswap_cuda import _blas
+
+    cp, numpy_dtype, rng = _cp(), np.dtype(dtype) if dtype in ("float32", "float64") else HALF[dtype], _rng(19, len(dtype))
+    cases = {"row-major": ((2, 3, 7, 5), (2, 3, 5, 6), None), "a transposed": ((2, 3, 5, 7), (2, 3, 5, 6), "a"),
+             "b transposed": ((4, 7, 5), (4, 6, 5), "b"), "broadcast b": ((2, 3, 7, 5), (5, 6), None),
+             "broadcast batch": ((2, 1, 7, 5), (1, 3, 5, 6), None), "vector rows": ((3, 1, 5), (3, 5, 1), None)}
+    for name, (shape_a, shape_b, transposed) in cases.items():
+        a, b = _rounded(rng, shape_a, numpy_dtype), _rounded(rng, shape_b, numpy_dtype)
+        left, right = cp.asarray(a.astype(numpy_dtype)), cp.asarray(b.astype(numpy_dtype))
+        if transposed == "a":
+            a, left = np.swapaxes(a, -1, -2), cp.swapaxes(left, -1, -2)
+        if transposed == "b":
+            b, right = np.swapaxes(b, -1, -2), cp.swapaxes(right, -1, -2)
+        out = cp.asnumpy(_blas.matmul(left, right))
+        assert out.dtype == numpy_dtype and out.shape == np.matmul(a, b).shape, name
+        assert_op_close("matmul", out, np.matmul(a, b), [a, b], {"trans_a": False, "trans_b": False}, context=f"{name} {dtype}")

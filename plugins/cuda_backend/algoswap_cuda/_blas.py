@@ -1,7 +1,8 @@
 """Matrix products on cuBLAS, with TF32 allowed only when asked for (``_runtime.tf32("matmul")``), half
-precisions (float16, bfloat16) accumulating in float32: through cupy.matmul
-(batched, broadcasting), and a linear layer's row-major product as one direct cublasGemmEx call (cupy.matmul
-spends 30-70 µs of host time per call on its dispatch: ViT-B/16 makes 73 such calls per forward)."""
+precisions (float16, bfloat16) accumulating in float32: one direct cublasGemmEx call for a linear layer's
+row-major product, one cublasGemmStridedBatchedEx call for a batched product whose operands' batch axes fold
+into one stride each (``_cublas``: cupy.matmul spends 30-70 µs of host time per call on its dispatch, ViT-B/16
+makes 73 such calls per forward, and a CUDA graph cannot record it), cupy.matmul for the rest."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import cupy as cp
 import numpy as np
 from cupy._core import _routines_linalg as _linalg
 
-from . import _graphs, _runtime
+from . import _cublas, _runtime
 
 _set: dict[str, bool] = {}
 
@@ -32,12 +33,71 @@ def _float16_in_float32() -> None:
 
 
 def matmul(a: Any, b: Any) -> Any:
-    """a @ b (batched, broadcasting) on cuBLAS."""
+    """a @ b (batched, broadcasting) on cuBLAS: one strided-batched GEMM where each operand's batch
+    dimensions fold into one stride (cupy.matmul otherwise, which a CUDA graph cannot record)."""
+    if a.dtype == b.dtype and a.dtype.name in DATA_TYPES and a.ndim >= 2 and b.ndim >= 2 and a.size and b.size:
+        y = _strided_batched(a, b)
+        if y is not None:
+            return y
     if a.dtype == np.float32:
         _follow_tf32()
     elif a.dtype == np.float16:
         _float16_in_float32()
     return cp.matmul(a, b)
+
+
+def _column_major(x: Any) -> tuple[int, int] | None:
+    """How cuBLAS reads the last two axes (R, C) of ``x`` as the column-major matrix X^T: (operation, leading
+    dimension), in elements; None if they are neither row- nor column-major."""
+    rows, cols = x.shape[-2:]
+    row_stride, col_stride = (s // x.itemsize for s in x.strides[-2:])
+    if (col_stride == 1 or cols == 1) and (rows == 1 or row_stride >= cols):
+        return _cublas.OP_N, max(row_stride if rows > 1 else cols, 1)
+    if (row_stride == 1 or rows == 1) and (cols == 1 or col_stride >= rows):
+        return _cublas.OP_T, max(col_stride if cols > 1 else rows, 1)
+    return None
+
+
+def _batch_stride(x: Any, batch: tuple[int, ...]) -> int | None:
+    """The one stride (in elements) that steps through ``x``'s batch axes broadcast to ``batch``; None if none does."""
+    view = cp.broadcast_to(x, batch + x.shape[-2:]) if x.shape[:-2] != batch else x
+    stride, expected = None, None
+    for size, step in reversed(list(zip(batch, (s // x.itemsize for s in view.strides[:-2])))):
+        if size == 1:
+            continue
+        if stride is None:
+            stride, expected = step, step * size
+        elif step != expected and not (stride == 0 and step == 0):
+            return None
+        else:
+            expected = step * size
+    return stride or 0
+
+
+def _strided_batched(a: Any, b: Any) -> Any:
+    """a @ b as one cublasGemmStridedBatchedEx call, or None where the layouts do not allow it."""
+    try:
+        batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if b.shape[-2] != k:
+        return None
+    read_a, read_b = _column_major(a), _column_major(b)
+    stride_a, stride_b = _batch_stride(a, batch), _batch_stride(b, batch)
+    if read_a is None or read_b is None or stride_a is None or stride_b is None:
+        return None
+    y = cp.empty(batch + (m, n), a.dtype)
+    count = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    if y.size == 0:
+        return y
+    kind, one, zero = DATA_TYPES[a.dtype.name], *_SCALARS[a.dtype.name]
+    # row-major y = a @ b is column-major y^T = b^T a^T: b's reading first
+    _cublas.gemm_strided_batched_ex(read_b[0], read_a[0], n, m, k, one.ctypes.data, b.data.ptr, kind, read_b[1], stride_b,
+                                    a.data.ptr, kind, read_a[1], stride_a, zero.ctypes.data, y.data.ptr, kind, n, m * n, count,
+                                    compute_type(a.dtype.name))
+    return y
 
 
 # cudaDataType_t: CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF
@@ -66,21 +126,10 @@ def compute_type(dtype: str) -> int:
 def rows_times_transposed(x: Any, w: Any) -> Any:
     """x (M, K) @ w (N, K).T as a new (M, N) array, both operands C-contiguous, of one dtype of DATA_TYPES, with
     M, N, K > 0: one cublasGemmEx call (row-major y is y.T column-major: w.T's columns times x.T's)."""
-    from cupy_backends.cuda.libs import cublas  # loads libcublasLt: not at import (the probe imports no CUDA library)
-
     m, k = x.shape
     n = w.shape[0]
     y = cp.empty((m, n), x.dtype)
-    data_type = DATA_TYPES[x.dtype.name]
-    compute = compute_type(x.dtype.name)
-    one, zero = _SCALARS[x.dtype.name]
-    handle = cp.cuda.device.get_cublas_handle()
-    args = (cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, k, one.ctypes.data, w.data.ptr, data_type, k,
-            x.data.ptr, data_type, k, zero.ctypes.data, y.data.ptr, data_type, n, compute, cublas.CUBLAS_GEMM_DEFAULT)
-    if _graphs.capturing():  # recording a CUDA graph: CuPy's wrappers refuse the capturing stream
-        _graphs.gemm_ex(handle, *args)
-        return y
-    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    cublas.gemmEx(handle, *args)
+    kind, one, zero = DATA_TYPES[x.dtype.name], *_SCALARS[x.dtype.name]
+    _cublas.gemm_ex(_cublas.OP_T, _cublas.OP_N, n, m, k, one.ctypes.data, w.data.ptr, kind, k, x.data.ptr, kind, k,
+                    zero.ctypes.data, y.data.ptr, kind, n, compute_type(x.dtype.name))
     return y

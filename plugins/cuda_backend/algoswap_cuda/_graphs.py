@@ -19,13 +19,12 @@ setting differs from those it was captured with. One replay runs at a time (a lo
 
 CuPy refuses every cuBLAS call while a stream captures ("calling cuBLAS API during stream capture is
 currently unsupported", CuPy 14.2: its wrappers set the handle's stream first, and refuse a capturing
-one), although cuBLAS supports capture. So, while ``capturing()``, our modules call cuBLAS through
-``gemm_ex`` here: the library CuPy loaded, called directly.
+one), although cuBLAS supports capture. So our modules call cuBLAS through ``_cublas``: the library CuPy
+loaded, called directly.
 """
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 from contextlib import contextmanager
@@ -33,12 +32,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import cupy as cp
 
-from . import _runtime
+from . import _cublas, _runtime
 
 Run = Callable[[Sequence[Any]], list[Any]]
 _DEFAULT = 4  # cudaMemcpyDefault: the addresses say where each side is (unified addressing)
 _recording = threading.local()
-_cublas: dict[str, Any] = {}
 
 
 class Replay:
@@ -46,7 +44,7 @@ class Replay:
 
     __slots__ = ("graph", "inputs", "outputs", "settings", "_keep", "_lock")
 
-    def __init__(self, graph: Any, inputs: list[Any], outputs: list[Any], settings: tuple[int, bool], keep: tuple[Any, ...]) -> None:
+    def __init__(self, graph: Any, inputs: list[Any], outputs: list[Any], settings: tuple[int, bool, bool], keep: tuple[Any, ...]) -> None:
         self.graph, self.inputs, self.outputs, self.settings = graph, inputs, outputs, settings
         self._keep = keep  # the pool, the stream and shared buffers the graph reads
         self._lock = threading.Lock()
@@ -97,7 +95,7 @@ def _record(run: Run, inputs: list[Any], stream: Any) -> tuple[Any, list[Any]]:
             raise
         finally:
             _recording.on = False
-            _cublas_back_on_null()
+            _cublas.back_on_null()
         graph = stream.end_capture()
     return graph, outputs
 
@@ -169,63 +167,3 @@ def _describe(settings: tuple[int, bool, bool]) -> str:
     return f"GPU {device} with TF32 {'on' if conv else 'off'} for convolutions, {'on' if matmul else 'off'} for matrix products"
 
 
-def gemm_ex(handle: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, a: int, a_type: int, lda: int,
-            b: int, b_type: int, ldb: int, beta: int, c: int, c_type: int, ldc: int, compute: int, algo: int) -> None:
-    """cublasGemmEx on the current stream with host scalars (``alpha``, ``beta``: host addresses), called
-    directly: CuPy's wrapper refuses a capturing stream."""
-    library = _cublas_library()
-    _check(library.cublasSetStream_v2(handle, cp.cuda.get_current_stream().ptr), "cublasSetStream")
-    _check(library.cublasSetPointerMode_v2(handle, 0), "cublasSetPointerMode")  # CUBLAS_POINTER_MODE_HOST
-    _check(library.cublasGemmEx(handle, transa, transb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc,
-                                compute, algo), "cublasGemmEx")
-
-
-def _cublas_back_on_null() -> None:
-    """The cuBLAS handle back on the null stream, where ``gemm_ex`` left it on the capturing one."""
-    library = _cublas.get("library")
-    if library is not None:
-        _check(library.cublasSetStream_v2(cp.cuda.device.get_cublas_handle(), cp.cuda.Stream.null.ptr), "cublasSetStream")
-
-
-def _check(status: int, name: str) -> None:
-    if status != 0:
-        raise RuntimeError(f"{name} failed: cuBLAS status {status}")
-
-
-def _cublas_library() -> Any:
-    """libcublas as CuPy loaded it (found in the process's memory map; else by its usual names)."""
-    library = _cublas.get("library")
-    if library is None:
-        from cupy_backends.cuda.libs import cublas  # noqa: F401 - loads libcublas
-
-        library = _cublas["library"] = _declared(ctypes.CDLL(_loaded_path("/libcublas.so") or _usual_name()))
-    return library
-
-
-def _loaded_path(marker: str) -> str:
-    try:
-        with open("/proc/self/maps") as maps:
-            return next((line.split()[-1] for line in maps if marker in line), "")
-    except OSError:
-        return ""
-
-
-def _usual_name() -> str:
-    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
-        try:
-            ctypes.CDLL(name)
-            return name
-        except OSError:
-            continue
-    raise OSError("libcublas is not loaded and none of its usual names loads")
-
-
-def _declared(library: Any) -> Any:
-    pointer, integer = ctypes.c_void_p, ctypes.c_int
-    library.cublasSetStream_v2.argtypes = [pointer, pointer]
-    library.cublasSetPointerMode_v2.argtypes = [pointer, integer]
-    library.cublasGemmEx.argtypes = [pointer, integer, integer, integer, integer, integer, pointer, pointer, integer, integer,
-                                     pointer, integer, integer, pointer, pointer, integer, integer, integer, integer]
-    for function in (library.cublasSetStream_v2, library.cublasSetPointerMode_v2, library.cublasGemmEx):
-        function.restype = integer
-    return library
