@@ -40,6 +40,18 @@ def replay_command(nodeid: str | None = None) -> str:
     return f"ALGOSWAP_TEST_SEED={_current['seed']} {shown} -m pytest {shlex.quote(nodeid)}"
 
 
+def hardware_refusal(backend: str, dtype: str) -> str:
+    """Why this machine lacks the hardware ``backend`` needs for ``dtype``, in the backend's words ("" where it has
+    it): a test skips with it. The one case: dnnl in bfloat16 on a CPU oneDNN 3.2 has no bfloat16 kernels for (no
+    AVX512-BF16 or AMX), as ``algoswap_dnnl.runs_bfloat16`` finds. Where the CPU has them, every such test runs."""
+    if backend == "dnnl" and dtype == "bfloat16":
+        import algoswap_dnnl
+
+        runs = algoswap_dnnl.runs_bfloat16()
+        return runs if isinstance(runs, str) else ""
+    return ""
+
+
 def derived_seed(*keys: int) -> int:
     """A seed drawn from the session seed, the running test and ``keys``: fresh each run, replayable."""
     words = [int(_current["seed"] or 0), zlib.crc32(str(_current["nodeid"]).encode()), *keys]

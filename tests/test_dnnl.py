@@ -163,12 +163,15 @@ def test_gradients_run_on_dnnl_and_match_torch() -> None:
 
 
 def test_new_ops_report_their_kernels() -> None:
+    # oneDNN 3.2's softmax backward has jit kernels for AVX-512 only (its forward's, below, name the ISA they run):
+    # on a CPU without AVX-512 (e.g. jit:avx2 forward) it runs its reference kernel
+    avx512 = "avx512" in algoswap.select("softmax", [(8, 1000)], algorithm="dnnl:default").kernel
     for op, shapes, attrs, words in [
         ("add", [(1, 64, 56, 56), (1, 64, 56, 56)], {}, ("jit",)),
         ("add", [(64, 1, 1), (2, 64, 8, 8)], {}, ("jit",)),  # the broadcast operand may come first
         ("concat", [(2, 3, 8, 8), (2, 5, 8, 8)], {"axis": 1}, ("simple", "jit")),
         ("softmax", [(8, 1000)], {}, ("jit",)),
-        ("log_softmax_grad", [(8, 1000), (8, 1000)], {}, ("jit",)),
+        ("log_softmax_grad", [(8, 1000), (8, 1000)], {}, ("jit",) if avx512 else ("ref:any",)),
         ("sigmoid_grad", [(4096,), (4096,)], {}, ("jit",)),
         ("leaky_relu", [(1, 64, 56, 56)], {"negative_slope": 0.2}, ("jit",)),
         ("batchnorm2d", [(1, 64, 56, 56), (64,), (64,), (64,), (64,)], {}, ("bnorm", "jit")),

@@ -12,24 +12,14 @@ import pytest
 
 import algoswap
 from algoswap import zoo
-from helpers import assert_close, network_terms
+from helpers import assert_close, hardware_refusal, network_terms
 
 pytest.importorskip("algoswap_dnnl")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
 
+REFUSED = "oneDNN refuses a bfloat16 convolution on this CPU: "
 BF16_OPS = ("conv2d", "conv2d_fused", "linear", "maxpool2d", "avgpool2d", "adaptiveavgpool2d", "relu", "add")
-
-
-def _dnnl_ready() -> None:
-    available = algoswap.registry().backends["dnnl"].availability()
-    if available is not True:
-        pytest.skip(f"dnnl unavailable: {available}")
-
-
-def _cpu_has_bf16() -> bool:
-    call = algoswap.registry().spec("conv2d").bind([(1, 64, 28, 28), (64, 64, 3, 3), None], ["bfloat16", "bfloat16", None], {"padding": 1})
-    return algoswap.registry().impls[("conv2d", "direct", "dnnl")].check(call) is True
 
 
 def test_the_capability_table_declares_bfloat16_for_forward_ops_only() -> None:
@@ -48,10 +38,27 @@ def test_a_reference_kernel_in_bfloat16_is_refused_with_a_reason() -> None:
     assert isinstance(reason, str) and "no bfloat16 kernel" in reason and "ref:any" in reason
 
 
+def test_runs_bfloat16_is_the_convolution_predicates_answer() -> None:
+    """algoswap_dnnl.runs_bfloat16 (what skips the bfloat16 tests here and elsewhere on a CPU without bf16
+    kernels) says what the conv2d predicates say of the convolution it asks about, once per process."""
+    from algoswap_dnnl import runs_bfloat16
+
+    available = algoswap.registry().backends["dnnl"].availability()
+    if available is not True:
+        assert runs_bfloat16() == f"dnnl unavailable: {available}"
+        return
+    call = algoswap.registry().spec("conv2d").bind([(1, 64, 28, 28), (64, 64, 3, 3), None], ["bfloat16", "bfloat16", None],
+                                                  {"padding": 1})
+    runs = runs_bfloat16()
+    for algorithm in ("direct", "auto"):
+        refused = algoswap.registry().impls[("conv2d", algorithm, "dnnl")].check(call)
+        assert (runs is True and refused is True) or (isinstance(refused, str) and runs == REFUSED + refused), (runs, refused)
+    assert runs_bfloat16() is runs  # cached
+
+
 def test_resnet18_in_bfloat16_matches_float32_torch() -> None:
-    _dnnl_ready()
-    if not _cpu_has_bf16():
-        pytest.skip("this CPU has no bfloat16 instructions oneDNN uses")
+    if refusal := hardware_refusal("dnnl", "bfloat16"):
+        pytest.skip(refusal)
     model, x = zoo.build("resnet18").eval(), zoo.sample_input("resnet18", 2, small=True)
     converted = algoswap.swap_backend(model, sample_input_shape=tuple(x.shape), dtype=torch.bfloat16)
     with torch.no_grad():
@@ -68,9 +75,8 @@ def test_resnet18_in_bfloat16_matches_float32_torch() -> None:
 
 
 def test_bfloat16_weights_and_fallback_nodes() -> None:
-    _dnnl_ready()
-    if not _cpu_has_bf16():
-        pytest.skip("this CPU has no bfloat16 instructions oneDNN uses")
+    if refusal := hardware_refusal("dnnl", "bfloat16"):
+        pytest.skip(refusal)
 
     class WithGelu(torch.nn.Module):
         def __init__(self) -> None:
@@ -90,9 +96,8 @@ def test_bfloat16_weights_and_fallback_nodes() -> None:
 
 
 def test_swap_conv2d_runs_bfloat16_layers_on_dnnl() -> None:
-    _dnnl_ready()
-    if not _cpu_has_bf16():
-        pytest.skip("this CPU has no bfloat16 instructions oneDNN uses")
+    if refusal := hardware_refusal("dnnl", "bfloat16"):
+        pytest.skip(refusal)
     conv = torch.nn.Conv2d(64, 32, 3, padding=1).to(torch.bfloat16)
     swapped = algoswap.swap_conv2d(torch.nn.Sequential(copy.deepcopy(conv)), "dnnl:auto")
     x = torch.randn(2, 64, 14, 14, dtype=torch.bfloat16)

@@ -17,6 +17,7 @@ import pytest
 
 import algoswap
 from conftest import SEED
+from helpers import hardware_refusal
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -74,6 +75,8 @@ def _bfloat16(x: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_relu_keeps_nan(dtype: str, same: Any) -> None:
+    if refusal := hardware_refusal("dnnl", dtype):
+        pytest.skip(refusal)
     x = np.array([NAN, -1.0, 1.0, INF, -INF, 0.0, -3.0, 2.0] * 3, np.float32)
     given = _bfloat16(x) if dtype == "bfloat16" else x
     got = algoswap.ops.relu(given, algorithm="dnnl:direct").astype(np.float32)
@@ -130,6 +133,8 @@ def _pool_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
                                                   for case in MAX_POOLS] + [(*case, "bfloat16") for case in DENSE_POOLS])
 def test_maxpool2d_keeps_nan_and_infinity(shape: tuple[int, ...], attrs: dict[str, Any], layout: str,
                                           rng: np.random.Generator, same: Any) -> None:
+    if layout == "bfloat16" and (refusal := hardware_refusal("dnnl", "bfloat16")):
+        pytest.skip(refusal)
     x = _with(rng, shape, (NAN, INF, -INF, -INF))
     x[0, 0, :2, :2] = -INF  # a window of -inf only: -inf, not -FLT_MAX
     given = {"nchw": x, "channels_last": _channels_last(x), "bfloat16": _bfloat16(x)}[layout]
@@ -335,6 +340,8 @@ def test_conv2d_nonfinite_weights_meet_the_zero_padding(algorithm: str, frozen: 
 def test_bfloat16_conv2d_with_nonfinite_weights_and_inputs(algorithm: str, rng: np.random.Generator, same: Any,
                                                            request: pytest.FixtureRequest) -> None:
     """oneDNN's bfloat16 kernels multiply channel pairs padded with zeros: an infinity met a 0 there (NaN)."""
+    if refusal := hardware_refusal("dnnl", "bfloat16"):
+        pytest.skip(refusal)
     import algoswap_dnnl
 
     algoswap_dnnl.set_layout("nhwc")  # a kernel that pairs channels (auto picks one by timing)

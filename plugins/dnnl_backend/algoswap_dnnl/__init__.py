@@ -8,6 +8,7 @@ considered. Primitives are made once per shape and attributes, cached, and share
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from algoswap import FAMILIES, Ref
@@ -15,7 +16,7 @@ from algoswap import FAMILIES, Ref
 from ._settings import set_layout
 
 __version__ = "0.1.0"
-__all__ = ["algoswap_api_version", "algoswap_register", "set_layout"]
+__all__ = ["algoswap_api_version", "algoswap_register", "runs_bfloat16", "set_layout"]
 
 BACKEND = "dnnl"
 F32 = ("float32",)
@@ -43,6 +44,23 @@ def probe() -> bool | str:
     if tuple(version[:2]) != (3, 2):
         return f"built for oneDNN 3.2, loaded {version[0]}.{version[1]}.{version[2]}"
     return True
+
+
+@functools.cache
+def runs_bfloat16() -> bool | str:
+    """True if oneDNN runs bfloat16 on this CPU, else why not: its refusal of a bfloat16 convolution (3x3, 64
+    channels, channels-last, as a swap_backend model runs it), asked once and cached. The bfloat16 predicates ask
+    oneDNN call by call; this is the one answer for the CPU, for what must know before a call (the tests skip
+    their bfloat16 cases with it). Loads the extension on its first call, never at registration."""
+    available = probe()
+    if available is not True:
+        return f"dnnl unavailable: {available}"
+    from ._ext import dnnl, refusal
+
+    reason = refusal(lambda: dnnl.conv2d_forward_impl([1, 64, 28, 28], [64, 64, 3, 3], False, False, stride=[1, 1],
+                                                     padding_l=[1, 1], padding_r=[1, 1], dilation=[1, 1], groups=1,
+                                                     channels_last=True, dtype="bfloat16"), "bfloat16")
+    return True if reason is True else f"oneDNN refuses a bfloat16 convolution on this CPU: {reason}"
 
 
 def algoswap_api_version() -> str:
