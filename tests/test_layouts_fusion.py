@@ -17,7 +17,7 @@ import pytest
 import algoswap
 from algoswap import zoo
 from helpers import assert_close, network_terms
-from helpers import assert_op_close
+from helpers import assert_op_close, hardware_refusal
 from algoswap.testing._cases import bind, cases_for, draw, reference_name
 
 torch = pytest.importorskip("torch")
@@ -255,10 +255,8 @@ def test_bfloat16_residuals_of_convolutions_with_few_channels_per_group(rng: np.
     dnnl wrapper runs such calls in NCHW order instead."""
     pytest.importorskip("algoswap_dnnl")
     ml_dtypes = pytest.importorskip("ml_dtypes")
-    probe = algoswap.registry().spec("conv2d").bind([(1, 64, 28, 28), (64, 64, 3, 3), None], ["bfloat16", "bfloat16", None], {"padding": 1})
-    refused = algoswap.registry().impls[("conv2d", "direct", "dnnl")].check(probe)
-    if refused is not True:
-        pytest.skip(f"dnnl runs no bfloat16 convolution on this CPU: {refused}")
+    if refusal := hardware_refusal("dnnl", "bfloat16"):
+        pytest.skip(refusal)
     for channels, groups in ((3, 1), (32, 4)):
         x = rng.standard_normal((2, channels, 10, 10))
         w = rng.standard_normal((16, channels // groups, 3, 3))
