@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import types
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -171,12 +174,22 @@ def test_integer_inputs_are_refused() -> None:
 
 
 def test_dtype_no_implementation_supports_lists_every_candidate() -> None:
-    x, w, b = _arrays(*CONV, dtype="float16")
-    with pytest.raises(algoswap.NoImplementationError) as caught:
-        ops.conv2d(x, w, b)
+    def register(registry: Any) -> None:  # the reference serves every float dtype: a backend of float32 only
+        registry.add_backend("narrow", priority=-10)
+        for algorithm in ("one", "two"):
+            registry.add_implementation("conv2d", algorithm, "narrow", "algoswap_numpy.conv:conv2d_direct", dtypes=("float32",))
+
+    plugin = types.SimpleNamespace(algoswap_api_version=lambda: ">=1,<2", algoswap_register=register)
+    assert algoswap.register_plugin(plugin, name="narrow").status == "loaded"
+    try:
+        x, w, b = _arrays(*CONV, dtype="float16")
+        with pytest.raises(algoswap.NoImplementationError) as caught:
+            ops.call("conv2d", x, w, b, algorithm="narrow:default")
+    finally:
+        algoswap.reload_plugins()
     message = str(caught.value)
-    for name in ("numpy:smm", "numpy:direct", "numpy:winograd", "numpy:fft"):
-        assert f"{name}: dtype float16 not supported (supports float32, float64)" in message
+    for name in ("narrow:one", "narrow:two"):
+        assert f"{name}: dtype float16 not supported (supports float32)" in message
 
 
 def test_missing_and_extra_inputs() -> None:

@@ -225,8 +225,8 @@ def test_capability_matrix_renderings_and_queries() -> None:
     document = json.loads(matrix.to_json())
     assert document["schema"] == "algoswap-capabilities" and document["schema_version"] == 1
     assert document["backends"]["numpy"]["status"] == "available"
-    assert document["ops"]["conv2d"]["backends"]["numpy"]["smm"] == {"supported": True, "dtypes": ["float32", "float64"],
-                                                                      "reason": None, "nan": "exact"}
+    assert document["ops"]["conv2d"]["backends"]["numpy"]["smm"] == {"supported": True, "reason": None, "nan": "exact",
+                                                                      "dtypes": ["bfloat16", "float16", "float32", "float64"]}
     assert {"name": "numpy", "distribution": "algoswap-numpy", "version": "0.1.0", "status": "loaded",
             "error": None, "backends": ["numpy"]} in document["plugins"]
     markdown = build(fresh_registry(), op="conv2d").to_markdown()

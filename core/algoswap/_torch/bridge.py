@@ -24,7 +24,7 @@ from .._global import get_registry
 from .._ref import resolve_ref
 from .._runner import Runner
 from .._select import Selection, select
-from .._spec import GradRule, OpCall
+from .._spec import FLOAT_DTYPES, GradRule, OpCall
 from ..graph._place import first_serving
 from .tensors import array_to_tensor, tensor_to_array
 
@@ -34,6 +34,8 @@ _TORCH_DTYPES = {
     "bool": torch.bool,
 }
 _DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
+# The dtypes a swap_backend Model computes in (its weights and floating activations): every float dtype.
+COMPUTE_DTYPES = {name: _TORCH_DTYPES[name] for name in FLOAT_DTYPES}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 

@@ -18,7 +18,7 @@ from torch import fx, nn
 from .._frozen import freeze
 from .._global import get_registry
 from .._requests import IN_TORCH
-from .._runner import bfloat16
+from .._runner import numpy_dtype
 from ..graph._node import Call, Node, Origin, nodes_in
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .explain import KEPT_NOTE
@@ -26,6 +26,7 @@ from .fold_scale import find_layer_scale, scale_linear
 from .lower_in_place import rewrite_in_place
 from .lowered import Alias, Constant, Deferred, Lowered, LoweredOp, PythonCall, Unsupported, describe, fx_nodes, target_name
 from .lower_python import SHAPE_READERS
+from .bridge import COMPUTE_DTYPES
 from .lowering import Lowerer
 from .modules import own_request, plain
 from .tensors import NamedFunction
@@ -74,7 +75,7 @@ class ModelGraph:
 
 
 class ModelBuilder:
-    """Builds the graph of one traced model, computing in ``dtype`` (float32, float64 or bfloat16).
+    """Builds the graph of one traced model, computing in ``dtype`` (a name of ``COMPUTE_DTYPES``).
     The fx nodes named in ``in_torch`` (and the batch norms that would be folded into them) become
     torch nodes: the selector left them in PyTorch."""
 
@@ -279,8 +280,7 @@ class ModelBuilder:
     def _fallback_module(self, module: nn.Module) -> nn.Module:
         """A copy of the module in the compute dtype (converted once, however often it is called)."""
         if id(module) not in self.fallback_modules:
-            dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(self.dtype, torch.float32)
-            self.fallback_modules[id(module)] = copy.deepcopy(plain(module)).to(dtype).eval()
+            self.fallback_modules[id(module)] = copy.deepcopy(plain(module)).to(COMPUTE_DTYPES[self.dtype]).eval()
         return self.fallback_modules[id(module)]
 
     def _add(self, fx_node: fx.Node, node: Node) -> Node:
@@ -296,7 +296,8 @@ class ModelBuilder:
 
     def _const(self, tensor: torch.Tensor, name: str) -> Node:
         """A weight as a constant node holding a frozen (``algoswap.freeze``), contiguous numpy array in
-        the compute dtype (made once).
+        the compute dtype (made once): floating weights rounded once to it (batch norms are folded
+        in float64, then rounded).
 
         Always a copy that nothing can write: the Model owns its weights, so training the torch model
         afterwards changes neither its results nor what backends derive from them and keep (reordered
@@ -304,12 +305,11 @@ class ModelBuilder:
         if id(tensor) in self.consts:
             return self.consts[id(tensor)]
         data = tensor.detach().cpu()
-        if data.is_floating_point():
-            data = data.to(torch.float64 if self.dtype == "float64" else torch.float32)
-        array = data.numpy()
-        if self.dtype == "bfloat16" and array.dtype.kind == "f":
-            array = array.astype(bfloat16())
-        array = freeze(array)
+        if data.is_floating_point():  # exactly in float32 or float64 (numpy holds them), then rounded once
+            wide = data.to(torch.float64 if data.dtype == torch.float64 else torch.float32).numpy()
+            array = freeze(wide.astype(numpy_dtype(self.dtype), copy=False))
+        else:
+            array = freeze(data.numpy())
         node = self.consts[id(tensor)] = Node(name, "constant", tuple(array.shape), str(array.dtype), host=array)
         self.keep_alive.append(tensor)  # ids stay unique while building
         return node

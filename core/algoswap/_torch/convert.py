@@ -28,11 +28,11 @@ from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
 from .modules import SwappedModule, batched, binding_for
-from .bridge import _DTYPE_NAMES
+from .bridge import _DTYPE_NAMES, COMPUTE_DTYPES
 
 CALLER = "swap_backend"
-_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
-           "float32": "float32", "float64": "float64", "bfloat16": "bfloat16"}
+_DTYPES: dict[torch.dtype | str, str] = {**{name: name for name in COMPUTE_DTYPES}, **{t: name for name, t in COMPUTE_DTYPES.items()}}
+_ACCEPTED = ", ".join(f"torch.{name}" for name in COMPUTE_DTYPES)  # "torch.float16, torch.bfloat16, ..."
 
 
 def swap_backend(
@@ -70,9 +70,12 @@ def swap_backend(
     A step given ``"torch"`` (per op, layer or node, or for the whole model) stays in PyTorch, with a
     batch norm that would be folded into it; ``explain()`` shows it as ``torch (requested)``.
 
-    ``dtype`` (None: the module's; torch.float32/float64/bfloat16 or their names) is the dtype of
-    the weights and of the computation; inputs are cast to it. ``fallback="torch"`` runs the nodes
-    no registry op serves in PyTorch instead of refusing the model (``explain()`` lists them).
+    ``dtype`` (None: the module's; torch.float32, float64, float16, bfloat16 or their names) is the
+    dtype of the weights and of the computation; inputs are cast to it. Batch norms are folded in
+    float64 and rounded once to it. Implementations without kernels in that dtype are not selected
+    (the NumPy reference computes half precision in float32 and rounds each op's result once).
+    ``fallback="torch"`` runs the nodes no registry op serves in PyTorch instead of refusing the
+    model (``explain()`` lists them).
 
     ``fuse`` (default True): a conv2d whose output feeds only an add and/or an activation (relu,
     relu6, silu, hardswish, exact gelu) runs with them as one ``conv2d_fused`` call where the conv2d's
@@ -129,11 +132,10 @@ def _compute_dtype(module: nn.Module, dtype: torch.dtype | str | None) -> str:
     if dtype is None:
         found = next((t.dtype for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()), torch.float32)
         if found not in _DTYPES:
-            raise ConversionError(f"{CALLER}: the module's weights are {found}; pass dtype=torch.float32, torch.float64 or torch.bfloat16")
+            raise ConversionError(f"{CALLER}: the module's weights are {found}; pass dtype= ({_ACCEPTED})")
         return _DTYPES[found]
     if not isinstance(dtype, (str, torch.dtype)) or dtype not in _DTYPES:
-        raise ConversionError(f"{CALLER}: dtype must be None, torch.float32, torch.float64, torch.bfloat16 or one of their "
-                              f"names; got {dtype!r}")
+        raise ConversionError(f"{CALLER}: dtype must be None, one of {_ACCEPTED} or one of their names; got {dtype!r}")
     return _DTYPES[dtype]
 
 

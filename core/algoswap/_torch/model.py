@@ -16,7 +16,7 @@ from .._global import get_registry
 from .._inputs import host_array
 from .._records import MemorySpace
 from .._ref import resolve_ref
-from .._runner import bfloat16
+from .._runner import numpy_dtype
 from ..graph._capture import CaptureReport
 from ..graph._executor import Executor, space_of
 from ..graph._fusion import TWINS, Chain
@@ -24,12 +24,12 @@ from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topologi
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
 from .._requests import IN_TORCH
+from .bridge import COMPUTE_DTYPES
 from .explain import REQUESTED, Explanation, Row
 from .fallback import TorchRunner, reaches
 from .modules import batched_ranks
 from .tensors import array_to_tensor, tensor_to_array
 
-_TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 SUBGRAPH = "forward"
 WAITING = "not run yet: call the model or pass sample_input_shape"
 
@@ -85,7 +85,7 @@ class Model:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return _TORCH_DTYPES[self.dtype]
+        return COMPUTE_DTYPES[self.dtype]
 
     @property
     def program(self) -> Program | None:
@@ -197,7 +197,7 @@ class Model:
             return tensor_to_array(tensor.cpu())
         array = host_array(value, "algoswap.Model", lambda: name)
         floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
-        dtype = (bfloat16() if self.dtype == "bfloat16" else self.dtype) if floating else None
+        dtype = numpy_dtype(self.dtype) if floating else None
         return np.ascontiguousarray(array, dtype=dtype).reshape(array.shape)  # a 0-d array stays 0-d
 
     # ------------------------------------------------------------------ pickling

@@ -8,16 +8,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from algoswap import ALL_DTYPES, FAMILIES, INT_DTYPES
+from algoswap import ALL_DTYPES, FAMILIES, FLOAT_DTYPES, INT_DTYPES
 
 from . import conv
+from ._half import widened, widened_family
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
 
 BACKEND = "numpy"
-# What differs from an op's defaults: float32 and float64, kernel "numpy <op>", "direct" ("gemm" in linear and matmul)
+# What differs from an op's defaults: every float dtype (half precision computed in float32, _half.py),
+# kernel "numpy <op>", "direct" ("gemm" in linear and matmul)
 _ANY = {"dtypes": ALL_DTYPES}  # data movement works on any dtype
+_CSR = {"dtypes": ("float32", "float64")}  # scipy.sparse matrices hold no half precision
 _OPS: dict[str, dict[str, Any]] = {
     "flatten": {**_ANY, "kernel": "numpy reshape"}, "reshape": {**_ANY, "kernel": "numpy reshape"},
     "concat": {**_ANY, "kernel": "numpy concatenate"},
@@ -27,6 +30,7 @@ _OPS: dict[str, dict[str, Any]] = {
     "conv2d_grad_input": {"kernel": "numpy tap-by-tap scatter"},
     "conv2d_grad_weight": {"kernel": "numpy tap-by-tap tensordot"},
     "conv2d_grad_bias": {"kernel": "numpy sum"},
+    "csrmv": _CSR, "csrmm": _CSR, "csrmm_grad_dense": _CSR,
 }
 
 
@@ -45,11 +49,18 @@ def algoswap_register(registry: Any) -> None:
     _register_conv(registry)
     for family in FAMILIES:  # the reference has a module for every family
         algorithm = "gemm" if family in ("linear", "matmul") else "direct"
-        registry.add_family(importlib.import_module(f"{__name__}.{family}"), BACKEND, algorithm=algorithm, overrides=_options)
+        module = widened_family(importlib.import_module(f"{__name__}.{family}"), _computes)
+        registry.add_family(module, BACKEND, algorithm=algorithm, overrides=_options)
+
+
+def _computes(op: str) -> bool:
+    """Whether the op serves every float dtype, half precision computed in float32 (else _OPS gives
+    its dtypes: data movement, integers, sparse matrices)."""
+    return "dtypes" not in _OPS.get(op, {})
 
 
 def _options(op: str) -> dict[str, Any]:
-    return {"kernel": f"numpy {op}", **_OPS.get(op, {})}
+    return {"kernel": f"numpy {op}", "dtypes": FLOAT_DTYPES, **_OPS.get(op, {})}
 
 
 def _register_conv(registry: Any) -> None:
@@ -63,6 +74,7 @@ def _register_conv(registry: Any) -> None:
         ("fft", conv.conv2d_fft, 0, None, "numpy rfft2 pointwise products", "spreads"),
     )
     for algorithm, function, priority, supports, kernel, nan in algorithms:
-        add("conv2d", algorithm, BACKEND, function, priority=priority, supports=supports, kernel=kernel, nan=nan)
-        add("conv2d_fused", algorithm, BACKEND, conv.fused(function), priority=priority, supports=supports,
-            kernel=f"{kernel}, then the add and activation in place", nan=nan)
+        add("conv2d", algorithm, BACKEND, widened(function), dtypes=FLOAT_DTYPES, priority=priority, supports=supports,
+            kernel=kernel, nan=nan)
+        add("conv2d_fused", algorithm, BACKEND, widened(conv.fused(function)), dtypes=FLOAT_DTYPES, priority=priority,
+            supports=supports, kernel=f"{kernel}, then the add and activation in place", nan=nan)
