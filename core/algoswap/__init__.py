@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._specs.attention import attention_mask
     from ._specs.resample import interpolation_taps
     from ._trace import trace
+    from ._precision import tf32_wish, tf32_wishes
     from .hookspecs import hookimpl
     from . import graph, zoo
     from ._errors import SelectorError
@@ -63,6 +64,8 @@ _LAZY = {
     "select": ("._api", "select"),
     "reload_plugins": ("._global", "reload_plugins"),
     "trace": ("._trace", "trace"),
+    "tf32_wish": ("._precision", "tf32_wish"),
+    "tf32_wishes": ("._precision", "tf32_wishes"),
     "freeze": ("._frozen", "freeze"),
     "is_frozen": ("._frozen", "is_frozen"),
     "LRUCache": ("._cache", "LRUCache"),

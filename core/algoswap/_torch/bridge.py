@@ -21,6 +21,7 @@ import torch.utils.dlpack
 from .._core_caches import TORCH_CALLS
 from .._errors import NoImplementationError
 from .._global import get_registry
+from .._precision import WISHES
 from .._ref import resolve_ref
 from .._runner import Runner
 from .._select import Selection, select
@@ -163,17 +164,41 @@ def _to_torch(result: Any, selection: Selection, like: torch.Tensor) -> torch.Te
     return _from_host(space.download(result), [], like)
 
 
+def torch_tf32() -> tuple[bool, bool]:
+    """torch's TF32 switches as they are now: (convolutions, matrix products), i.e.
+    ``torch.backends.cudnn.allow_tf32`` and ``torch.backends.cuda.matmul.allow_tf32``, read through
+    the getters those attributes call (a tenth of their cost: this runs at every swapped call)."""
+    try:
+        return torch._C._get_cudnn_allow_tf32(), torch._C._get_cublas_allow_tf32()
+    except RuntimeError:  # torch >= 2.9 refuses when its legacy and fp32_precision settings disagree: the latter's
+        return _fp32_precision("conv") == "tf32", _fp32_precision("matmul") == "tf32"
+
+
+def _fp32_precision(op: str) -> str:
+    """torch's ``fp32_precision`` for CUDA ops of ``op``: its own, else the CUDA backend's, else the global one."""
+    for backend, kind in (("cuda", op), ("cuda", "all"), ("generic", "all")):
+        precision = str(torch._C._get_fp32_precision_getter(backend, kind))
+        if precision != "none":
+            return precision
+    return "none"
+
+
 def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
-    """Select (cached) and run the implementation on tensors; the result is a new tensor."""
+    """Select (cached) and run the implementation on tensors, wishing TF32 as torch's switches say
+    (``algoswap.tf32_wish``); the result is a new tensor."""
     prepared = _plan(op, request, attrs, inputs)
     runner, enter = prepared.runner, prepared.enter
     selection = runner.selection
     like = next(t for t in inputs if t is not None)
-    if selection.backend.memory.is_host:
-        arrays = [None if t is None else _host_view(t) for t in inputs]
-        return _from_host(runner.run(arrays), arrays, like)
-    moved = [None if t is None else _to_backend(t, selection, enter) for t in inputs]
-    return _to_torch(runner.run(moved), selection, like)
+    token = WISHES.set(torch_tf32())
+    try:
+        if selection.backend.memory.is_host:
+            arrays = [None if t is None else _host_view(t) for t in inputs]
+            return _from_host(runner.run(arrays), arrays, like)
+        moved = [None if t is None else _to_backend(t, selection, enter) for t in inputs]
+        return _to_torch(runner.run(moved), selection, like)
+    finally:
+        WISHES.reset(token)
 
 
 def _with_absent(tensors: list[torch.Tensor], absent: str) -> list[Optional[torch.Tensor]]:

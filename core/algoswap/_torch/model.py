@@ -14,6 +14,7 @@ from .._errors import OpArgumentError
 from .._frozen import freeze
 from .._global import get_registry
 from .._inputs import host_array
+from .._precision import WISHES
 from .._records import MemorySpace
 from .._ref import resolve_ref
 from .._runner import numpy_dtype
@@ -24,7 +25,7 @@ from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topologi
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
 from .._requests import IN_TORCH
-from .bridge import COMPUTE_DTYPES
+from .bridge import COMPUTE_DTYPES, torch_tf32
 from .explain import REQUESTED, Explanation, Row
 from .fallback import TorchRunner, reaches
 from .modules import batched_ranks
@@ -168,8 +169,14 @@ class Model:
 
     def run(self, *arrays: Any) -> Any:
         """Run on arrays already in ``dtype`` (numpy arrays, or a device backend's arrays); returns the
-        output structure of arrays, each in the memory space where it was produced."""
-        results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
+        output structure of arrays, each in the memory space where it was produced. Backends are
+        wished TF32 as torch's switches say at this call (``algoswap.tf32_wish``), as torch would run
+        the model."""
+        token = WISHES.set(torch_tf32())
+        try:
+            results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
+        finally:
+            WISHES.reset(token)
         values = {id(node): value for node, value in zip(self._outputs, results)}
         return with_values(self.output, values)
 
