@@ -10,8 +10,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-import algoswap
-from algoswap import LRUCache, declare_cache, is_frozen
+from algoswap import LRUCache, declare_cache, is_frozen, tf32_wish
 
 _tf32: bool | None = None
 HALF = ("float16", "bfloat16")
@@ -48,12 +47,7 @@ def tf32(kind: str = "conv") -> bool:
     variable = os.environ.get("ALGOSWAP_CUDA_TF32")
     if variable in ("0", "1"):
         return variable == "1"
-    return _wish(kind) is True
-
-
-def _wish(kind: str) -> bool | None:
-    wish = getattr(algoswap, "tf32_wish", None)
-    return None if wish is None else wish(kind)
+    return tf32_wish(kind) is True
 
 
 def to_host(array: Any) -> np.ndarray:
