@@ -1,9 +1,11 @@
 """The C statements of the CUDA backend's activation kernels and convolution epilogue
-(algoswap_cuda.activation.FORWARD / BACKWARD, algoswap_cuda._epilogue.ACTIVATIONS), and the whole batch norm
+(algoswap_cuda.activation.FORWARD / BACKWARD / FROM_OUTPUT, algoswap_cuda._epilogue.ACTIVATIONS), and the whole batch norm
 kernel batchnorm2d_fused runs, compiled as host C++ (one thread: a grid of one block of one) and run
 against the NumPy reference, NaN and infinities included: what the CUDA kernels compute,
 checked without a GPU (the math functions they call, exp, erfc, expm1, log1p, tanh, fabs, treat NaN
-and infinities alike in CUDA and in C). On a GPU the conformance suites run the kernels themselves.
+and infinities alike in CUDA and in C). On a GPU the conformance suites run the kernels themselves;
+tests/test_cuda_host_kernels.py runs the raw kernels built from these statements (float16 and bfloat16 too)
+on the host.
 """
 
 from __future__ import annotations
@@ -33,22 +35,27 @@ KERNELS = {
     "hardtanh": ("hardtanh", {"min_val": -0.5, "max_val": 2.0}), "silu": ("silu", {}),
     "gelu": ("gelu", {"approximate": "none"}), "gelu_tanh": ("gelu", {"approximate": "tanh"}),
     "hardswish": ("hardswish", {}), "hardsigmoid": ("hardsigmoid", {}), "elu": ("elu", {"alpha": -1.5}),
-    "mish": ("mish", {}), "relu": ("relu", {}),
+    "mish": ("mish", {}), "relu": ("relu", {}), "sigmoid": ("sigmoid", {}), "tanh": ("tanh", {}),
+    "leaky_relu": ("leaky_relu", {"negative_slope": -0.3}),
 }
+SCALARS = "lo, hi, alpha, slope"  # every activation's parameters (activation.PARAMS), in this order
 # NaN, infinities, the kinks, and |x| <= 8, where every gradient is a normal float32 (smaller ones flush to 0)
 SPECIAL = [np.nan, np.inf, -np.inf, -3.0, 3.0, -0.5, 2.0, 0.0, -0.0, 6.0, -6.0, 8.0, -8.0]
 
 
 def _functions() -> str:
     lines = ["#include <cmath>", "using namespace std;"]
+    assert {p for params in activation.PARAMS.values() for p in params} == set(SCALARS.split(", "))
     for t in TYPES:
         head = f"typedef {t} T; for (long i = 0; i < n; ++i) {{"
+        scalars = ", ".join(f"{t} {p}" for p in SCALARS.split(", "))
         for name, code in activation.FORWARD.items():
-            lines.append(f'extern "C" void forward_{name}_{t}(const {t}* xs, {t}* ys, long n, {t} lo, {t} hi, {t} alpha) '
+            lines.append(f'extern "C" void forward_{name}_{t}(const {t}* xs, {t}* ys, long n, {scalars}) '
                          f"{{ {head} T v = xs[i]; {code} ys[i] = v; }} }}")
-        for name, code in activation.BACKWARD.items():
-            lines.append(f'extern "C" void backward_{name}_{t}(const {t}* dys, const {t}* xs, {t}* dxs, long n, {t} lo, {t} hi, '
-                         f"{t} alpha) {{ {head} const T dy = dys[i], x = xs[i]; T dx; {code} dxs[i] = dx; }} }}")
+        for kind, table, operand in (("backward", activation.BACKWARD, "x"), ("from_output", activation.FROM_OUTPUT, "y")):
+            for name, code in table.items():
+                lines.append(f'extern "C" void {kind}_{name}_{t}(const {t}* dys, const {t}* xs, {t}* dxs, long n, {scalars}) '
+                             f"{{ {head} const T dy = dys[i], {operand} = xs[i]; T dx; {code} dxs[i] = dx; }} }}")
         for name, code in epilogue.ACTIVATIONS.items():
             lines.append(f'extern "C" void epilogue_{name}_{t}({t}* ys, long n) {{ {head} T v = ys[i]; {code} ys[i] = v; }} }}')
     return "\n".join(lines)
@@ -89,7 +96,7 @@ def _same(got: np.ndarray, expected: np.ndarray, x: np.ndarray, what: str, eps: 
 def test_activation_kernels_compute_the_reference(library: Any, kernel: str, type_name: str, rng: np.random.Generator) -> None:
     dtype, scalar = TYPES[type_name]
     op, attrs = KERNELS[kernel]
-    params = [scalar(attrs.get("min_val", 0.0)), scalar(attrs.get("max_val", 0.0)), scalar(attrs.get("alpha", 0.0))]
+    params = [scalar(attrs.get(name, 0.0)) for name in ("min_val", "max_val", "alpha", "negative_slope")]
     x, dy = _inputs(rng, dtype)
     eps = float(np.finfo(dtype).eps)
     out = np.empty_like(x)
@@ -97,11 +104,15 @@ def test_activation_kernels_compute_the_reference(library: Any, kernel: str, typ
     with np.errstate(all="ignore"):
         expected = ops.call(op, x.astype(np.float64), algorithm="numpy:direct", **attrs)
     _same(out, expected, x, f"{kernel} ({type_name})", eps)
-    if kernel in activation.BACKWARD:
-        getattr(library, f"backward_{kernel}_{type_name}")(_pointer(dy), _pointer(x), _pointer(out), ctypes.c_long(x.size), *params)
+    for kind, table in (("backward", activation.BACKWARD), ("from_output", activation.FROM_OUTPUT)):
+        if kernel not in table:
+            continue
+        operand = x if kind == "backward" else out.copy()  # the gradient from the forward output: the output just computed
+        grad = np.empty_like(x)
+        getattr(library, f"{kind}_{kernel}_{type_name}")(_pointer(dy), _pointer(operand), _pointer(grad), ctypes.c_long(x.size), *params)
         with np.errstate(all="ignore"):
-            expected = ops.call(f"{op}_grad", dy.astype(np.float64), x.astype(np.float64), algorithm="numpy:direct", **attrs)
-        _same(out, expected, x, f"{kernel}_grad ({type_name})", eps)
+            expected = ops.call(f"{op}_grad", dy.astype(np.float64), operand.astype(np.float64), algorithm="numpy:direct", **attrs)
+        _same(grad, expected, operand, f"{kernel}_grad ({type_name}, {kind})", eps)
 
 
 @pytest.mark.parametrize("fused", list(FUSED_ACTIVATIONS))
@@ -117,7 +128,8 @@ def test_the_epilogue_applies_each_fused_activation(library: Any, fused: str, rn
 
 
 # Makes a CUDA kernel's source host C++ run by one thread: the grid-stride loop then visits every element.
-_ONE_THREAD = "#include <cmath>\nusing namespace std;\n#define __global__\nstruct Dim { long long x; };\n" \
+_ONE_THREAD = "#include <cmath>\nusing namespace std;\n#define __global__\n#define __device__\n#define __forceinline__ inline\n" \
+              "struct Dim { long long x; };\n" \
               "static const Dim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};\n"
 
 

@@ -210,9 +210,10 @@ def test_the_plugins_declare_the_core_dtype_sets() -> None:
     for op in ("reshape", "concat", "slice", "zeros_like"):
         assert registry.impls[(op, "direct", "numpy")].dtypes == set(ALL_DTYPES)
     assert registry.impls[("one_hot", "direct", "numpy")].dtypes == set(INT_DTYPES)
-    for backend, op in (("cuda", "transpose"), ("sycl", "flatten")):
-        if backend in registry.backends:  # CuPy and OpenCL C have no bfloat16
-            assert registry.impls[(op, "direct", backend)].dtypes == set(ALL_DTYPES) - {"bfloat16"}
+    if "cuda" in registry.backends:  # CuPy 14 takes ml_dtypes' bfloat16
+        assert registry.impls[("transpose", "direct", "cuda")].dtypes == set(ALL_DTYPES)
+    if "sycl" in registry.backends:  # OpenCL C has no bfloat16
+        assert registry.impls[("flatten", "direct", "sycl")].dtypes == set(ALL_DTYPES) - {"bfloat16"}
 
 
 # ----------------------------------------------------------------------------- the reference role

@@ -15,7 +15,7 @@ import ctypes
 import sys
 from typing import Any
 
-from algoswap import ALL_DTYPES, INT_DTYPES, MemorySpace, Ref
+from algoswap import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, MemorySpace, Ref
 
 __version__ = "0.1.0"
 __all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register", "set_tf32"]
@@ -24,6 +24,7 @@ BACKEND = "cuda"
 OWN = ("float32", "float64")
 # cuDNN's convolutions: the half precisions (tensor cores, accumulating in float32; forward in NHWC) and float32
 CUDNN = ("float16", "bfloat16", "float32")
+FLOATS = FLOAT_DTYPES  # float16, bfloat16 (ml_dtypes' numpy dtype, which CuPy takes), float32, float64
 # Legacy cudnnConvolutionFwdAlgo_t name -> cuDNN 9 engine global index of a forward convolution graph (DIRECT
 # was never implemented, so the engines after GEMM are the legacy values minus one); here, so that listing them
 # imports nothing, and read by _cudnn.
@@ -86,7 +87,7 @@ def algoswap_register(registry: Any) -> None:
         _register_forward(registry, op)
     for family, kernel in _KERNELS.items():
         registry.add_family(f"{__name__}.{family}", BACKEND, algorithm="gemm" if family in ("linear", "matmul") else "direct",
-                            dtypes=OWN, kernel=kernel, overrides=_OPS)
+                            dtypes=_FAMILY_DTYPES.get(family, FLOATS), kernel=kernel, overrides=_OPS)
     _register_smm_gradients(registry)
 
 
@@ -134,39 +135,47 @@ def _register_forward(registry: Any, op: str) -> None:
         description="our direct-convolution CUDA kernel" + then)
 
 
-_ELEMENTWISE = "CuPy element-wise kernel"
-_REDUCING = "CuPy element-wise kernels and reductions"
+_ELEMENTWISE = "CuPy element-wise kernel (float16 and bfloat16: one raw kernel each, computing in float32)"
+_REDUCING = "CuPy element-wise kernels and reductions (float16 and bfloat16: computed in float32, rounded once)"
 _SUM = "CuPy sum reduction"
+_IN_FLOAT32 = " (float16 and bfloat16: computed in float32, rounded once)"
 # family (its module mirrors the core's spec module) -> the kernel its ops run ("gemm" for linear and matmul,
-# else "direct"; float32 and float64)
+# else "direct"; their dtypes: _FAMILY_DTYPES, else FLOATS)
 _KERNELS: dict[str, Any] = {
     "conv": _SUM, "linear": Ref(f"{__name__}.linear:kernel"), "pool": Ref(f"{__name__}.pool:kernel"),
     "activation": _ELEMENTWISE, "norm": _REDUCING, "softmax": _REDUCING, "elementwise": "CuPy", "shape": "CuPy",
-    "arith": _ELEMENTWISE, "matmul": "cuBLAS GEMM (cupy.matmul)." + _TF32_NOTE, "reduce": "CuPy reduction",
-    "slicing": "CuPy copy / scatter-add", "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask",
-    "loss": _REDUCING, "indexing": "CuPy gather / scatter-add", "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
-    "optim": "one CuPy element-wise kernel, in place",
+    "arith": "CuPy element-wise kernel (float16 and bfloat16: the binary ops, neg and sqrt on the arrays as they are, "
+             "the others computed in float32, rounded once)",
+    "matmul": "cuBLAS GEMM (cupy.matmul)." + _TF32_NOTE, "reduce": "CuPy reduction (float16 and bfloat16: accumulating in float32)",
+    "slicing": "CuPy copy / scatter-add" + _IN_FLOAT32, "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask" + _IN_FLOAT32,
+    "loss": _REDUCING, "indexing": "CuPy gather / scatter-add" + _IN_FLOAT32, "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
+    "optim": "one CuPy element-wise kernel, in place (float16 and bfloat16: updated in float32, rounded once)",
     "attention": "cuBLAS batched GEMM (cupy.matmul) around one softmax kernel (CuPy's with a mask)." + _TF32_NOTE,
-    "resample": "CuPy raw kernel interpolate (one thread per output; the gradient scatters with atomicAdd)",
+    "resample": "CuPy raw kernel interpolate (one thread per output; the gradient scatters with atomicAdd, in float32 for "
+                "float16 and bfloat16)",
 }
-ANY_DTYPES = tuple(dtype for dtype in ALL_DTYPES if dtype != "bfloat16")  # CuPy has no bfloat16
-_COPY = {"dtypes": ANY_DTYPES, "kernel": "CuPy copy"}
+# family -> its dtypes where not FLOATS: cuDNN and cuBLAS (the lead's), and cupyx.scipy.sparse (no half types)
+_FAMILY_DTYPES = {"conv": OWN, "linear": OWN, "matmul": OWN, "sparse": OWN}
+_COPY = {"dtypes": ALL_DTYPES, "kernel": "CuPy copy"}
 _CSRMM = {"kernel": "CuPy raw kernel csrmm (one thread per output, summing the stored entries of its row of the CSR matrix)"}
 _GUESS = {"algorithm": "guess", "dtypes": CUDNN, "priority": 20, "supports": Ref(f"{__name__}.conv:supports_cudnn", "guess"),
           "kernel": Ref(f"{__name__}.conv:kernel_cudnn", "guess"), "description": "cuDNN's heuristic pick." + _TF32_NOTE,
           "nan": SPREADS}
 _LINEAR = {"description": "cuBLAS GEMM." + _TF32_NOTE}
+_HALF_STORED = " (float16 and bfloat16 read and written as they are, computed in float32)"
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "conv2d_grad_input": _GUESS, "conv2d_grad_weight": _GUESS,
     "linear": _LINEAR, "linear_grad_input": _LINEAR, "linear_grad_weight": _LINEAR,
     "linear_grad_bias": {"algorithm": "direct", "kernel": _SUM},
     "slice": _COPY, "split": _COPY, "transpose": _COPY, "zeros_like": _COPY, "ones_like": _COPY,
-    "one_hot": {"dtypes": tuple(dtype for dtype in ANY_DTYPES if dtype in INT_DTYPES), "kernel": "CuPy eye[indices]"},
+    "one_hot": {"dtypes": tuple(dtype for dtype in ALL_DTYPES if dtype in INT_DTYPES), "kernel": "CuPy eye[indices]"},
     "csrmm": _CSRMM, "csrmm_grad_dense": _CSRMM,
-    "batchnorm2d": {"kernel": "one CuPy raw kernel: x * scale + shift per channel (_passes)"},
-    "batchnorm2d_fused": {"kernel": "one CuPy raw kernel: x * scale + shift per channel, then the activation, in one pass (_passes)"},
-    "layer_norm": {"kernel": "one CuPy raw kernel, a block of threads per row, two-pass (_passes)"},
+    "batchnorm2d": {"kernel": "one CuPy raw kernel: x * scale + shift per channel (_passes)" + _HALF_STORED},
+    "batchnorm2d_fused": {"kernel": "one CuPy raw kernel: x * scale + shift per channel, then the activation, in one pass (_passes)"
+                          + _HALF_STORED},
+    "layer_norm": {"kernel": "one CuPy raw kernel, a block of threads per row, two-pass (_passes)" + _HALF_STORED},
     "concat": {"kernel": "one CuPy raw kernel copying every input (CuPy's concatenate past 64 inputs)"},
-    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a block of threads per row (CuPy reductions over another)"},
+    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a block of threads per row" + _HALF_STORED
+                + " (CuPy reductions over another)"},
 }

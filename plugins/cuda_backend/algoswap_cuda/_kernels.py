@@ -1,19 +1,23 @@
 """Our CUDA kernels, compiled by CuPy (NVRTC) on first use, once per element type. One thread per
-output element; ``T`` is float or double."""
+output element. Each source starts with ``_types.prelude``: ``S`` is the arrays' element type (__half,
+__nv_bfloat16, float or double: what they store), ``T`` the type sums and arithmetic run in (float for the
+half precisions, else ``S``: _runtime.C_TYPES); a value is read as ``(T)x[i]`` and stored as ``(S)v``, rounded
+once. Gradients that scatter-add (pooling, interpolate) add into a buffer of ``T`` (float32 for the half
+precisions, rounded once afterwards: atomicAdd on __half or __nv_bfloat16 would round every partial sum)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
 
-import cupy as cp
 import numpy as np
 
-_CTYPES = {"float32": "float", "float64": "double"}
+from . import _types
+
 BLOCK = 256
 
 CONV2D_DIRECT = r"""
-extern "C" __global__ void conv2d_direct(const T* x, const T* w, const T* b, T* y,
+extern "C" __global__ void conv2d_direct(const S* x, const S* w, const S* b, S* y,
         int n, int c, int h, int wd, int o, int kh, int kw, int oh, int ow,
         int sh, int sw, int ph, int pw, int dh, int dw, int groups, int has_bias) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -22,22 +26,22 @@ extern "C" __global__ void conv2d_direct(const T* x, const T* w, const T* b, T* 
     int xo = index % ow, yo = (index / ow) % oh, oc = (index / ((long long)ow * oh)) % o;
     int batch = index / ((long long)ow * oh * o);
     int cg = c / groups, first = (oc / (o / groups)) * cg;
-    T sum = has_bias ? b[oc] : (T)0;
+    T sum = has_bias ? (T)b[oc] : (T)0;
     for (int ci = 0; ci < cg; ++ci) {
-        const T* plane = x + ((long long)batch * c + first + ci) * h * wd;
-        const T* taps = w + ((long long)oc * cg + ci) * kh * kw;
+        const S* plane = x + ((long long)batch * c + first + ci) * h * wd;
+        const S* taps = w + ((long long)oc * cg + ci) * kh * kw;
         for (int i = 0; i < kh; ++i) {
             int row = yo * sh - ph + i * dh;
             bool inside = row >= 0 && row < h;
             for (int j = 0; j < kw; ++j) {
                 int col = xo * sw - pw + j * dw;
                 // a tap in the padding multiplies a zero, as zero padding does in PyTorch (0 * inf is NaN)
-                T v = inside && col >= 0 && col < wd ? plane[(long long)row * wd + col] : (T)0;
-                sum += v * taps[i * kw + j];
+                T v = inside && col >= 0 && col < wd ? (T)plane[(long long)row * wd + col] : (T)0;
+                sum += v * (T)taps[i * kw + j];
             }
         }
     }
-    y[index] = sum;
+    y[index] = (S)sum;
 }
 """
 
@@ -46,7 +50,7 @@ extern "C" __global__ void conv2d_direct(const T* x, const T* w, const T* b, T* 
 MAXPOOL2D = r"""
 // The offset in its plane of the maximum of output element `index`'s window (the last NaN wins, as in
 // PyTorch; -1: empty window).
-__device__ inline int window_argmax(const T* plane, long long index, int h, int wd, int oh, int ow,
+__device__ inline int window_argmax(const S* plane, long long index, int h, int wd, int oh, int ow,
         int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
     int xo = index % ow, yo = (index / ow) % oh, at = -1;
     T best = 0;
@@ -56,29 +60,29 @@ __device__ inline int window_argmax(const T* plane, long long index, int h, int 
         for (int j = 0; j < kw; ++j) {
             int col = xo * sw - pw + j * dw;
             if (col < 0 || col >= wd) continue;
-            T v = plane[row * wd + col];
+            T v = (T)plane[row * wd + col];
             if (at < 0 || v > best || v != v) { best = v; at = row * wd + col; }
         }
     }
     return at;
 }
 
-extern "C" __global__ void maxpool2d(const T* x, T* y, long long planes, int h, int wd, int oh, int ow,
+extern "C" __global__ void maxpool2d(const S* x, S* y, long long planes, int h, int wd, int oh, int ow,
         int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
-    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
     int at = window_argmax(plane, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
-    y[index] = at < 0 ? -(T)__int_as_float(0x7f800000) : plane[at];
+    y[index] = at < 0 ? (S)(-(T)__int_as_float(0x7f800000)) : plane[at];
 }
 
-extern "C" __global__ void maxpool2d_grad(const T* dy, const T* x, T* dx, long long planes, int h, int wd,
+extern "C" __global__ void maxpool2d_grad(const S* dy, const S* x, T* dx, long long planes, int h, int wd,
         int oh, int ow, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     long long offset = (index / ((long long)ow * oh)) * h * wd;
     int at = window_argmax(x + offset, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
-    if (at >= 0) atomicAdd(dx + offset + at, dy[index]);
+    if (at >= 0) atomicAdd(dx + offset + at, (T)dy[index]);
 }
 """
 
@@ -93,27 +97,27 @@ __device__ inline T divisor(int row0, int col0, int h, int wd, int kh, int kw, i
     return (T)((min(r1, h) - max(row0, 0)) * (min(c1, wd) - max(col0, 0)));
 }
 
-extern "C" __global__ void avgpool2d(const T* x, T* y, long long planes, int h, int wd, int oh, int ow,
+extern "C" __global__ void avgpool2d(const S* x, S* y, long long planes, int h, int wd, int oh, int ow,
         int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int override_) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int xo = index % ow, yo = (index / ow) % oh;
-    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
     int row0 = yo * sh - ph, col0 = xo * sw - pw;
     T sum = 0;
     for (int row = max(row0, 0); row < min(row0 + kh, h); ++row)
-        for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) sum += plane[row * wd + col];
-    y[index] = sum / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_);
+        for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) sum += (T)plane[row * wd + col];
+    y[index] = (S)(sum / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_));
 }
 
-extern "C" __global__ void avgpool2d_grad(const T* dy, T* dx, long long planes, int h, int wd, int oh, int ow,
+extern "C" __global__ void avgpool2d_grad(const S* dy, T* dx, long long planes, int h, int wd, int oh, int ow,
         int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int override_) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int xo = index % ow, yo = (index / ow) % oh;
     T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
     int row0 = yo * sh - ph, col0 = xo * sw - pw;
-    T share = dy[index] / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_);
+    T share = (T)dy[index] / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_);
     for (int row = max(row0, 0); row < min(row0 + kh, h); ++row)
         for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) atomicAdd(plane + row * wd + col, share);
 }
@@ -121,27 +125,27 @@ extern "C" __global__ void avgpool2d_grad(const T* dy, T* dx, long long planes, 
 
 # Adaptive windows: rows [floor(i*h/oh), ceil((i+1)*h/oh)), likewise columns.
 ADAPTIVE = r"""
-extern "C" __global__ void adaptiveavgpool2d(const T* x, T* y, long long planes, int h, int wd, int oh, int ow) {
+extern "C" __global__ void adaptiveavgpool2d(const S* x, S* y, long long planes, int h, int wd, int oh, int ow) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int xo = index % ow, yo = (index / ow) % oh;
-    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
     int r0 = (yo * h) / oh, r1 = ((yo + 1) * h + oh - 1) / oh;
     int c0 = (xo * wd) / ow, c1 = ((xo + 1) * wd + ow - 1) / ow;
     T sum = 0;
     for (int row = r0; row < r1; ++row)
-        for (int col = c0; col < c1; ++col) sum += plane[row * wd + col];
-    y[index] = sum / (T)((r1 - r0) * (c1 - c0));
+        for (int col = c0; col < c1; ++col) sum += (T)plane[row * wd + col];
+    y[index] = (S)(sum / (T)((r1 - r0) * (c1 - c0)));
 }
 
-extern "C" __global__ void adaptiveavgpool2d_grad(const T* dy, T* dx, long long planes, int h, int wd, int oh, int ow) {
+extern "C" __global__ void adaptiveavgpool2d_grad(const S* dy, T* dx, long long planes, int h, int wd, int oh, int ow) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int xo = index % ow, yo = (index / ow) % oh;
     T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
     int r0 = (yo * h) / oh, r1 = ((yo + 1) * h + oh - 1) / oh;
     int c0 = (xo * wd) / ow, c1 = ((xo + 1) * wd + ow - 1) / ow;
-    T share = dy[index] / (T)((r1 - r0) * (c1 - c0));
+    T share = (T)dy[index] / (T)((r1 - r0) * (c1 - c0));
     for (int row = r0; row < r1; ++row)
         for (int col = c0; col < c1; ++col) atomicAdd(plane + row * wd + col, share);
 }
@@ -152,33 +156,33 @@ extern "C" __global__ void adaptiveavgpool2d_grad(const T* dy, T* dx, long long 
 # with weights of the same layout (algoswap.interpolation_taps, made on the host in torch's arithmetic); nearest
 # reads rows[2i], cols[2j] alone. Bilinear sums as torch does: along the row first, then between the rows.
 INTERPOLATE = r"""
-extern "C" __global__ void interpolate(const T* x, T* y, const int* rows, const int* cols, const T* row_weights,
+extern "C" __global__ void interpolate(const S* x, S* y, const int* rows, const int* cols, const T* row_weights,
         const T* col_weights, long long planes, int h, int wd, int oh, int ow, int nearest) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int j = index % ow, i = (index / ow) % oh;
-    const T* plane = x + (index / ((long long)ow * oh)) * h * wd;
-    const T* top = plane + (long long)rows[2 * i] * wd;
+    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
+    const S* top = plane + (long long)rows[2 * i] * wd;
     if (nearest) { y[index] = top[cols[2 * j]]; return; }
-    const T* bottom = plane + (long long)rows[2 * i + 1] * wd;
+    const S* bottom = plane + (long long)rows[2 * i + 1] * wd;
     T w0 = col_weights[2 * j], w1 = col_weights[2 * j + 1];
-    T upper = w0 * top[cols[2 * j]] + w1 * top[cols[2 * j + 1]];
-    T lower = w0 * bottom[cols[2 * j]] + w1 * bottom[cols[2 * j + 1]];
-    y[index] = row_weights[2 * i] * upper + row_weights[2 * i + 1] * lower;
+    T upper = w0 * (T)top[cols[2 * j]] + w1 * (T)top[cols[2 * j + 1]];
+    T lower = w0 * (T)bottom[cols[2 * j]] + w1 * (T)bottom[cols[2 * j + 1]];
+    y[index] = (S)(row_weights[2 * i] * upper + row_weights[2 * i + 1] * lower);
 }
 
 // One thread per grad_output element: its gradient times each tap's weights, added to the input element.
-extern "C" __global__ void interpolate_grad(const T* dy, T* dx, const int* rows, const int* cols, const T* row_weights,
+extern "C" __global__ void interpolate_grad(const S* dy, T* dx, const int* rows, const int* cols, const T* row_weights,
         const T* col_weights, long long planes, int h, int wd, int oh, int ow, int nearest) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int j = index % ow, i = (index / ow) % oh;
     T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
-    if (nearest) { atomicAdd(plane + (long long)rows[2 * i] * wd + cols[2 * j], dy[index]); return; }
+    const T g = (T)dy[index];
+    if (nearest) { atomicAdd(plane + (long long)rows[2 * i] * wd + cols[2 * j], g); return; }
     for (int a = 0; a < 2; ++a)
         for (int b = 0; b < 2; ++b)
-            atomicAdd(plane + (long long)rows[2 * i + a] * wd + cols[2 * j + b],
-                      row_weights[2 * i + a] * col_weights[2 * j + b] * dy[index]);
+            atomicAdd(plane + (long long)rows[2 * i + a] * wd + cols[2 * j + b], row_weights[2 * i + a] * col_weights[2 * j + b] * g);
 }
 """
 
@@ -198,21 +202,21 @@ __device__ inline void reading_inside(int offset, int stride, int size, int outs
 // One thread per weight. A non-finite weight (the first along the input channels of its output channel
 // and tap, so that one thread per tap writes) makes NaN of every output where its tap reads the padding.
 // y is NCHW (channels_last 0) or NHWC (1) in memory.
-extern "C" __global__ void padding_nan_forward(const T* w, T* y, int n, int o, int cg, int kh, int kw,
+extern "C" __global__ void padding_nan_forward(const S* w, S* y, int n, int o, int cg, int kh, int kw,
         int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw, int channels_last) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= (long long)o * cg * kh * kw || isfinite(w[index])) return;
+    if (index >= (long long)o * cg * kh * kw || isfinite((T)w[index])) return;
     int taps = kh * kw, tap = index % taps, ci = (index / taps) % cg, oc = index / ((long long)taps * cg);
     for (int earlier = 0; earlier < ci; ++earlier)
-        if (!isfinite(w[((long long)oc * cg + earlier) * taps + tap])) return;
+        if (!isfinite((T)w[((long long)oc * cg + earlier) * taps + tap])) return;
     int r0, r1, c0, c1;
     reading_inside(tap / kw * dh - ph, sh, h, oh, &r0, &r1);
     reading_inside(tap % kw * dw - pw, sw, wd, ow, &c0, &c1);
-    T nan = (T)__int_as_float(0x7fc00000);
+    const S nan = (S)__int_as_float(0x7fc00000);
     long long step = channels_last ? o : 1;  // between neighbouring columns of one channel
     for (int b = 0; b < n; ++b)
         for (int p = 0; p < oh; ++p) {
-            T* row = channels_last ? y + (((long long)b * oh + p) * ow) * o + oc : y + (((long long)b * o + oc) * oh + p) * ow;
+            S* row = channels_last ? y + (((long long)b * oh + p) * ow) * o + oc : y + (((long long)b * o + oc) * oh + p) * ow;
             bool padded = p < r0 || p >= r1;  // else only the columns outside [c0, c1)
             for (int q = 0; q < (padded ? ow : c0); ++q) row[q * step] = nan;
             for (int q = padded ? ow : c1; q < ow; ++q) row[q * step] = nan;
@@ -222,7 +226,7 @@ extern "C" __global__ void padding_nan_forward(const T* w, T* y, int n, int o, i
 // One thread per grad_output row: it reads the entries whose window reaches the padding (all of them in
 // a row whose window does, else the columns whose window does). A non-finite one claims each of its taps
 // in the padding; the first claim of (output channel, tap) sets grad_weight[oc, :, tap] to NaN (claimed: zeros).
-extern "C" __global__ void padding_nan_weight_grad(const T* dy, T* grad_weight, int* claimed, long long planes,
+extern "C" __global__ void padding_nan_weight_grad(const S* dy, S* grad_weight, int* claimed, long long planes,
         int o, int cg, int kh, int kw, int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh) return;
@@ -232,10 +236,10 @@ extern "C" __global__ void padding_nan_weight_grad(const T* dy, T* grad_weight, 
     reading_inside(-pw, sw, wd, ow, &c0, &unused);
     reading_inside((kw - 1) * dw - pw, sw, wd, ow, &unused, &c1);
     bool padded = p < r0 || p >= r1;
-    const T* line = dy + index * ow;
-    T nan = (T)__int_as_float(0x7fc00000);
+    const S* line = dy + index * ow;
+    const S nan = (S)__int_as_float(0x7fc00000);
     auto claim_padding_taps = [&](int q) {
-        if (isfinite(line[q])) return;
+        if (isfinite((T)line[q])) return;
         for (int i = 0; i < kh; ++i) {
             int row = p * sh - ph + i * dh;
             for (int j = 0; j < kw; ++j) {
@@ -254,22 +258,22 @@ extern "C" __global__ void padding_nan_weight_grad(const T* dy, T* grad_weight, 
 # A CSR matrix (index type I) times a dense C-contiguous one: only stored entries enter each sum, as in
 # scipy and PyTorch. (cuSPARSE's SpMM, CuPy 14.2 / CUDA 13 on the H200, added 0 * dense[0, :] to the last row.)
 CSRMM = r"""
-extern "C" __global__ void csrmm(const I* indptr, const I* indices, const T* values, const T* dense, T* out,
+extern "C" __global__ void csrmm(const I* indptr, const I* indices, const S* values, const S* dense, S* out,
         int rows, int cols) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= (long long)rows * cols) return;
     int row = index / cols, col = index % cols;
     T sum = 0;
-    for (I k = indptr[row]; k < indptr[row + 1]; ++k) sum += values[k] * dense[(long long)indices[k] * cols + col];
-    out[index] = sum;
+    for (I k = indptr[row]; k < indptr[row + 1]; ++k) sum += (T)values[k] * (T)dense[(long long)indices[k] * cols + col];
+    out[index] = (S)sum;
 }
 """
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=128)  # every (source, kernel, dtype)
 def kernel(source: str, name: str, dtype: str) -> Any:
     """The compiled kernel ``name`` of ``source`` for element type ``dtype``."""
-    return cp.RawKernel(f"typedef {_CTYPES[dtype]} T;\n{source}", name)
+    return _types.raw_kernel(source, name, dtype)
 
 
 def launch(source: str, name: str, dtype: str, count: int, arrays: tuple[Any, ...], planes: int | None,

@@ -4,6 +4,9 @@ many-input concatenation (one copy per input, 103 µs for DenseNet's) and the so
 (attention's, 604 µs with its masking). Each is one ``cp.RawKernel``
 launch (a few µs on the host), compiled by NVRTC on first use and kept per element type and variant.
 
+Every float dtype: float16 and bfloat16 arrays are read and written as they are, and everything between
+(statistics, sums, the activation) is computed in float32 (``_types.prelude``: S stored, T computed), rounded once.
+
 The arithmetic is PyTorch's: batch norm as ``x * scale + shift`` with ``scale = weight / sqrt(var +
 eps)`` and ``shift = bias - mean * scale``; layer norm two-pass over each row, ``(x - mean) * rstd``
 then the weight and the bias; softmax as ``exp(x - max) / sum`` over each row (a NaN spreads over its
@@ -20,29 +23,27 @@ import cupy as cp
 import numpy as np
 
 from ._epilogue import ACTIVATIONS
+from ._types import accumulation, prelude, scalar
 
-FLOAT_TYPES = {"float32": "float", "float64": "double"}
 _COPY_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}  # by item size
 _THREADS, _MOST_BLOCKS = 256, 8192
 MOST_INPUTS = 64  # concatenations of more inputs run as CuPy's (one copy per input)
 
-_BATCHNORM = """typedef {ctype} T;
-extern "C" __global__ void {name}(const T* x, const T* mean, const T* var, const T* w, const T* b, T* y,
+_BATCHNORM = """extern "C" __global__ void {name}(const S* x, const S* mean, const S* var, const S* w, const S* b, S* y,
                                   long long n, long long plane, int channels, T eps) {{
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)blockDim.x * gridDim.x) {{
         const int c = (i / plane) % channels;
-        T scale = (T)1 / sqrt(var[c] + eps);
+        T scale = (T)1 / sqrt((T)var[c] + eps);
         {weight}
-        const T shift = {bias} - mean[c] * scale;
-        T v = x[i] * scale + shift;
+        const T shift = {bias} - (T)mean[c] * scale;
+        T v = (T)x[i] * scale + shift;
         {activation}
-        y[i] = v;
+        y[i] = (S)v;
     }}
 }}
 """
 
-_LAYER_NORM = """typedef {ctype} T;
-__device__ T block_sum(T v, T* part) {{
+_LAYER_NORM = """__device__ T block_sum(T v, T* part) {{
     part[threadIdx.x] = v;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
@@ -53,31 +54,30 @@ __device__ T block_sum(T v, T* part) {{
     __syncthreads();
     return total;
 }}
-extern "C" __global__ void {name}(const T* x, const T* w, const T* b, T* y, long long rows, int d, T eps) {{
+extern "C" __global__ void {name}(const S* x, const S* w, const S* b, S* y, long long rows, int d, T eps) {{
     extern __shared__ unsigned char shared[];
     T* part = (T*)shared;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{
-        const T* in = x + row * d;
-        T* out = y + row * d;
+        const S* in = x + row * d;
+        S* out = y + row * d;
         T s = 0;
-        for (int j = threadIdx.x; j < d; j += blockDim.x) s += in[j];
+        for (int j = threadIdx.x; j < d; j += blockDim.x) s += (T)in[j];
         const T mean = block_sum(s, part) / d;
         T q = 0;
-        for (int j = threadIdx.x; j < d; j += blockDim.x) {{ const T c = in[j] - mean; q += c * c; }}
+        for (int j = threadIdx.x; j < d; j += blockDim.x) {{ const T c = (T)in[j] - mean; q += c * c; }}
         const T rstd = (T)1 / sqrt(block_sum(q, part) / d + eps);
         for (int j = threadIdx.x; j < d; j += blockDim.x) {{
-            T v = (in[j] - mean) * rstd;
+            T v = ((T)in[j] - mean) * rstd;
             {weight}
             {bias}
-            out[j] = v;
+            out[j] = (S)v;
         }}
     }}
 }}
 """
 
 
-_SOFTMAX = """typedef {ctype} T;
-// products rounded on their own, never contracted into the subtraction after them: inf - inf stays NaN
+_SOFTMAX = """// products rounded on their own, never contracted into the subtraction after them: inf - inf stays NaN
 __device__ inline float mul_rn(float a, float b) {{ return __fmul_rn(a, b); }}
 __device__ inline double mul_rn(double a, double b) {{ return __dmul_rn(a, b); }}
 __device__ T block_reduce(T v, T* part, bool maximum) {{
@@ -95,23 +95,23 @@ __device__ T block_reduce(T v, T* part, bool maximum) {{
     __syncthreads();
     return total;
 }}
-extern "C" __global__ void {name}(const T* x, T* y, long long rows, int d, T scale, T lowest) {{
+extern "C" __global__ void {name}(const S* x, S* y, long long rows, int d, T scale, T lowest) {{
     extern __shared__ unsigned char shared[];
     T* part = (T*)shared;
     for (long long row = blockIdx.x; row < rows; row += gridDim.x) {{
-        const T* in = x + row * d;
-        T* out = y + row * d;
+        const S* in = x + row * d;
+        S* out = y + row * d;
         T m = lowest;
-        for (int j = threadIdx.x; j < d; j += blockDim.x) {{ const T v = mul_rn(in[j], scale); if (v > m || v != v) m = v; }}
+        for (int j = threadIdx.x; j < d; j += blockDim.x) {{ const T v = mul_rn((T)in[j], scale); if (v > m || v != v) m = v; }}
         m = block_reduce(m, part, true);
         if ({safe} && m == lowest) {{  // every score -inf: no key is seen
-            for (int j = threadIdx.x; j < d; j += blockDim.x) out[j] = 0;
+            for (int j = threadIdx.x; j < d; j += blockDim.x) out[j] = (S)(T)0;
             continue;
         }}
         T s = 0;
-        for (int j = threadIdx.x; j < d; j += blockDim.x) s += exp(mul_rn(in[j], scale) - m);
+        for (int j = threadIdx.x; j < d; j += blockDim.x) s += exp(mul_rn((T)in[j], scale) - m);
         s = block_reduce(s, part, false);
-        for (int j = threadIdx.x; j < d; j += blockDim.x) out[j] = exp(mul_rn(in[j], scale) - m) / s;
+        for (int j = threadIdx.x; j < d; j += blockDim.x) out[j] = (S)(exp(mul_rn((T)in[j], scale) - m) / s);
     }}
 }}
 """
@@ -120,28 +120,37 @@ extern "C" __global__ void {name}(const T* x, T* y, long long rows, int d, T sca
 def batchnorm_source(dtype: str, weight: bool, bias: bool, activation: str) -> tuple[str, str]:
     """The CUDA source of the batch norm kernel for this (dtype, weight, bias, activation), and its name."""
     name = f"algoswap_batchnorm_{dtype}{'_w' * weight}{'_b' * bias}_{activation}"
-    source = _BATCHNORM.format(ctype=FLOAT_TYPES[dtype], name=name, weight="scale *= w[c];" if weight else "",
-                               bias="b[c]" if bias else "(T)0", activation=ACTIVATIONS[activation])
+    source = prelude(dtype) + _BATCHNORM.format(name=name, weight="scale *= (T)w[c];" if weight else "",
+                                                bias="(T)b[c]" if bias else "(T)0", activation=ACTIVATIONS[activation])
     return source, name
 
 
-@lru_cache(maxsize=64)  # every (dtype, weight, bias, activation)
+@lru_cache(maxsize=256)  # every (dtype, weight, bias, activation)
 def _batchnorm_kernel(dtype: str, weight: bool, bias: bool, activation: str) -> Any:
     return cp.RawKernel(*batchnorm_source(dtype, weight, bias, activation))
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=16)  # every (dtype, weight, bias)
 def _layer_norm_kernel(dtype: str, weight: bool, bias: bool) -> Any:
+    return cp.RawKernel(*layer_norm_source(dtype, weight, bias))
+
+
+def layer_norm_source(dtype: str, weight: bool, bias: bool) -> tuple[str, str]:
+    """The CUDA source of the layer norm kernel for this (dtype, weight, bias), and its name."""
     name = f"algoswap_layer_norm_{dtype}{'_w' * weight}{'_b' * bias}"
-    source = _LAYER_NORM.format(ctype=FLOAT_TYPES[dtype], name=name, weight="v = v * w[j];" if weight else "",
-                                bias="v = v + b[j];" if bias else "")
-    return cp.RawKernel(source, name)
+    return prelude(dtype) + _LAYER_NORM.format(name=name, weight="v = v * (T)w[j];" if weight else "",
+                                               bias="v = v + (T)b[j];" if bias else ""), name
 
 
 @lru_cache(maxsize=8)
 def _softmax_kernel(dtype: str, safe: bool) -> Any:
+    return cp.RawKernel(*softmax_source(dtype, safe))
+
+
+def softmax_source(dtype: str, safe: bool) -> tuple[str, str]:
+    """The CUDA source of the softmax kernel for this (dtype, safe), and its name."""
     name = f"algoswap_softmax_{dtype}{'_safe' * safe}"
-    return cp.RawKernel(_SOFTMAX.format(ctype=FLOAT_TYPES[dtype], name=name, safe="true" if safe else "false"), name)
+    return prelude(dtype) + _SOFTMAX.format(name=name, safe="true" if safe else "false"), name
 
 
 def _contiguous(a: Any) -> Any:
@@ -160,7 +169,7 @@ def batchnorm(x: Any, mean: Any, var: Any, weight: Any, bias: Any, eps: float, a
         kernel = _batchnorm_kernel(x.dtype.name, weight is not None, bias is not None, activation)
         kernel((_blocks(x.size),), (_THREADS,), (x, mean, var, x if weight is None else weight, x if bias is None else bias, y,
                                                   np.int64(x.size), np.int64(x.shape[2] * x.shape[3]), np.int32(x.shape[1]),
-                                                  x.dtype.type(eps)))
+                                                  scalar(x.dtype, eps)))
     return y
 
 
@@ -179,8 +188,8 @@ def softmax_rows(x: Any, scale: float = 1.0, safe: bool = False) -> Any:
     if rows:
         threads = _row_threads(d)
         _softmax_kernel(x.dtype.name, safe)((min(rows, _MOST_BLOCKS * 8),), (threads,),
-                                            (x, y, np.int64(rows), np.int32(d), x.dtype.type(scale), x.dtype.type(-np.inf)),
-                                            shared_mem=threads * x.dtype.itemsize)
+                                            (x, y, np.int64(rows), np.int32(d), scalar(x.dtype, scale), scalar(x.dtype, -np.inf)),
+                                            shared_mem=threads * accumulation(x.dtype).itemsize)
     return y
 
 
@@ -194,8 +203,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, normalized_ndim: int, eps: float)
         threads = _row_threads(d)
         kernel = _layer_norm_kernel(x.dtype.name, weight is not None, bias is not None)
         kernel((min(rows, _MOST_BLOCKS * 8),), (threads,), (x, x if weight is None else weight, x if bias is None else bias,
-                                                             y, np.int64(rows), np.int32(d), x.dtype.type(eps)),
-               shared_mem=threads * x.dtype.itemsize)
+                                                             y, np.int64(rows), np.int32(d), scalar(x.dtype, eps)),
+               shared_mem=threads * accumulation(x.dtype).itemsize)
     return y
 
 

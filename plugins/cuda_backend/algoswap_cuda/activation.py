@@ -1,15 +1,22 @@
-"""Element-wise activations and their gradients (CuPy element-wise kernels).
+"""Element-wise activations and their gradients (CuPy element-wise kernels; for float16 and bfloat16 one raw
+kernel each, reading and writing the half-precision arrays and computing in float32 between).
 
 The conditions are written so that NaN goes where PyTorch sends it (ternaries, never fmin/fmax,
 which drop NaN); ``FORWARD`` holds each activation as C statements on ``T v``, shared with the
-convolution epilogue (_epilogue), which fuses some of them.
+convolution epilogue (_epilogue), which fuses some of them. ``T`` there is the type the statements
+compute in (float for the half precisions: ``_types.prelude``), whatever the arrays store (``S``).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import cupy as cp
+import numpy as np
+
+from ._runtime import contiguous
+from ._types import is_half, prelude, scalar
 
 SQRT_HALF = "(T)0.70710678118654752"  # 1 / sqrt(2)
 INV_SQRT_2PI = "(T)0.39894228040143268"  # 1 / sqrt(2 pi)
@@ -43,6 +50,9 @@ FORWARD = {
     "hardsigmoid": f"{{ {_CLAMP_3_6} v = c / 6; }}",
     "elu": "v = v > (T)0 ? v : alpha * expm1(v);",
     "mish": f"{{ {_softplus('v')} v = v * tanh(sp); }}",
+    "sigmoid": f"{{ {_sigmoid('v')} v = s; }}",
+    "tanh": "v = tanh(v);",
+    "leaky_relu": "v = v > (T)0 ? v : v * slope;",
 }
 # activation -> C statements setting T dx from T dy and the forward input T x
 BACKWARD = {
@@ -54,9 +64,65 @@ BACKWARD = {
     "hardsigmoid": "dx = (x > (T)-3 && x < (T)3) ? dy / 6 : (T)0;",
     "elu": "dx = x > (T)0 ? dy : dy * alpha * exp(x);",
     "mish": f"{_softplus('x')} T t = tanh(sp); {_sigmoid('x')} dx = dy * (t + x * s * ((T)1 - t * t));",
+    "relu": "dx = x <= (T)0 ? (T)0 : dy;",  # 0 where x <= 0, else dy (where x is NaN too, as in PyTorch)
+    "leaky_relu": "dx = x > (T)0 ? dy : dy * slope;",
 }
+# activation -> C statements setting T dx from T dy and the forward output T y (sigmoid's and tanh's gradients)
+FROM_OUTPUT = {"sigmoid": "dx = dy * y * ((T)1 - y);", "tanh": "dx = dy * ((T)1 - y * y);"}
 # activation -> its scalar parameters (kernel arguments after the arrays)
-PARAMS = {"hardtanh": ("lo", "hi"), "elu": ("alpha",)}
+PARAMS = {"hardtanh": ("lo", "hi"), "elu": ("alpha",), "leaky_relu": ("slope",)}
+# the activations whose float32 and float64 kernels are CuPy element-wise kernels of these statements
+_ELEMENTWISE = ("hardtanh", "silu", "gelu", "gelu_tanh", "hardswish", "hardsigmoid", "elu", "mish")
+
+# The raw kernels of float16 and bfloat16 (any float dtype compiles): one thread per element, reading the stored
+# type S, running the statements in T (float), storing S again.
+_HALF = {
+    "forward": """extern "C" __global__ void {name}(const S* xs, S* ys, long long n{params}) {{
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    T v = (T)xs[i];
+    {code}
+    ys[i] = (S)v;
+}}
+""",
+    "gradient": """extern "C" __global__ void {name}(const S* dys, const S* operands, S* dxs, long long n{params}) {{
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const T dy = (T)dys[i], {operand} = (T)operands[i];
+    T dx;
+    {code}
+    dxs[i] = (S)dx;
+}}
+""",
+}
+_BLOCK = 256
+
+
+def kernel_source(kind: str, name: str, dtype: str) -> tuple[str, str]:
+    """The raw kernel of activation ``name`` for ``dtype`` and its name: ``kind`` "forward" (FORWARD),
+    "backward" (BACKWARD, from the input x) or "from_output" (FROM_OUTPUT, from the output y)."""
+    code = {"forward": FORWARD, "backward": BACKWARD, "from_output": FROM_OUTPUT}[kind][name]
+    params = PARAMS.get(name, ())
+    kernel = f"algoswap_{name}_{kind}_{dtype}"
+    source = _HALF["forward" if kind == "forward" else "gradient"].format(
+        name=kernel, code=code, operand="y" if kind == "from_output" else "x", params="".join(f", T {p}" for p in params))
+    return prelude(dtype) + source, kernel
+
+
+@lru_cache(maxsize=128)  # every (kind, activation, dtype)
+def _raw_kernel(kind: str, name: str, dtype: str) -> Any:
+    return cp.RawKernel(*kernel_source(kind, name, dtype))
+
+
+def _half(kind: str, name: str, arrays: tuple[Any, ...], params: tuple[float, ...]) -> Any:
+    """The raw kernel's result on ``arrays`` (contiguous copies where they are not), as a new array."""
+    arrays = tuple(contiguous(a) for a in arrays)
+    first = arrays[0]
+    out = cp.empty(first.shape, first.dtype)
+    if first.size:
+        _raw_kernel(kind, name, first.dtype.name)(((first.size + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
+                                                  (*arrays, out, np.int64(first.size), *(scalar(first.dtype, p) for p in params)))
+    return out
 
 
 def _forward_kernel(name: str) -> Any:
@@ -72,94 +138,112 @@ def _backward_kernel(name: str) -> Any:
 _relu_grad = cp.ElementwiseKernel("T dy, T x", "T dx", "dx = x <= 0 ? (T)0 : dy", "algoswap_relu_grad")
 _leaky = cp.ElementwiseKernel("T x, T slope", "T y", "y = x > 0 ? x : x * slope", "algoswap_leaky_relu")
 _leaky_grad = cp.ElementwiseKernel("T dy, T x, T slope", "T dx", "dx = x > 0 ? dy : dy * slope", "algoswap_leaky_relu_grad")
-_FORWARD = {name: _forward_kernel(name) for name in BACKWARD}
-_BACKWARD = {name: _backward_kernel(name) for name in BACKWARD}
+_FORWARD = {name: _forward_kernel(name) for name in _ELEMENTWISE}
+_BACKWARD = {name: _backward_kernel(name) for name in _ELEMENTWISE}
+
+
+def _forward(name: str, x: Any, *params: float) -> Any:
+    """Activation ``name`` of x: its CuPy element-wise kernel, or for the half types its raw kernel."""
+    if is_half(x):
+        return _half("forward", name, (x,), params)
+    return _FORWARD[name](x, *(x.dtype.type(p) for p in params))
+
+
+def _backward(name: str, dy: Any, x: Any, *params: float) -> Any:
+    """The gradient of activation ``name`` from its input x: its CuPy element-wise kernel, or its raw kernel."""
+    if is_half(dy):
+        return _half("backward", name, (dy, x), params)
+    return _BACKWARD[name](dy, x, *(x.dtype.type(p) for p in params))
 
 
 def relu(x: Any) -> Any:
-    return cp.maximum(x, 0)
+    return _half("forward", "relu", (x,), ()) if is_half(x) else cp.maximum(x, 0)
 
 
 def relu_grad(dy: Any, x: Any) -> Any:
     """0 where x <= 0, else dy (where x is NaN too, as in PyTorch)."""
-    return _relu_grad(dy, x)
+    return _half("backward", "relu", (dy, x), ()) if is_half(dy) else _relu_grad(dy, x)
 
 
 def sigmoid(x: Any) -> Any:
-    return 1 / (1 + cp.exp(-x))
+    return _half("forward", "sigmoid", (x,), ()) if is_half(x) else 1 / (1 + cp.exp(-x))
 
 
 def sigmoid_grad(dy: Any, y: Any) -> Any:
-    return dy * y * (1 - y)
+    return _half("from_output", "sigmoid", (dy, y), ()) if is_half(dy) else dy * y * (1 - y)
 
 
 def tanh(x: Any) -> Any:
-    return cp.tanh(x)
+    return _half("forward", "tanh", (x,), ()) if is_half(x) else cp.tanh(x)
 
 
 def tanh_grad(dy: Any, y: Any) -> Any:
-    return dy * (1 - y * y)
+    return _half("from_output", "tanh", (dy, y), ()) if is_half(dy) else dy * (1 - y * y)
 
 
 def leaky_relu(x: Any, *, negative_slope: float) -> Any:
+    if is_half(x):
+        return _half("forward", "leaky_relu", (x,), (negative_slope,))
     return _leaky(x, x.dtype.type(negative_slope))
 
 
 def leaky_relu_grad(dy: Any, x: Any, *, negative_slope: float) -> Any:
+    if is_half(dy):
+        return _half("backward", "leaky_relu", (dy, x), (negative_slope,))
     return _leaky_grad(dy, x, x.dtype.type(negative_slope))
 
 
 def hardtanh(x: Any, *, min_val: float, max_val: float) -> Any:
-    return _FORWARD["hardtanh"](x, x.dtype.type(min_val), x.dtype.type(max_val))
+    return _forward("hardtanh", x, min_val, max_val)
 
 
 def hardtanh_grad(dy: Any, x: Any, *, min_val: float, max_val: float) -> Any:
-    return _BACKWARD["hardtanh"](dy, x, x.dtype.type(min_val), x.dtype.type(max_val))
+    return _backward("hardtanh", dy, x, min_val, max_val)
 
 
 def silu(x: Any) -> Any:
-    return _FORWARD["silu"](x)
+    return _forward("silu", x)
 
 
 def silu_grad(dy: Any, x: Any) -> Any:
-    return _BACKWARD["silu"](dy, x)
+    return _backward("silu", dy, x)
 
 
 def gelu(x: Any, *, approximate: str) -> Any:
-    return _FORWARD["gelu" if approximate == "none" else "gelu_tanh"](x)
+    return _forward("gelu" if approximate == "none" else "gelu_tanh", x)
 
 
 def gelu_grad(dy: Any, x: Any, *, approximate: str) -> Any:
-    return _BACKWARD["gelu" if approximate == "none" else "gelu_tanh"](dy, x)
+    return _backward("gelu" if approximate == "none" else "gelu_tanh", dy, x)
 
 
 def hardswish(x: Any) -> Any:
-    return _FORWARD["hardswish"](x)
+    return _forward("hardswish", x)
 
 
 def hardswish_grad(dy: Any, x: Any) -> Any:
-    return _BACKWARD["hardswish"](dy, x)
+    return _backward("hardswish", dy, x)
 
 
 def hardsigmoid(x: Any) -> Any:
-    return _FORWARD["hardsigmoid"](x)
+    return _forward("hardsigmoid", x)
 
 
 def hardsigmoid_grad(dy: Any, x: Any) -> Any:
-    return _BACKWARD["hardsigmoid"](dy, x)
+    return _backward("hardsigmoid", dy, x)
 
 
 def elu(x: Any, *, alpha: float) -> Any:
-    return _FORWARD["elu"](x, x.dtype.type(alpha))
+    return _forward("elu", x, alpha)
 
 
 def elu_grad(dy: Any, x: Any, *, alpha: float) -> Any:
-    return _BACKWARD["elu"](dy, x, x.dtype.type(alpha))
+    return _backward("elu", dy, x, alpha)
 
 
 def mish(x: Any) -> Any:
-    return _FORWARD["mish"](x)
+    return _forward("mish", x)
 
 
 def mish_grad(dy: Any, x: Any) -> Any:
-    return _BACKWARD["mish"](dy, x)
+    return _backward("mish", dy, x)

@@ -1,4 +1,9 @@
-"""Element-wise arithmetic (CuPy broadcasting), the scalar-constant ops and their gradients."""
+"""Element-wise arithmetic (CuPy broadcasting), the scalar-constant ops and their gradients.
+
+In float16 and bfloat16 the binary ops, neg and sqrt are CuPy's element-wise kernels on the arrays as they
+are (each computes in float32 and rounds once; their gradients' sums accumulate in float32); the others
+compute in float32, rounded once (``_types.in_float32``: a scalar constant is not rounded to the half type
+first, as in torch)."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import Any
 
 import cupy as cp
 
+from ._types import in_float32
 from .reduce import sum_to_shape
 
 
@@ -33,6 +39,7 @@ def div_grad_a(dy: Any, b: Any, *, shape: tuple[int, ...]) -> Any:
     return sum_to_shape(dy / b, shape=shape)
 
 
+@in_float32
 def div_grad_b(dy: Any, a: Any, b: Any, *, shape: tuple[int, ...]) -> Any:
     return sum_to_shape(_div_grad_b(dy, a, b), shape=shape)
 
@@ -64,38 +71,47 @@ def sqrt(x: Any) -> Any:
     return cp.sqrt(x)
 
 
+@in_float32
 def sqrt_grad(dy: Any, y: Any) -> Any:
     return _sqrt_grad(dy, y)
 
 
+@in_float32
 def rsqrt(x: Any) -> Any:
     return _rsqrt(x)
 
 
+@in_float32
 def rsqrt_grad(dy: Any, y: Any) -> Any:
     return _rsqrt_grad(dy, y)
 
 
+@in_float32
 def add_scalar(x: Any, *, value: float) -> Any:
     return x + x.dtype.type(value)
 
 
+@in_float32
 def mul_scalar(x: Any, *, value: float) -> Any:
     return x * x.dtype.type(value)
 
 
+@in_float32
 def rdiv_scalar(x: Any, *, value: float) -> Any:
     return x.dtype.type(value) / x
 
 
+@in_float32
 def rdiv_scalar_grad(dy: Any, x: Any, *, value: float) -> Any:
     return _rdiv_grad(dy, x, x.dtype.type(value))
 
 
+@in_float32
 def pow_scalar(x: Any, *, exponent: float) -> Any:
     return _pow(x, x.dtype.type(exponent))
 
 
+@in_float32
 def pow_scalar_grad(dy: Any, x: Any, *, exponent: float) -> Any:
     """dy * exponent * x ** (exponent - 1); for exponent 0, zeros whatever dy and x hold (as in PyTorch)."""
     if exponent == 0:
@@ -103,10 +119,12 @@ def pow_scalar_grad(dy: Any, x: Any, *, exponent: float) -> Any:
     return _pow_grad(dy, x, x.dtype.type(exponent))
 
 
+@in_float32
 def clamp_min(x: Any, *, value: float) -> Any:
     return _clamp_min(x, x.dtype.type(value))
 
 
+@in_float32
 def clamp_min_grad(dy: Any, x: Any, *, value: float) -> Any:
     return _clamp_min_grad(dy, x, x.dtype.type(value))
 

@@ -1,5 +1,7 @@
 """scaled_dot_product_attention and its gradients: cuBLAS batched products (_blas.matmul) around the backend's
-softmax (the spec's computation: see algoswap._specs.attention)."""
+softmax (the spec's computation: see algoswap._specs.attention). In float16 and bfloat16 the forward keeps its
+products in the input's dtype (cuBLAS accumulates them in float32) and computes the softmax in float32 (with
+a mask, the scaled and masked scores too); the gradients compute in float32, rounded once."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from algoswap import attention_mask
 
 from . import _passes
 from ._blas import matmul
+from ._types import accumulation, in_float32
 from .reduce import sum_to_shape
 from .softmax import softmax, softmax_grad
 
@@ -20,15 +23,17 @@ def _t(a: Any) -> Any:
 
 
 def _weights(q: Any, k: Any, mask: Any, is_causal: bool, scale: float) -> Any:
-    """softmax(scale * q @ k^T + mask) over the keys; rows of scores all -inf give zeros (torch's _safe_softmax)."""
-    added = attention_mask(mask, is_causal, q.shape[-2], k.shape[-2], q.dtype, cp)
-    if added is None and q.dtype.name in _passes.FLOAT_TYPES:
+    """softmax(scale * q @ k^T + mask) over the keys; rows of scores all -inf give zeros (torch's _safe_softmax).
+    With a mask, the scores are scaled, masked and normalised in the accumulation dtype (float32 for the half
+    types), the weights rounded once to q's dtype."""
+    wide = accumulation(q.dtype)
+    added = attention_mask(mask, is_causal, q.shape[-2], k.shape[-2], wide, cp)
+    if added is None:
         return _passes.softmax_rows(matmul(q, _t(k)), scale, safe=True)
-    scores = matmul(q, _t(k)) * q.dtype.type(scale)
-    if added is not None:
-        scores += added
+    scores = matmul(q, _t(k)).astype(wide, copy=False) * wide.type(scale)
+    scores += added.astype(wide, copy=False)  # a float mask of a half dtype, widened
     fully_masked = cp.all(scores == -cp.inf, axis=-1, keepdims=True)
-    return cp.where(fully_masked, q.dtype.type(0), softmax(scores, axis=-1))
+    return cp.where(fully_masked, wide.type(0), softmax(scores, axis=-1)).astype(q.dtype, copy=False)
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool, scale: float) -> Any:
@@ -40,16 +45,19 @@ def _scores_grad(dy: Any, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, sc
     return softmax_grad(matmul(dy, _t(v)), _weights(q, k, mask, is_causal, scale), axis=-1) * q.dtype.type(scale)
 
 
+@in_float32
 def scaled_dot_product_attention_grad_query(dy: Any, q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool,
                                             scale: float) -> Any:
     return sum_to_shape(matmul(_scores_grad(dy, q, k, v, mask, is_causal, scale), k), shape=q.shape)
 
 
+@in_float32
 def scaled_dot_product_attention_grad_key(dy: Any, q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool,
                                           scale: float) -> Any:
     return sum_to_shape(matmul(_t(_scores_grad(dy, q, k, v, mask, is_causal, scale)), q), shape=k.shape)
 
 
+@in_float32
 def scaled_dot_product_attention_grad_value(dy: Any, q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool,
                                             scale: float) -> Any:
     return sum_to_shape(matmul(_t(_weights(q, k, mask, is_causal, scale)), dy), shape=v.shape)

@@ -1,5 +1,6 @@
 """dropout and dropout2d with the spec's counter-based mask, drawn in the kernel: element (or channel)
-i is kept where splitmix64(splitmix64(seed) + i) / 2**64 >= p, the same mask as every backend's."""
+i is kept where splitmix64(splitmix64(seed) + i) / 2**64 >= p, the same mask as every backend's. float16
+and bfloat16 are scaled in float32 and rounded once (``_types.in_float32``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 import cupy as cp
 import numpy as np
+
+from ._types import in_float32
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -39,19 +42,23 @@ def _apply(x: Any, p: float, seed: int, training: bool, group: int) -> Any:
     return _masked(x, key, np.float64(p), x.dtype.type(1 / (1 - p)), np.int64(group))
 
 
+@in_float32
 def dropout(x: Any, *, p: float, seed: int, training: bool) -> Any:
     return _apply(x, p, seed, training, 1)
 
 
+@in_float32
 def dropout_grad(dy: Any, *, p: float, seed: int, training: bool) -> Any:
     """The same mask and scale applied to dy (dropout is linear in its input)."""
     return _apply(dy, p, seed, training, 1)
 
 
+@in_float32
 def dropout2d(x: Any, *, p: float, seed: int, training: bool) -> Any:
     """Whole channels of NCHW input zeroed: channel (n, c) follows element n * C + c of the mask."""
     return _apply(x, p, seed, training, x.shape[2] * x.shape[3])
 
 
+@in_float32
 def dropout2d_grad(dy: Any, *, p: float, seed: int, training: bool) -> Any:
     return _apply(dy, p, seed, training, dy.shape[2] * dy.shape[3])

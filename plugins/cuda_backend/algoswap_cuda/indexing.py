@@ -1,4 +1,5 @@
-"""one_hot, where, and embedding lookup with its gradient (a scatter-add) on CuPy arrays."""
+"""one_hot, where, and embedding lookup with its gradient (a scatter-add) on CuPy arrays. where (CuPy has no
+bfloat16 loop for it) and the scatter-add run float16 and bfloat16 in float32 (``_types.in_float32``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 import cupy as cp
 
 from algoswap import OpArgumentError
+
+from ._types import in_float32
 
 
 def check_indices(op: str, name: str, indices: Any, limit: int) -> None:
@@ -22,10 +25,12 @@ def one_hot(indices: Any, *, num_classes: int, dtype: str) -> Any:
     return cp.eye(num_classes, dtype=dtype)[indices]
 
 
+@in_float32
 def where(condition: Any, x: Any, y: Any) -> Any:
     return cp.where(condition, x, y)
 
 
+@in_float32
 def where_grad(dy: Any, condition: Any, *, branch: str) -> Any:
     zero = cp.zeros((), dtype=dy.dtype)
     return cp.where(condition, dy, zero) if branch == "x" else cp.where(condition, zero, dy)
@@ -36,6 +41,7 @@ def embedding(weight: Any, indices: Any) -> Any:
     return weight[indices]
 
 
+@in_float32
 def embedding_grad(dy: Any, indices: Any, *, num_embeddings: int) -> Any:
     """Each row of dy added onto the row its index names (repeats add up)."""
     check_indices("embedding_grad", "indices", indices, num_embeddings)

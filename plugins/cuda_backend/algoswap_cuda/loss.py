@@ -1,4 +1,5 @@
-"""softmax_cross_entropy and binary_cross_entropy with their gradients (CuPy kernels and reductions)."""
+"""softmax_cross_entropy and binary_cross_entropy with their gradients (CuPy kernels and reductions; float16
+and bfloat16 computed in float32, rounded once: ``_types.in_float32``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import cupy as cp
 
 from algoswap import OpArgumentError
 
+from ._types import in_float32
 from .indexing import check_indices
 from .softmax import log_softmax, softmax
 
@@ -38,10 +40,12 @@ def _target_log_probability(log_p: Any, labels: Any) -> Any:
     return log_p[cp.arange(len(labels)), labels]
 
 
+@in_float32
 def softmax_cross_entropy(logits: Any, labels: Any, *, reduction: str) -> Any:
     return _reduce(-_target_log_probability(log_softmax(logits, axis=1), labels), reduction)
 
 
+@in_float32
 def softmax_cross_entropy_grad(dy: Any, logits: Any, labels: Any, *, reduction: str) -> Any:
     """softmax(logits) * sum(g) - g with g = targets * dy (/ N for 'mean'): log_softmax's gradient of
     the loss's, in PyTorch's order."""
@@ -74,12 +78,14 @@ def _seen(values: Any) -> str:
     return f"values in [{low:.4g}, {high:.4g}] or NaN"
 
 
+@in_float32
 def binary_cross_entropy(x: Any, target: Any, *, reduction: str) -> Any:
     """-(t log(x) + (1 - t) log(1 - x)), each log clamped at -100."""
     _check_probabilities("binary_cross_entropy", x, target)
     return _reduce(_bce(x, target), reduction)
 
 
+@in_float32
 def binary_cross_entropy_grad(dy: Any, x: Any, target: Any, *, reduction: str) -> Any:
     _check_probabilities("binary_cross_entropy_grad", x, target)
     scale = dy / x.size if reduction == "mean" else dy

@@ -1,6 +1,7 @@
 """Batch norm (inference and training) and layer norm with gradients, as CuPy reductions in the
 input's dtype (two-pass variance); the inference batch norm (with its activation too: batchnorm2d_fused)
-and the layer norm of float32 and float64 arrays as one kernel launch each (``_passes``)."""
+and the layer norm as one kernel launch each (``_passes``, every float dtype: float16 and bfloat16 computed
+in float32). The rest computes float16 and bfloat16 in float32, rounded once (``_types.in_float32``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 import cupy as cp
 
 from . import _passes
+from ._types import in_float32
+from .reduce import total
 
 _NHW = (0, 2, 3)
 
@@ -18,16 +21,13 @@ def _per_channel(v: Any) -> Any:
 
 
 def batchnorm2d(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float) -> Any:
-    if x.dtype.name in _passes.FLOAT_TYPES:
-        return _passes.batchnorm(x, running_mean, running_var, weight, bias, eps)
-    rstd = 1 / cp.sqrt(running_var + x.dtype.type(eps))
-    return _per_channel_affine(x, _per_channel(running_mean), _per_channel(rstd), weight, bias)
+    return _passes.batchnorm(x, running_mean, running_var, weight, bias, eps)
 
 
 def batchnorm2d_fused(x: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any, *, eps: float,
                       activation: str) -> Any:
     """activation(batchnorm2d(...)) in one pass over memory: the batch norm kernel with the activation
-    (the convolution epilogue's C statements) before its store (float32 and float64, the backend's dtypes)."""
+    (the convolution epilogue's C statements) before its store."""
     return _passes.batchnorm(x, running_mean, running_var, weight, bias, eps, activation)
 
 
@@ -56,11 +56,6 @@ def _standardise_grad(d: Any, xhat: Any, rstd: Any, axes: tuple[int, ...]) -> An
     return rstd * (d - d.mean(axis=axes, keepdims=True) - xhat * (d * xhat).mean(axis=axes, keepdims=True))
 
 
-def _scale_shift(xhat: Any, weight: Any, bias: Any) -> Any:
-    y = xhat if weight is None else xhat * weight
-    return y if bias is None else y + bias
-
-
 def _per_channel_family(axes: tuple[int, ...], name: str) -> tuple[Any, Any, Any]:
     """Forward, input gradient and weight gradient of a norm standardising over ``axes`` with a
     per-channel weight and bias (batch norm: (N, H, W); instance norm: (H, W))."""
@@ -78,14 +73,14 @@ def _per_channel_family(axes: tuple[int, ...], name: str) -> tuple[Any, Any, Any
 
     for function, suffix in ((forward, ""), (grad_input, "_grad_input"), (grad_weight, "_grad_weight")):
         function.__name__ = function.__qualname__ = name + suffix
-    return forward, grad_input, grad_weight
+    return in_float32(forward), in_float32(grad_input), in_float32(grad_weight)
 
 
 batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight = _per_channel_family(_NHW, "batch_norm_train")
 
 
 def batch_norm_train_grad_bias(dy: Any) -> Any:
-    return dy.sum(axis=_NHW)
+    return total(dy, _NHW)
 
 
 def _last(x: Any, ndim: int) -> tuple[int, ...]:
@@ -97,23 +92,23 @@ def _first(x: Any, ndim: int) -> tuple[int, ...]:
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, *, normalized_ndim: int, eps: float) -> Any:
-    if x.dtype.name in _passes.FLOAT_TYPES:
-        return _passes.layer_norm(x, weight, bias, normalized_ndim, eps)
-    return _scale_shift(_standardise(x, _last(x, normalized_ndim), eps)[0], weight, bias)
+    return _passes.layer_norm(x, weight, bias, normalized_ndim, eps)
 
 
+@in_float32
 def layer_norm_grad_input(dy: Any, x: Any, weight: Any, *, normalized_ndim: int, eps: float) -> Any:
     axes = _last(x, normalized_ndim)
     xhat, rstd = _standardise(x, axes, eps)
     return _standardise_grad(dy if weight is None else dy * weight, xhat, rstd, axes)
 
 
+@in_float32
 def layer_norm_grad_weight(dy: Any, x: Any, *, normalized_ndim: int, eps: float) -> Any:
     return (dy * _standardise(x, _last(x, normalized_ndim), eps)[0]).sum(axis=_first(x, normalized_ndim))
 
 
 def layer_norm_grad_bias(dy: Any, *, normalized_ndim: int) -> Any:
-    return dy.sum(axis=_first(dy, normalized_ndim))
+    return total(dy, _first(dy, normalized_ndim))
 
 
 instance_norm, instance_norm_grad_input, instance_norm_grad_weight = _per_channel_family((2, 3), "instance_norm")

@@ -1,6 +1,7 @@
 """Optimizer updates in place, each one CUDA kernel over the parameter and its state (dense), or over
 the named rows (lazy-sparse: distinct rows gathered with their summed gradient rows, updated by the
-same kernel, scattered back), as the spec defines them."""
+same kernel, scattered back), as the spec defines them. float16 and bfloat16 parameters and state are
+updated in float32 and rounded once (``_types.in_float32``, which writes them back in place)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Callable
 
 import cupy as cp
 
+from ._types import in_float32
 from .indexing import check_indices
 
 _sgd = cp.ElementwiseKernel("T g, T lr", "T p", "p -= lr * g", "algoswap_sgd")
@@ -22,29 +24,34 @@ _adam = cp.ElementwiseKernel(
     "algoswap_adam")
 
 
+@in_float32(updated=(0,))
 def sgd_update(param: Any, grad: Any, *, lr: float) -> Any:
     _sgd(grad, param.dtype.type(lr), param)
     return param
 
 
+@in_float32(updated=(0, 2))
 def momentum_update(param: Any, grad: Any, velocity: Any, *, lr: float, momentum: float) -> Any:
     t = param.dtype.type
     _momentum(grad, t(lr), t(momentum), param, velocity)
     return param
 
 
+@in_float32(updated=(0, 2))
 def nesterov_update(param: Any, grad: Any, velocity: Any, *, lr: float, momentum: float) -> Any:
     t = param.dtype.type
     _nesterov(grad, t(lr), t(momentum), param, velocity)
     return param
 
 
+@in_float32(updated=(0, 2))
 def adagrad_update(param: Any, grad: Any, accumulator: Any, *, lr: float, eps: float) -> Any:
     t = param.dtype.type
     _adagrad(grad, t(lr), t(eps), param, accumulator)
     return param
 
 
+@in_float32(updated=(0, 2, 3))
 def adam_update(param: Any, grad: Any, m: Any, v: Any, *, lr: float, beta1: float, beta2: float, eps: float,
                 step: int) -> Any:
     t = param.dtype.type
@@ -64,22 +71,27 @@ def _sparse(op: str, dense: Callable[..., Any], param: Any, indices: Any, rows: 
     return param
 
 
+@in_float32(updated=(0,))
 def sgd_update_sparse(param: Any, indices: Any, rows: Any, *, lr: float) -> Any:
     return _sparse("sgd_update_sparse", sgd_update, param, indices, rows, lr=lr)
 
 
+@in_float32(updated=(0, 3))
 def momentum_update_sparse(param: Any, indices: Any, rows: Any, velocity: Any, *, lr: float, momentum: float) -> Any:
     return _sparse("momentum_update_sparse", momentum_update, param, indices, rows, velocity, lr=lr, momentum=momentum)
 
 
+@in_float32(updated=(0, 3))
 def nesterov_update_sparse(param: Any, indices: Any, rows: Any, velocity: Any, *, lr: float, momentum: float) -> Any:
     return _sparse("nesterov_update_sparse", nesterov_update, param, indices, rows, velocity, lr=lr, momentum=momentum)
 
 
+@in_float32(updated=(0, 3))
 def adagrad_update_sparse(param: Any, indices: Any, rows: Any, accumulator: Any, *, lr: float, eps: float) -> Any:
     return _sparse("adagrad_update_sparse", adagrad_update, param, indices, rows, accumulator, lr=lr, eps=eps)
 
 
+@in_float32(updated=(0, 3, 4))
 def adam_update_sparse(param: Any, indices: Any, rows: Any, m: Any, v: Any, *, lr: float, beta1: float, beta2: float,
                        eps: float, step: int) -> Any:
     return _sparse("adam_update_sparse", adam_update, param, indices, rows, m, v, lr=lr, beta1=beta1, beta2=beta2,

@@ -1,5 +1,6 @@
 """Max, average and adaptive average pooling and their gradients: our CUDA kernels, one thread per
-output element (gradients scatter with atomicAdd)."""
+output element, in every float dtype (sums in float32 for float16 and bfloat16); gradients scatter with
+atomicAdd into a buffer of the accumulation dtype (float32 for the half types, rounded once)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import cupy as cp
 
 from . import _kernels
 from ._runtime import contiguous
+from ._types import accumulation, rounded
 
 Pair = tuple[int, int]
 
@@ -40,10 +42,10 @@ def maxpool2d_grad(dy: Any, x: Any, *, kernel_size: Pair, stride: Pair, padding:
                    ceil_mode: bool) -> Any:
     """Each output finds its window's maximum again and adds its gradient there."""
     dy, x = contiguous(dy), contiguous(x)
-    dx = cp.zeros_like(x)
+    dx = cp.zeros(x.shape, accumulation(x.dtype))
     _kernels.launch(_kernels.MAXPOOL2D, "maxpool2d_grad", x.dtype.name, dy.size, (dy, x, dx), _planes(x),
                     *x.shape[2:], *dy.shape[2:], *kernel_size, *stride, *padding, *dilation)
-    return dx
+    return rounded(dx, x.dtype)
 
 
 def avgpool2d(x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, ceil_mode: bool, count_include_pad: bool,
@@ -59,11 +61,11 @@ def avgpool2d(x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, ceil_mo
 def avgpool2d_grad(dy: Any, *, input_size: tuple[int, ...], kernel_size: Pair, stride: Pair, padding: Pair,
                    ceil_mode: bool, count_include_pad: bool, divisor_override: int | None) -> Any:
     dy = contiguous(dy)
-    dx = cp.zeros(tuple(input_size), dtype=dy.dtype)
+    dx = cp.zeros(tuple(input_size), dtype=accumulation(dy.dtype))
     _kernels.launch(_kernels.AVGPOOL2D, "avgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
                     *input_size[2:], *dy.shape[2:], *kernel_size, *stride, *padding, count_include_pad,
                     divisor_override or 0)
-    return dx
+    return rounded(dx, dy.dtype)
 
 
 def adaptiveavgpool2d(x: Any, *, output_size: Pair) -> Any:
@@ -76,10 +78,10 @@ def adaptiveavgpool2d(x: Any, *, output_size: Pair) -> Any:
 
 def adaptiveavgpool2d_grad(dy: Any, *, input_size: tuple[int, ...]) -> Any:
     dy = contiguous(dy)
-    dx = cp.zeros(tuple(input_size), dtype=dy.dtype)
+    dx = cp.zeros(tuple(input_size), dtype=accumulation(dy.dtype))
     _kernels.launch(_kernels.ADAPTIVE, "adaptiveavgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
                     *input_size[2:], *dy.shape[2:])
-    return dx
+    return rounded(dx, dy.dtype)
 
 
 def kernel(call: Any) -> str:

@@ -1,4 +1,8 @@
-"""Sums, means and maxima over axes with their gradients, broadcast_to and its adjoint sum_to_shape (CuPy reductions)."""
+"""Sums, means and maxima over axes with their gradients, broadcast_to and its adjoint sum_to_shape (CuPy reductions).
+
+float16 and bfloat16 sums and means accumulate in float32 (asked for explicitly: CuPy's CUB path would add
+half-precision arrays in half precision) and are rounded once; the gradients of the mean and the maximum
+run in float32 (``_types.in_float32``: a count rounded to bfloat16 is off from 257 on)."""
 
 from __future__ import annotations
 
@@ -7,15 +11,22 @@ from typing import Any
 
 import cupy as cp
 
+from ._types import accumulation, in_float32, rounded
+
 Axes = tuple[int, ...]
 
 
+def total(x: Any, axis: Any, keepdims: bool = False) -> Any:
+    """x summed over ``axis`` in its accumulation dtype (float32 for the half types), in x's dtype."""
+    return rounded(cp.sum(x, axis=axis, keepdims=keepdims, dtype=accumulation(x.dtype)), x.dtype)
+
+
 def reduce_sum(x: Any, *, axes: Axes, keepdims: bool) -> Any:
-    return cp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    return total(x, axes, keepdims)
 
 
 def reduce_mean(x: Any, *, axes: Axes, keepdims: bool) -> Any:
-    return cp.mean(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    return rounded(cp.mean(x, axis=axes, keepdims=keepdims, dtype=accumulation(x.dtype)), x.dtype)
 
 
 def reduce_max(x: Any, *, axes: Axes, keepdims: bool) -> Any:
@@ -34,11 +45,13 @@ def reduce_sum_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[in
     return _spread(dy, axes, keepdims, input_size)
 
 
+@in_float32
 def reduce_mean_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
     count = math.prod(input_size[a] for a in axes)
     return _spread(dy / dy.dtype.type(count), axes, keepdims, input_size)
 
 
+@in_float32
 def reduce_max_grad(dy: Any, x: Any, *, axes: Axes, keepdims: bool) -> Any:
     """torch.amax's gradient: (dy / count) * is_max, count the elements equal to the maximum (0 where it is NaN)."""
     is_max = (x == cp.max(x, axis=axes, keepdims=True)).astype(x.dtype)
@@ -57,4 +70,4 @@ def sum_to_shape(x: Any, *, shape: tuple[int, ...]) -> Any:
     stretched = tuple(lead + d for d, size in enumerate(shape) if size == 1 and x.shape[lead + d] != 1)
     if not (lead or stretched):
         return cp.ascontiguousarray(x)
-    return cp.sum(x, axis=tuple(range(lead)) + stretched, keepdims=True, dtype=x.dtype).reshape(shape)
+    return total(x, tuple(range(lead)) + stretched, keepdims=True).reshape(shape)

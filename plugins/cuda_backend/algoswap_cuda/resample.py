@@ -1,5 +1,7 @@
 """interpolate and its gradient: our CUDA kernels (_kernels.INTERPOLATE), one thread per output element,
-reading the taps torch reads (algoswap.interpolation_taps, copied to the GPU once per geometry)."""
+reading the taps torch reads (algoswap.interpolation_taps, copied to the GPU once per geometry). For float16
+and bfloat16 the weights and the arithmetic are float32 (as torch's), the gradient adds into float32 and is
+rounded once."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from algoswap import LRUCache, declare_cache, interpolation_taps
 
 from . import _kernels
 from ._runtime import contiguous
+from ._types import accumulation, rounded
 
 Pair = tuple[int, int]
 TABLES = declare_cache("cuda_interpolation_taps", 256, "CUDA: interpolate's taps on the GPU, per axis geometry, dtype and device")
@@ -19,13 +22,13 @@ _tables: LRUCache[tuple[Any, Any]] = LRUCache(TABLES)
 
 
 def _device_taps(size: int, out: int, factor: float | None, mode: str, align_corners: Any, dtype: Any) -> tuple[Any, Any]:
-    """((out, 2) int32 indices, (out, 2) weights of ``dtype``) on the current GPU."""
+    """((out, 2) int32 indices, (out, 2) weights of ``dtype``'s accumulation dtype) on the current GPU."""
     key = (size, out, factor, mode, align_corners, str(dtype), cp.cuda.runtime.getDevice())
     found = _tables.get(key)
     if found is None:
         first, second, w0, w1 = interpolation_taps(size, out, factor, mode, align_corners, str(dtype))
         found = _tables.put(key, (cp.asarray(np.stack([first, second], axis=1).astype(np.int32)),
-                                  cp.asarray(np.stack([w0, w1], axis=1).astype(dtype))))
+                                  cp.asarray(np.stack([w0, w1], axis=1).astype(accumulation(dtype)))))
     return found
 
 
@@ -50,6 +53,6 @@ def interpolate(x: Any, *, size: Pair, scale_factor: Any, mode: str, align_corne
 
 def interpolate_grad(dy: Any, *, input_size: tuple[int, ...], scale_factor: Any, mode: str, align_corners: Any) -> Any:
     dy = contiguous(dy)
-    dx = cp.zeros(input_size, dtype=dy.dtype)
+    dx = cp.zeros(input_size, dtype=accumulation(dy.dtype))
     _launch("interpolate_grad", dy, dx, input_size[2:], dy.shape[2:], scale_factor, mode, align_corners, dy.size)
-    return dx
+    return rounded(dx, dy.dtype)

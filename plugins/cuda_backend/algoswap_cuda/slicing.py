@@ -1,4 +1,5 @@
-"""slice, split, pad and transpose on CuPy arrays, and the gradients of slice and pad."""
+"""slice, split, pad and transpose on CuPy arrays, and the gradients of slice and pad (pad and its gradient
+compute float16 and bfloat16 in float32, rounded once: ``_types.in_float32``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 import cupy as cp
 import numpy as np
+
+from ._types import in_float32
 
 Pads = tuple[tuple[int, int], ...]
 _CUPY_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
@@ -30,6 +33,7 @@ def split(x: Any, *, sections: tuple[int, ...], index: int, axis: int) -> Any:
     return cp.ascontiguousarray(cp.take(x, cp.arange(start, start + sections[index]), axis=axis))
 
 
+@in_float32
 def pad(x: Any, *, pads: Pads, mode: str, value: float) -> Any:
     if mode == "constant":
         return cp.pad(x, pads, mode="constant", constant_values=x.dtype.type(value))
@@ -44,6 +48,7 @@ def _sources(size: int, pair: tuple[int, int], mode: str) -> np.ndarray:
     return np.pad(positions, pair, mode=_CUPY_MODE[mode])
 
 
+@in_float32
 def pad_grad(dy: Any, *, pads: Pads, mode: str, input_size: tuple[int, ...]) -> Any:
     """The adjoint of pad, one axis at a time: each padded position's gradient is added onto the
     input position it copies (a scatter-add on the GPU)."""

@@ -1,0 +1,156 @@
+"""The CUDA backend's raw kernels and their Python callers, run on the host (tests/cuda_host.py: host C++ for
+each kernel, NumPy in CuPy's place): the conformance kit's value and non-finite checks of the implementations
+that need nothing of CuPy but arrays and raw kernels, in float16 and bfloat16 (every kernel reads and writes
+the half types as they are and computes in float32 between) and, for the kernels shared with them, float32
+and float64. What a GPU adds (NVRTC, the CUDA math library, the launch itself) the conformance suites check
+on the GPU (benchmarks/cuda_device_run.sh); tests/test_cuda_half.py runs there too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import algoswap
+from algoswap import FAMILIES
+from algoswap.testing._conformance import check_conformance
+from algoswap.testing._nonfinite_check import check_nonfinite, reference_oracle
+from cuda_host import COMPILER, compile_source, every_kernel_source, fake_cupy
+from helpers import derived_seed, fail
+
+pytest.importorskip("cupy", reason="the CUDA backend's modules import CuPy")
+ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
+pytestmark = pytest.mark.skipif(COMPILER is None, reason="no host C++ compiler")
+
+HALF = ("float16", "bfloat16")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+# the modules whose functions run here (imported before CuPy is replaced in them)
+MODULES = ("_types", "_runtime", "_kernels", "_passes", "activation", "pool", "resample", "norm", "softmax", "reduce")
+_RAW_IN_EVERY_DTYPE = ("batchnorm2d", "batchnorm2d_fused", "layer_norm", "softmax")
+# op -> the dtypes it is checked in here: raw kernels in every float dtype; the activations' raw kernels
+# (float16 and bfloat16 only: float32 and float64 run CuPy element-wise kernels); the CuPy expressions
+# run in float32 for the half types (_types.in_float32, reduce.total) in the half types
+CHECKED = {
+    **{op: FLOATS for op in FAMILIES["pool"] + FAMILIES["resample"] + _RAW_IN_EVERY_DTYPE},
+    **{op: HALF for op in FAMILIES["activation"] + FAMILIES["norm"] + FAMILIES["softmax"] + FAMILIES["reduce"]
+       if op not in _RAW_IN_EVERY_DTYPE},
+}
+PARAMS = [(op, dtype) for op, dtypes in CHECKED.items() for dtype in dtypes]
+
+
+@pytest.fixture
+def on_the_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in MODULES:
+        importlib.import_module(f"algoswap_cuda.{name}")
+    yield from fake_cupy(monkeypatch)
+
+
+def _impl(op: str) -> Any:
+    impl = algoswap.registry().impls[(op, "direct", "cuda")]
+    assert set(CHECKED[op]) <= impl.dtypes, (op, impl.dtypes)
+    return impl
+
+
+def test_the_harness_rounds_as_numpy_and_ml_dtypes(rng: np.random.Generator) -> None:
+    """The host's __half and __nv_bfloat16 casts (the kernels' (T)x[i] and (S)v) are numpy's
+    float16 and ml_dtypes' bfloat16: every 16-bit pattern to float, and floats (random bit patterns, ties,
+    the edges of the ranges and of the subnormals) to nearest, ties to even."""
+    import ctypes
+
+    library = compile_source("")
+    patterns = np.arange(2**16, dtype=np.uint16)
+    edges = np.array([0.0, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 2.0**-14, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-26,
+                      1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.4e38, np.inf, -np.inf, np.nan], np.float32)
+    floats = np.concatenate([edges, rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                             (rng.standard_normal(50_000) * 10.0 ** rng.integers(-9, 6, 50_000)).astype(np.float32)])
+    for name, dtype in (("half", np.float16), ("bfloat16", ml_dtypes.bfloat16)):
+        wide = np.empty(patterns.size, np.float32)
+        getattr(library, f"{name}_to_float")(patterns.ctypes.data_as(ctypes.c_void_p), wide.ctypes.data_as(ctypes.c_void_p),
+                                             ctypes.c_long(patterns.size))
+        expected = patterns.view(dtype).astype(np.float32)
+        if not np.array_equal(wide, expected, equal_nan=True):
+            fail(f"{name} to float differs at patterns {np.flatnonzero(~((wide == expected) | np.isnan(expected)))[:5]}")
+        bits = np.empty(floats.size, np.uint16)
+        getattr(library, f"float_to_{name}")(floats.ctypes.data_as(ctypes.c_void_p), bits.ctypes.data_as(ctypes.c_void_p),
+                                             ctypes.c_long(floats.size))
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = floats.astype(dtype)
+        got = bits.view(dtype)
+        same = (got.astype(np.float32) == expected.astype(np.float32)) | (np.isnan(got.astype(np.float32)) & np.isnan(floats))
+        same &= (np.signbit(got.astype(np.float32)) == np.signbit(expected.astype(np.float32))) | np.isnan(floats)
+        if not same.all():
+            wrong = np.flatnonzero(~same)[:5]
+            fail(f"float to {name}: {floats[wrong]} gave {got[wrong]}, expected {expected[wrong]}")
+
+
+@pytest.mark.parametrize("op, dtype", PARAMS)
+def test_values_conform_on_the_host(on_the_host: None, op: str, dtype: str, rng: np.random.Generator) -> None:
+    ran, failures = check_conformance(_impl(op), dtype, rng)
+    assert ran, f"cuda:direct runs none of the cases of {op} in {dtype}"
+    if failures:
+        fail(f"{op} cuda:direct ({dtype}) on the host:\n" + "\n".join(failures))
+
+
+@pytest.mark.parametrize("op, dtype", PARAMS)
+def test_nonfinite_inputs_conform_on_the_host(on_the_host: None, op: str, dtype: str) -> None:
+    ran, failures = check_nonfinite(_impl(op), dtype, derived_seed(), reference_oracle)
+    if failures:
+        fail(f"{op} cuda:direct ({dtype}) on the host, NaN and infinities:\n" + "\n".join(failures))
+
+
+
+def test_in_float32_rounds_once_and_writes_updates_back() -> None:
+    """The half-precision path of the CuPy expressions (_types.in_float32, array-module agnostic): the function
+    sees float32 copies of the half arrays (integer ones as they are), its result is rounded once to the
+    input's dtype, inputs it updates are written back (rounded) and returned as themselves; float32 and
+    float64 calls reach the function untouched."""
+    from algoswap_cuda._types import in_float32
+
+    seen: list[tuple[str, ...]] = []
+
+    @in_float32(updated=(0, 2))
+    def update(param: Any, rows: Any, state: Any, *, lr: float) -> Any:
+        seen.append((param.dtype.name, rows.dtype.name, state.dtype.name))
+        state += lr
+        param -= state * 3
+        return param
+
+    @in_float32
+    def third(x: Any) -> Any:
+        return x / 3
+
+    for dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        param, state, rows = np.full(4, 1.0, dtype), np.full(4, 0.1, dtype), np.arange(4)
+        assert update(param, rows, state, lr=0.01) is param and seen[-1] == ("float32", "int64", "float32")
+        wide = np.float32(dtype.type(0.1)) + np.float32(0.01)
+        assert param.dtype == dtype and np.array_equal(state, np.full(4, wide).astype(dtype))
+        assert np.array_equal(param, np.full(4, np.float32(1) - wide * 3).astype(dtype))
+        x = np.array([1.0, 2.0, 7.0], dtype)
+        assert third(x).dtype == dtype and np.array_equal(third(x), (x.astype(np.float32) / 3).astype(dtype))
+    x = np.ones(3, np.float32)
+    state = np.zeros(3, np.float32)
+    assert update(x, np.arange(3), state, lr=1.0) is x and seen[-1] == ("float32", "int64", "float32") and state[0] == 1
+
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc here (the CUDA toolkit compiles for the GPU without one)")
+@pytest.mark.parametrize("dtype", HALF)
+def test_every_kernel_compiles_for_the_h200(dtype: str, tmp_path: Path) -> None:
+    """Every raw kernel source for ``dtype`` (cuda_host.every_kernel_source), compiled for sm_90 by nvcc with
+    warnings as errors: what NVRTC compiles on the GPU machine (the headers and built-ins are the toolkit's)."""
+    sources = every_kernel_source(dtype)
+    unit = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + "".join(
+        f"namespace unit{i} {{\n{source}\n}}\n" for i, source in enumerate(sources))
+    (tmp_path / "kernels.cu").write_text(unit)
+    done = subprocess.run([str(NVCC), "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-o", str(tmp_path / "kernels.cubin"),
+                           str(tmp_path / "kernels.cu")], capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        fail(f"{len(sources)} kernel sources for {dtype} do not compile for sm_90:\n{done.stderr[:6000]}")
