@@ -146,16 +146,16 @@ _KERNELS: dict[str, Any] = {
     "activation": _ELEMENTWISE, "norm": _REDUCING, "softmax": _REDUCING, "elementwise": "CuPy", "shape": "CuPy",
     "arith": "CuPy element-wise kernel (float16 and bfloat16: the binary ops, neg and sqrt on the arrays as they are, "
              "the others computed in float32, rounded once)",
-    "matmul": "cuBLAS GEMM (cupy.matmul)." + _TF32_NOTE, "reduce": "CuPy reduction (float16 and bfloat16: accumulating in float32)",
+    "matmul": Ref(f"{__name__}.matmul:kernel"), "reduce": "CuPy reduction (float16 and bfloat16: accumulating in float32)",
     "slicing": "CuPy copy / scatter-add" + _IN_FLOAT32, "dropout": "CuPy element-wise kernel drawing the spec's splitmix64 mask" + _IN_FLOAT32,
     "loss": _REDUCING, "indexing": "CuPy gather / scatter-add" + _IN_FLOAT32, "sparse": "cuSPARSE SpMV (cupyx.scipy.sparse)",
     "optim": "one CuPy element-wise kernel, in place (float16 and bfloat16: updated in float32, rounded once)",
-    "attention": "cuBLAS batched GEMM (cupy.matmul) around one softmax kernel (CuPy's with a mask)." + _TF32_NOTE,
+    "attention": "cuBLAS strided-batched GEMM around one softmax kernel (CuPy's with a mask)." + _TF32_NOTE,
     "resample": "CuPy raw kernel interpolate (one thread per output; the gradient scatters with atomicAdd, in float32 for "
                 "float16 and bfloat16)",
 }
-# family -> its dtypes where not FLOATS: cuDNN and cuBLAS (the lead's), and cupyx.scipy.sparse (no half types)
-_FAMILY_DTYPES = {"conv": OWN, "linear": OWN, "matmul": OWN, "sparse": OWN}
+# family -> its dtypes where not FLOATS: the conv family's own (its cuDNN gradients: _GUESS) and cupyx.scipy.sparse (no half types)
+_FAMILY_DTYPES = {"conv": OWN, "sparse": OWN}
 _COPY = {"dtypes": ALL_DTYPES, "kernel": "CuPy copy"}
 _CSRMM = {"kernel": "CuPy raw kernel csrmm (one thread per output, summing the stored entries of its row of the CSR matrix)"}
 _GUESS = {"algorithm": "guess", "dtypes": CUDNN, "priority": 20, "supports": Ref(f"{__name__}.conv:supports_cudnn", "guess"),

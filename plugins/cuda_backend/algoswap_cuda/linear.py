@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _epilogue
+from .reduce import total
 from ._blas import DATA_TYPES, matmul, precision, rows_times_transposed
 
 
@@ -42,7 +43,7 @@ def linear_grad_weight(dy: Any, x: Any) -> Any:
 
 
 def linear_grad_bias(dy: Any) -> Any:
-    return _rows(dy).sum(axis=0)
+    return total(_rows(dy), 0)
 
 
 def kernel(call: Any) -> str:
