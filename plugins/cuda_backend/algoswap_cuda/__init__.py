@@ -24,6 +24,8 @@ BACKEND = "cuda"
 OWN = ("float32", "float64")
 # cuDNN's convolutions: the half precisions (tensor cores, accumulating in float32; forward in NHWC) and float32
 CUDNN = ("float16", "bfloat16", "float32")
+# The named engines that build for fewer dtypes (H200, cuDNN 9.19: the FFT engines refuse bfloat16, Winograd both halves)
+ENGINE_DTYPES = {"fft": ("float16", "float32"), "fft_tiling": ("float16", "float32"), "winograd_nonfused": ("float32",)}
 FLOATS = FLOAT_DTYPES  # float16, bfloat16 (ml_dtypes' numpy dtype, which CuPy takes), float32, float64
 # Legacy cudnnConvolutionFwdAlgo_t name -> cuDNN 9 engine global index of a forward convolution graph (DIRECT
 # was never implemented, so the engines after GEMM are the legacy values minus one); here, so that listing them
@@ -122,7 +124,7 @@ def _register_forward(registry: Any, op: str) -> None:
         if name == "winograd":
             registry.declare_unsupported(op, name, BACKEND, FUSED_WINOGRAD_REASON)
             continue
-        add(op, name, BACKEND, function(name), dtypes=CUDNN, priority=10, layout="any",
+        add(op, name, BACKEND, function(name), dtypes=ENGINE_DTYPES.get(name, CUDNN), priority=10, layout="any",
             supports=Ref(f"{conv}:supports_cudnn", name), kernel=Ref(f"{conv}:kernel_cudnn", name),
             description=f"cuDNN engine {engine}, the legacy CUDNN_CONVOLUTION_FWD_ALGO_{name.upper()} (plain float32)" + then,
             nan=SPREADS if name.startswith(("fft", "winograd")) else "exact")

@@ -37,6 +37,8 @@ def matmul(a: Any, b: Any) -> Any:
     dimensions fold into one stride (cupy.matmul otherwise, which a CUDA graph cannot record)."""
     if a.dtype == b.dtype and a.dtype.name in DATA_TYPES and a.ndim >= 2 and b.ndim >= 2 and a.size and b.size:
         y = _strided_batched(a, b)
+        if y is None:  # batch axes that do not fold: both operands made whole in the broadcast batch shape first
+            y = _strided_batched(*_whole(a, b))
         if y is not None:
             return y
     if a.dtype == np.float32:
@@ -44,6 +46,13 @@ def matmul(a: Any, b: Any) -> Any:
     elif a.dtype == np.float16:
         _float16_in_float32()
     return cp.matmul(a, b)
+
+
+def _whole(a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` broadcast to their common batch shape, C-contiguous (copies)."""
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    return (cp.ascontiguousarray(cp.broadcast_to(a, batch + a.shape[-2:])),
+            cp.ascontiguousarray(cp.broadcast_to(b, batch + b.shape[-2:])))
 
 
 def _column_major(x: Any) -> tuple[int, int] | None:

@@ -8,6 +8,8 @@ from functools import lru_cache
 from typing import Any
 
 import cupy as cp
+
+from ._types import accumulation, rounded
 import numpy as np
 
 PadHW = tuple[tuple[int, int], tuple[int, int]]
@@ -71,10 +73,11 @@ def gather(x: Any, index: Any) -> Any:
 
 
 def scatter(values: Any, index: Any, size: int) -> Any:
-    """The adjoint of gather: (N, size) sums of ``values`` (N,) + index.shape at ``index``."""
-    out = cp.zeros((values.shape[0], size + 1), dtype=values.dtype)
-    cp.add.at(out, (slice(None), index), values)
-    return out[:, :size]
+    """The adjoint of gather: (N, size) sums of ``values`` (N,) + index.shape at ``index`` (the half precisions
+    summed in float32: cupy.add.at takes no bfloat16)."""
+    out = cp.zeros((values.shape[0], size + 1), dtype=accumulation(values.dtype))
+    cp.add.at(out, (slice(None), index), values.astype(out.dtype, copy=False))
+    return rounded(out[:, :size], values.dtype)
 
 
 def pad(x: Any, padding: PadHW, mode: str) -> Any:

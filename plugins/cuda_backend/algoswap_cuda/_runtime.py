@@ -115,7 +115,7 @@ def from_host(array: Any) -> Any:
         entry = _uploaded.get(id(array))
         if entry is not None and entry[0]() is array:
             return entry[1]
-        device = cp.asarray(np.ascontiguousarray(array))
+        device = cp.asarray(np.ascontiguousarray(array).reshape(array.shape))  # a 0-d array stays 0-d
         _remember_finite(array, device)
         _remember_frozen(device)
         key = id(array)
@@ -125,7 +125,7 @@ def from_host(array: Any) -> Any:
 
         _uploaded.put(key, (weakref.ref(array, forget), device))
         return device
-    return cp.asarray(np.ascontiguousarray(array))  # a broadcast view (strides of 0) made whole on the host first
+    return cp.asarray(np.ascontiguousarray(array).reshape(array.shape))  # a broadcast view (strides of 0) made whole on the host first
 
 
 def uploads_cached() -> int:

@@ -15,7 +15,7 @@ import cupy as cp
 
 from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_channels_last
 
-from . import ENGINES, _blas, _epilogue, _gather, _kernels, _runtime
+from . import ENGINES, _blas, _epilogue, _exact, _gather, _kernels, _runtime
 
 Pair = tuple[int, int]
 PadHW = tuple[tuple[int, int], tuple[int, int]]
@@ -122,12 +122,18 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
         found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, fused))
     plan, shape = found
     y = _runtime.empty(shape, x.dtype, channels_last)
+    exact = x.dtype.name == "float16"  # cuDNN's float16 engines lose infinities: _exact
     if plan.geometry.epilogue is None:
         plan.run(x, w, y)
+        if exact:
+            _exact.repair(x, w, y, not _runtime.known_finite(weight), stride, padding, dilation, x.shape[1] // w.shape[1])
         _padding_nan_forward(x, weight, y, stride, padding, dilation)
         return _epilogue.apply(y, bias, residual, activation)
-    extra = ([bias] if bias is not None else []) + ([_epilogue.same_order(residual, y)] if residual is not None else [])
-    plan.run(x, w, y, *extra)
+    residual = None if residual is None else _epilogue.same_order(residual, y)
+    plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
+    if exact:
+        _exact.repair(x, w, y, not _runtime.known_finite(weight), stride, padding, dilation, x.shape[1] // w.shape[1],
+                      bias, residual, activation)
     _padding_nan_forward(x, weight, y, stride, padding, dilation)  # NaN stays NaN through bias, residual and activation
     return y
 
