@@ -75,13 +75,15 @@ def _elements(array: Any) -> list[np.int64]:
 
 def repair(x: Any, w: Any, y: Any, scan_weight: bool, stride: tuple[int, int], padding: Any, dilation: Any, groups: int,
            bias: Any = None, residual: Any = None, activation: str = "none") -> None:
-    """Where ``x`` (or ``w``, when ``scan_weight``) holds NaN or infinity, ``y`` becomes the call's exact
-    result: conv(x, w) + bias + residual, then ``activation``. ``residual`` is in ``y``'s memory order."""
+    """Where ``x`` (or ``w``, when ``scan_weight``), ``bias`` or ``residual`` holds NaN or infinity, ``y`` becomes
+    the call's exact result: conv(x, w) + bias + residual, then ``activation``. ``residual`` is in ``y``'s memory
+    order."""
     if y.size == 0:
         return
     scan, direct = _kernels(bias is not None, residual is not None, activation)
     flag = cp.zeros(1, cp.int32)
-    for array in (x, w) if scan_weight else (x,):
+    scanned = (x, w) if scan_weight else (x,)
+    for array in scanned + tuple(a for a in (bias, residual) if a is not None):  # the fused graph loses their inf too
         scan((min(-(-array.size // _THREADS), _MOST_BLOCKS),), (_THREADS,), (array, np.int64(array.size), flag))
     (top, _), (left, _) = padding
     n, c, h, wd = x.shape
