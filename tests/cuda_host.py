@@ -11,6 +11,7 @@ contraction off, so a*b+c is rounded twice where CUDA may fuse it: within a unit
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -99,6 +100,7 @@ extern "C" void float_to_bfloat16(const float* f, unsigned short* h, long n) { f
 _KERNEL = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)')
 _libraries: dict[str, ctypes.CDLL] = {}
 _folder = Path(tempfile.mkdtemp(prefix="algoswap_cuda_host_"))
+atexit.register(shutil.rmtree, _folder, True)
 
 
 def compile_source(code: str) -> ctypes.CDLL:
