@@ -200,3 +200,11 @@ def test_a_capture_reference_is_checked_when_the_backend_is_declared() -> None:
     finally:
         algoswap.reload_plugins()
 
+
+
+def test_swap_backend_takes_the_capture_switch() -> None:
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU()).eval()
+    assert algoswap.swap_backend(module).capture is None  # ALGOSWAP_CAPTURE decides
+    off = algoswap.swap_backend(module, capture=False)
+    assert off.capture is False and off.executor.captures.enabled is False

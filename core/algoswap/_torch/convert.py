@@ -44,6 +44,7 @@ def swap_backend(
     fallback: str | None = None,
     fuse: bool = True,
     backends: Sequence[str] | None = None,
+    capture: bool | None = None,
     algos: Selector = None,
     algorithms: Selector = None,
 ) -> Model:
@@ -83,6 +84,10 @@ def swap_backend(
     a batchnorm2d (one not folded into a convolution) whose output feeds only such an activation
     runs with it as one ``batchnorm2d_fused`` call. ``explain()`` shows each fused chain, or why it
     stayed unfused.
+
+    ``capture`` (default None: on unless ALGOSWAP_CAPTURE=0): a model whose every step runs in one memory
+    space that records graphs (CUDA) records its forward pass per input signature at the second call and
+    replays it from then on; False runs every call step by step (``Model.capture`` switches it later).
     """
     if not isinstance(module, nn.Module):
         raise ConversionError(f"{CALLER}: expected a torch.nn.Module, got {type(module).__name__}")
@@ -105,6 +110,7 @@ def swap_backend(
             node.request = requests[node.name]
     chains = find_chains(_outputs(graph)) if fuse else []
     model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch", graph.guards)
+    model.capture = capture
     if sample is not None:
         _preselect(model, graph, sample)
     return model
