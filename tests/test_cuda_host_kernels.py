@@ -154,3 +154,33 @@ def test_every_kernel_compiles_for_the_h200(dtype: str, tmp_path: Path) -> None:
                            str(tmp_path / "kernels.cu")], capture_output=True, text=True, timeout=600)
     if done.returncode:
         fail(f"{len(sources)} kernel sources for {dtype} do not compile for sm_90:\n{done.stderr[:6000]}")
+
+
+@pytest.fixture
+def exact_on_the_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name in (*MODULES, "_epilogue", "_exact"):
+        importlib.import_module(f"algoswap_cuda.{name}")
+    yield from fake_cupy(monkeypatch)
+
+
+def test_float16_convolutions_are_made_exact_where_an_operand_is_not_finite(exact_on_the_host: None, rng: np.random.Generator) -> None:
+    """_exact.repair (cuDNN's float16 engines lose infinities): on finite operands the output is left as the
+    engine wrote it; with an infinity in the input (or the bias) every output is the call's exact result,
+    NaN and infinity where torch has them, the rest within float16's bound."""
+    from algoswap_cuda import _exact
+
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float16)
+    w, b = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float16), rng.standard_normal(4).astype(np.float16)
+    attrs = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)  # NCHW here (the host harness takes C-contiguous arrays); NHWC: on the GPU
+    engine = np.full((2, 4, 6, 6), 7.0, np.float16)  # what "the engine" wrote
+    _exact.repair(x, w, engine, True, *attrs, bias=b, activation="relu")
+    assert (engine == 7.0).all(), "finite operands: the output must be left alone"
+    x[0, 1, 2, 2], b[3] = np.inf, -np.inf
+    _exact.repair(x, w, engine, True, *attrs, bias=b, activation="relu")
+    ref = algoswap.ops.call("conv2d", x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), algorithm="numpy:default",
+                            padding=1)
+    ref = np.where(np.isnan(ref) | (ref > 0), ref, 0.0)
+    got = engine.astype(np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))
+    finite = np.isfinite(ref)
+    assert np.allclose(got[finite], ref[finite], rtol=2e-3, atol=2e-3 * np.abs(ref[finite]).max())
