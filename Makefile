@@ -124,8 +124,12 @@ $(STAMP)bench-deps: Makefile | $(STAMP)core
 
 # The oneDNN extension built with AddressSanitizer, and the tests that run it (README: "Sanitizer runs").
 # build/asan/venv only supplies headers and libdnnl (the test run uses .venv); build/asan/pkg holds an
-# instrumented copy of algoswap_dnnl, found on PYTHONPATH before the editable install.
+# instrumented copy of algoswap_dnnl, found on PYTHONPATH before the editable install. Its steps leave stamps
+# build/asan/.stamp-<step> as the set-up's do: a second `make asan` only runs the tests; a changed source of the
+# extension recompiles it, a changed Python file of the plugin is copied again, this Makefile redoes them all.
 ASAN := build/asan
+ASAN_VENV := $(ASAN)/venv
+ASAN_STAMP := $(ASAN)/.stamp-
 ASAN_PKG := $(ASAN)/pkg/algoswap_dnnl
 ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_dnnl.py tests/test_dnnl_ops.py tests/test_dnnl_caches.py \
 	tests/test_dnnl_nonfinite.py tests/test_dnnl_bf16.py tests/test_sycl.py
@@ -133,19 +137,32 @@ ASAN_TESTS ?= tests/test_conformance.py tests/test_layouts_fusion.py tests/test_
 # libasan (else ASan's __cxa_throw interceptor aborts at the first C++ exception) and .venv/lib is put on
 # LD_LIBRARY_PATH (ASan's dlopen hides the caller's RUNPATH: the SYCL runtime would find no OpenCL).
 ASAN_OPTIONS_RUN := detect_leaks=0
-asan: setup-test
-	$(PYTHON) -m venv $(ASAN)/venv
-	$(ASAN)/venv/bin/python -m pip --disable-pip-version-check install pybind11 onednn-devel-cpu-gomp==2023.2.0
-	mkdir -p $(ASAN_PKG)
-	cp plugins/dnnl_backend/algoswap_dnnl/*.py plugins/dnnl_backend/algoswap_dnnl/*.pyi $(ASAN_PKG)/
-	g++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address -fopenmp -shared -fPIC -fvisibility=hidden \
-		-I$(ASAN)/venv/include -I$$($(ASAN)/venv/bin/python -c 'import pybind11; print(pybind11.get_include())') \
-		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
-		plugins/dnnl_backend/src/*.cpp -L$(ASAN)/venv/lib -ldnnl -Wl,-rpath,$(abspath $(ASAN))/venv/lib \
-		-o $(ASAN_PKG)/_dnnl$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+asan: setup-test $(ASAN_STAMP)package $(ASAN_STAMP)extension
 	PYTHONPATH=$(ASAN)/pkg LD_LIBRARY_PATH=$(abspath $(VENV))/lib ASAN_OPTIONS=$(ASAN_OPTIONS_RUN) \
 		LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libstdc++.so) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS)
+
+# The scratch venv with pybind11's and oneDNN's headers and libdnnl (pinned here: this Makefile is its source).
+$(ASAN_STAMP)venv: Makefile
+	$(PYTHON) -m venv $(ASAN_VENV)
+	$(ASAN_VENV)/bin/python -m pip --disable-pip-version-check install pybind11 onednn-devel-cpu-gomp==2023.2.0
+	touch $@
+
+# The plugin's Python files, next to the instrumented extension.
+$(ASAN_STAMP)package: $(wildcard plugins/dnnl_backend/algoswap_dnnl/*.py plugins/dnnl_backend/algoswap_dnnl/*.pyi)
+	mkdir -p $(ASAN_PKG)
+	cp plugins/dnnl_backend/algoswap_dnnl/*.py plugins/dnnl_backend/algoswap_dnnl/*.pyi $(ASAN_PKG)/
+	touch $@
+
+# The extension compiled with -fsanitize=address: again when a source of it, the scratch venv or the flags here changed.
+$(ASAN_STAMP)extension: $(wildcard plugins/dnnl_backend/src/*) $(ASAN_STAMP)venv Makefile | $(STAMP)core
+	mkdir -p $(ASAN_PKG)
+	g++ -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address -fopenmp -shared -fPIC -fvisibility=hidden \
+		-I$(ASAN_VENV)/include -I$$($(ASAN_VENV)/bin/python -c 'import pybind11; print(pybind11.get_include())') \
+		-I$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+		plugins/dnnl_backend/src/*.cpp -L$(ASAN_VENV)/lib -ldnnl -Wl,-rpath,$(abspath $(ASAN_VENV))/lib \
+		-o $(ASAN_PKG)/_dnnl$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	touch $@
 
 # The venv (its stamps with it) and every build folder: the next target sets up from scratch.
 clean:

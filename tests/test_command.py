@@ -79,6 +79,18 @@ def test_an_unknown_backend_is_a_usage_error_listing_the_installed_ones(capsys: 
     assert message == f"algoswap caps: error: argument --backend: unknown backend 'nump' (known backends: {installed}); did you mean 'numpy'?"
 
 
+def test_retry_of_a_name_no_plugin_has_is_a_usage_error_naming_the_plugins(capsys: pytest.CaptureFixture[str]) -> None:
+    message = usage_error(capsys, "retry", "numpy", "nump")
+    assert message.startswith("algoswap retry: error: argument NAME: unknown plugin 'nump' (known plugins: "), message
+    assert "numpy (algoswap-numpy)" in message and message.endswith("; did you mean 'numpy'?"), message
+
+
+@pytest.mark.parametrize("name", ["numpy", "algoswap-numpy", "Algoswap_NumPy"])
+def test_retry_of_an_installed_plugin_is_no_error(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    assert main(["retry", name]) == 0
+    assert capsys.readouterr().out.startswith(("nothing to retry", "forgot the faults of"))
+
+
 def test_new_plugin_into_a_missing_folder_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing = str(tmp_path / "nowhere")
     assert usage_error(capsys, "new-plugin", "mine", "--dir", missing) == (

@@ -22,6 +22,7 @@ DISTRIBUTIONS = {"": "algoswap", "plugins/numpy_backend": "algoswap-numpy", "plu
                  "plugins/sycl_backend": "algoswap-sycl", "plugins/cuda_backend": "algoswap-cuda"}
 STEPS = ["torch", "core", "numpy_backend", "dnnl_backend", "sycl_backend", "cuda_backend", "examples", "test-deps",
          "cupy", "cpp_plugin", "bench-deps"]
+ASAN_STEPS = ["venv", "package", "extension"]  # `make asan`'s, stamped in its build folder (ASAN=...)
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 
 
@@ -35,10 +36,10 @@ def _set_up_venv(tmp_path: Path) -> Path:
     return venv
 
 
-def _dry_run(venv: Path, target: str) -> list[str]:
-    """The commands `make TARGET` would run (make's own messages left out)."""
+def _dry_run(venv: Path, target: str, *variables: str) -> list[str]:
+    """The commands `make TARGET` would run (make's own messages left out); ``variables``: more NAME=VALUE."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under `make test`
-    done = subprocess.run(["make", "--dry-run", "--no-print-directory", f"VENV={venv}", target], cwd=REPO, env=env,
+    done = subprocess.run(["make", "--dry-run", "--no-print-directory", f"VENV={venv}", *variables, target], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=HANG_SECONDS)
     assert done.returncode == 0, done.stdout + done.stderr
     return [line for line in done.stdout.splitlines() if line.strip() and not line.startswith("make: ")]
@@ -83,6 +84,45 @@ def test_a_changed_file_redoes_its_step_alone(tmp_path: Path, changed: str, step
     os.utime(venv / f".stamp-{step}", (before, before))
     installs = _installs(_dry_run(venv, "setup-test"))
     assert len(installs) == 1 and installs[0].endswith(redone), installs
+
+
+def _built_asan(tmp_path: Path) -> str:
+    """An ASan build folder as `make asan` leaves it (every stamp); the make variable that points at it."""
+    folder = tmp_path / "asan"
+    folder.mkdir()
+    for step in ASAN_STEPS:
+        (folder / f".stamp-{step}").touch()
+    return f"ASAN={folder}"
+
+
+@needs_make
+def test_a_second_make_asan_only_runs_the_tests(tmp_path: Path) -> None:
+    commands = _dry_run(_set_up_venv(tmp_path), "asan", _built_asan(tmp_path))
+    assert len(commands) == 3 and "-m pytest" in commands[-1], commands  # the test run: one command on three lines
+    assert not any(line.startswith(("g++ ", "cp ", "mkdir ", "touch ")) or " -m pip " in line or " -m venv " in line
+                   for line in commands), commands
+
+
+@needs_make
+def test_make_asan_from_scratch_builds_everything_once(tmp_path: Path) -> None:
+    commands = " ".join(_dry_run(_set_up_venv(tmp_path), "asan", f"ASAN={tmp_path / 'asan'}"))
+    assert commands.count("-m venv") == 1 and commands.count("onednn-devel-cpu-gomp") == 1, commands
+    assert commands.count("g++ ") == 1 and commands.count("-m pytest") == 1, commands
+    assert all(f"touch {tmp_path}/asan/.stamp-{step}" in commands for step in ASAN_STEPS), commands
+
+
+@needs_make
+@pytest.mark.parametrize("changed, step, redone", [
+    ("plugins/dnnl_backend/src/conv.cpp", "extension", "g++ "),
+    ("plugins/dnnl_backend/algoswap_dnnl/conv.py", "package", "cp "),
+])
+def test_a_changed_file_redoes_its_asan_step_alone(tmp_path: Path, changed: str, step: str, redone: str) -> None:
+    variable = _built_asan(tmp_path)
+    before = (REPO / changed).stat().st_mtime - 10
+    os.utime(tmp_path / "asan" / f".stamp-{step}", (before, before))
+    commands = _dry_run(_set_up_venv(tmp_path), "asan", variable)
+    built = [line for line in commands if line.startswith(("g++ ", "cp ", f"{tmp_path}/asan/venv/bin/python -m pip"))]
+    assert len(built) == 1 and built[0].startswith(redone), commands
 
 
 @needs_make

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ._registry import Registry
+from ._settings import normalise
 from ._version import API_VERSION, __version__
 
 SCHEMA = "algoswap-capabilities"
@@ -17,18 +18,25 @@ SPREADS_LEGEND = (f"{SPREADS} spreads NaN: a NaN or inf input may also make othe
                   "or a library's pick that may be one); it never loses one")
 LEGEND = (f"{YES} offered   {YES}{SPREADS} offered, spreads NaN (see the note under its table)   {NO} not offered   "
           f"{NO}* declared unsupported or not importable (the reason under its table)")
+DECLARED = "declared"  # a backend's status in a matrix built with declared=True: not probed
+RUNNABLE = ("available", DECLARED)  # statuses shown without "(unavailable)"
 SUMMARY_LEGEND = "each cell: the algorithms the backend offers for the op; - none"
 
 
 @dataclass(frozen=True)
 class Cell:
     """Whether (op, algorithm, backend) is offered; for a declared refusal, the reason; for an
-    offered one, how it treats NaN and inf ("exact" or "spreads", see ``ImplRecord``)."""
+    offered one, how it treats NaN and inf ("exact" or "spreads", see ``ImplRecord``), and what else
+    its registration declared: layout, priority, description and kernel name (a plain-string kernel)."""
 
     supported: bool
     dtypes: tuple[str, ...] = ()
     reason: str | None = None
     nan: str | None = None
+    layout: str | None = None
+    priority: int = 0
+    description: str = ""
+    kernel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,11 +106,11 @@ class CapabilityMatrix:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
     def _row_label(self, backend: str) -> str:
-        return backend if self.backends[backend].status == "available" else f"{backend} (unavailable)"
+        return backend if self.backends[backend].status in RUNNABLE else f"{backend} (unavailable)"
 
     def unavailable(self) -> dict[str, str]:
         """The backends shown that cannot run here, each with the reason why."""
-        return {name: status.reason or status.status for name, status in self.backends.items() if status.status != "available"}
+        return {name: status.reason or status.status for name, status in self.backends.items() if status.status not in RUNNABLE}
 
     def _unavailable_note(self) -> list[str]:
         """Said once below the tables rather than in every row."""
@@ -164,6 +172,27 @@ class CapabilityMatrix:
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         return "\n".join(lines + self._unavailable_note())
 
+    def to_declared_markdown(self) -> str:
+        """Per op, a table of its implementations (backend:algorithm) with what each declared (dtypes,
+        layout, NaN behaviour, priority, description), then the declared-unsupported ones with their
+        reasons. Meant for a matrix built with ``declared=True`` (docs/capabilities.md): it shows no
+        availability."""
+        blocks = []
+        for op, table in self.tables.items():
+            offered = [(f"{b}:{a}", c) for b, cells in table.rows.items() for a, c in cells.items() if c.supported]
+            refused = [(f"{b}:{a}", c) for b, cells in table.rows.items() for a, c in cells.items() if c.reason]
+            if not offered and not refused:
+                continue
+            lines = [f"### {op}", "", f"Family: {table.family}."]
+            if offered:
+                lines += ["", "| implementation | dtypes | layout | NaN | priority | description |", "|---|---|---|---|---:|---|"]
+                lines += [f"| `{name}` | {', '.join(c.dtypes)} | {c.layout} | {c.nan} | {c.priority} | {_md(_described(c))} |"
+                          for name, c in offered]
+            if refused:
+                lines += ["", "Declared unsupported:", ""] + [f"- `{name}`: {_md(c.reason or '')}" for name, c in refused]
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks)
+
     def __str__(self) -> str:
         return self.to_text()
 
@@ -178,16 +207,32 @@ def _mark(cell: Cell) -> str:
     return NO + ("*" if cell.reason else "")
 
 
+def _described(cell: Cell) -> str:
+    """The implementation's description, else the name of the kernel it reports (in italics)."""
+    return cell.description or (f"*{cell.kernel}*" if cell.kernel else "")
+
+
+def _md(text: str) -> str:
+    """Text for one Markdown table cell or list item: one line, its pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def _cell_dict(cell: Cell) -> dict[str, Any]:
     return {"supported": cell.supported, "dtypes": list(cell.dtypes), "reason": cell.reason, "nan": cell.nan}
 
 
-def build(registry: Registry, op: str | None = None, backend: str | None = None, available: bool = False) -> CapabilityMatrix:
-    """Build the matrix from the registry (filters: one op, one backend, available backends only)."""
-    statuses = {name: _status(record) for name, record in registry.backends.items()}
+def build(registry: Registry, op: str | None = None, backend: str | None = None, available: bool = False,
+          declared: bool = False, distributions: Iterable[str] | None = None) -> CapabilityMatrix:
+    """Build the matrix from the registry (filters: one op, one backend, available backends only, the
+    backends of some distributions only). ``declared``: only what the plugins registered, the same on
+    every machine: no backend is probed (status "declared") and no implementation's references are
+    checked for import problems."""
+    wanted = None if distributions is None else {normalise(d) for d in distributions}
+    records = {name: r for name, r in registry.backends.items() if wanted is None or normalise(r.distribution) in wanted}
+    statuses = {name: _declared_status(record) if declared else _status(record) for name, record in records.items()}
     shown = [b for b in statuses if backend in (None, b) and (not available or statuses[b].status == "available")]
     ops = [o for o in registry.ops if op in (None, o)]
-    tables = {o: _table(registry, o, shown) for o in ops}
+    tables = {o: _table(registry, o, shown, declared) for o in ops}
     plugins = [
         {"name": p.name, "distribution": p.distribution, "version": p.version, "status": p.status,
          "error": p.error or None, "backends": list(p.backends)}
@@ -204,7 +249,11 @@ def _status(record: Any) -> BackendStatus:
     )
 
 
-def _table(registry: Registry, op: str, backends: list[str]) -> OpTable:
+def _declared_status(record: Any) -> BackendStatus:
+    return BackendStatus(record.name, record.device, record.memory.name, record.distribution, record.version, DECLARED, None)
+
+
+def _table(registry: Registry, op: str, backends: list[str], declared: bool = False) -> OpTable:
     impls = [i for i in registry.implementations(op) if i.backend in backends]
     refused = [u for u in registry.unsupported.values() if u.op == op and u.backend in backends]
     algorithms = sorted({i.algorithm for i in impls} | {u.algorithm for u in refused})
@@ -214,7 +263,8 @@ def _table(registry: Registry, op: str, backends: list[str]) -> OpTable:
     for u in refused:
         table.rows[u.backend][u.algorithm] = Cell(False, reason=u.reason)
     for i in impls:
-        problem = i.import_problem()
-        table.rows[i.backend][i.algorithm] = (Cell(False, reason=problem) if problem
-                                              else Cell(True, tuple(sorted(i.dtypes)), nan=i.nan))
+        problem = None if declared else i.import_problem()
+        table.rows[i.backend][i.algorithm] = (Cell(False, reason=problem) if problem else Cell(
+            True, tuple(sorted(i.dtypes)), nan=i.nan, layout=i.layout, priority=i.priority, description=i.description,
+            kernel=i.kernel if isinstance(i.kernel, str) else None))
     return table

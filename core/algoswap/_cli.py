@@ -80,12 +80,39 @@ def _print_family_gaps() -> None:
 def cmd_retry(args: argparse.Namespace) -> int:
     from ._api import retry_plugins
 
+    _check_retry_names(args.names)
     cleared = retry_plugins(*args.names)
     if not cleared:
         print("nothing to retry: no plugin is remembered as crashed or timed out" + (f" among {', '.join(args.names)}" if args.names else ""))
         return 0
     print(f"forgot the faults of {', '.join(cleared)}: the next command imports and probes them again")
     return 0
+
+
+def _check_retry_names(names: Sequence[str]) -> None:
+    """Each name must be an installed plugin's (entry point or distribution), a remembered fault's, or a
+    loaded backend's; a name that is none of these is a usage error listing the installed plugins. The
+    plugins are found without importing them; discovery runs only to look a name up among the backends."""
+    from ._faults import FaultLog
+    from ._plugins import _entry_points, _record_of
+    from ._registry import suggest
+    from ._settings import normalise, state_directory
+
+    installed = [_record_of(entry_point) for entry_point in _entry_points()]
+    faults = FaultLog(state_directory(os.environ))
+    faults.collect()
+    known = {"all", "*"} | {normalise(n) for r in installed for n in (r.name, r.distribution) if n}
+    known |= {normalise(n) for f in faults.faults() for n in (f.plugin, f.distribution, f.backend) if n}
+    unknown = [name for name in names if normalise(name) not in known]
+    if unknown:
+        from ._global import get_registry
+
+        backends = {normalise(b) for b in get_registry().backends}
+        unknown = [name for name in unknown if normalise(name) not in backends]
+    if unknown:
+        listing = ", ".join(f"{r.name} ({r.distribution})" if r.distribution else r.name for r in installed) or "none"
+        candidates = [n for r in installed for n in (r.name, r.distribution) if n]
+        raise UsageError(f"argument NAME: unknown plugin {unknown[0]!r} (known plugins: {listing}){suggest(unknown[0], candidates)}")
 
 
 def cmd_check_plugin(args: argparse.Namespace) -> int:
