@@ -35,10 +35,14 @@ EXAMPLE_PLUGIN_FILES := $(wildcard $(addprefix $(EXAMPLE_PLUGIN)/,pyproject.toml
 # needs setup-test's torchvision and timm.
 BENCH_DEPS := matplotlib onnxruntime==1.32.0 onnx==1.23.2
 # Where `make bench` writes its figures and tables (ignored by git). The committed ones in docs/ are updated by
-# hand with the commands in the README's "Benchmarks" section.
+# hand with the commands in docs/benchmarks.md.
 BENCH_OUT := bench-out
+# The documentation site (mkdocs.yml, pages in docs/), built into the ignored site-out/ with --strict: a warning
+# (a broken link or anchor, a page missing from the nav) fails it. docs/development.md says why MkDocs.
+DOCS_DEPS := mkdocs==1.6.1 mkdocs-material==9.8.2
+DOCS_OUT := site-out
 
-.PHONY: demo test test-repeat setup setup-test plugin-e2e bench clean asan
+.PHONY: demo test test-repeat setup setup-test plugin-e2e bench docs clean asan
 # pip installs into one venv: never two at once, even under make -j.
 .NOTPARALLEL:
 
@@ -54,10 +58,16 @@ setup-test: setup $(STAMP)examples $(STAMP)test-deps $(STAMP)cupy $(STAMP)cpp_pl
 demo: setup $(STAMP)examples
 	$(BIN)/algoswap demo
 
-# What CI runs (.ci/run): the whole suite, then the plugin round trip.
+# What CI runs (.ci/run): the whole suite, then the plugin round trip, then the documentation site.
 test: setup-test
 	$(BIN)/python -m pytest
 	$(MAKE) plugin-e2e
+	$(MAKE) docs
+
+# The manual as a site in $(DOCS_OUT)/ (about 2 s once MkDocs is installed); the pages' Python blocks are run by
+# tests/test_readme.py.
+docs: $(STAMP)docs-deps
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_OUT)
 
 # Issue 15's "Done when": a fresh venv with the core and the NumPy backend, then a new plugin (Python and C++)
 # scaffolded, installed, checked, conformance-tested and swapped into a torch model (.ci/plugin_e2e.sh).
@@ -116,6 +126,10 @@ $(STAMP)cupy: Makefile | $(STAMP)cuda_backend
 
 $(STAMP)cpp_plugin: $(EXAMPLE_PLUGIN_FILES) | $(STAMP)core
 	$(PIP) install ./$(EXAMPLE_PLUGIN)
+	touch $@
+
+$(STAMP)docs-deps: Makefile | $(BIN)/python
+	$(PIP) install $(DOCS_DEPS)
 	touch $@
 
 $(STAMP)bench-deps: Makefile | $(STAMP)core

@@ -1,52 +1,120 @@
-"""The README and the plugin-author guide are the manual: their Python examples must run as written."""
+"""The README and the pages under docs/ are the manual: every Python block in them runs as written, on its own.
+
+Each ```python block runs in a fresh process (its own imports, nothing carried over from the block before), in a
+folder of its page, where the page's blocks headed ``# package/module.py`` were written as those modules (a
+plugin shown module by module imports as written). A block that cannot run here (it needs a GPU, oneDNN's
+bfloat16 hardware or the network) is fenced ```python no-run; nothing else may be (docs/development.md).
+Where a page shows what a block prints, the tests below check the lines that matter.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from helpers import HANG_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-GUIDE = ROOT / "docs" / "plugins.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", flags=re.S | re.M)
 MODULE_HEADER = re.compile(r"^# (\w+)/(\w+)\.py\b")
+NO_RUN = "no-run"
 
 
-def python_blocks(document: Path = README) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", document.read_text(), flags=re.S)
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    line: int
+    info: str
+    code: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.document.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def module(self) -> re.Match[str] | None:
+        return MODULE_HEADER.match(self.code)
 
 
-def run_examples(document: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Every Python block of ``document`` run in order as one script, in ``tmp_path``; a block headed
-    ``# package/module.py`` is written there as that module instead."""
-    script = []
-    for block in python_blocks(document):
-        header = MODULE_HEADER.match(block)
-        if header:  # a plugin's module shown in the README: make it importable as written
-            package = tmp_path / header.group(1)
-            package.mkdir(exist_ok=True)
-            (package / f"{header.group(2)}.py").write_text(block)
-        else:
-            script.append(block)
-    assert len(script) >= 2, f"{document.name} lost its examples"
-    (tmp_path / "examples.py").write_text("\n".join(script))
-    return subprocess.run([sys.executable, "examples.py"], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS)
+def python_blocks(document: Path = README) -> list[Block]:
+    text = document.read_text()
+    return [Block(document, text.count("\n", 0, match.start()) + 1, match.group(1).strip(), match.group(2))
+            for match in BLOCK.finditer(text)]
 
 
-def test_readme_examples_run(tmp_path: Path) -> None:
-    done = run_examples(README, tmp_path)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+def runnable(document: Path) -> list[Block]:
+    return [block for block in python_blocks(document) if not block.module and NO_RUN not in block.info.split()]
+
+
+_RESULTS: dict[str, subprocess.CompletedProcess[str]] = {}
+
+
+def run_block(block: Block, tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """``block`` run once per session in a fresh interpreter, in a folder holding its page's modules."""
+    if block.name not in _RESULTS:
+        folder = tmp_path_factory.mktemp(block.document.stem)
+        for other in python_blocks(block.document):
+            if other.module:  # a plugin's module shown on the page: importable as written
+                package = folder / other.module.group(1)
+                package.mkdir(exist_ok=True)
+                (package / f"{other.module.group(2)}.py").write_text(other.code)
+        (folder / "block.py").write_text(block.code)
+        # tests/ on the path for the contributor pages' `from helpers import ...`
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))}
+        _RESULTS[block.name] = subprocess.run([sys.executable, "block.py"], cwd=folder, env=env, capture_output=True,
+                                              text=True, timeout=HANG_SECONDS)
+    return _RESULTS[block.name]
+
+
+def output(document: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """What the runnable blocks of ``document`` print, in order."""
+    return "".join(run_block(block, tmp_path_factory).stdout for block in runnable(document))
+
+
+ALL_BLOCKS = [block for document in DOCUMENTS for block in python_blocks(document)]
+
+
+@pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if not b.module and NO_RUN not in b.info.split()],
+                         ids=lambda block: block.name)
+def test_every_python_block_runs_on_its_own(block: Block, tmp_path_factory: pytest.TempPathFactory) -> None:
+    done = run_block(block, tmp_path_factory)
+    assert done.returncode == 0, f"{block.name}:\n{done.stderr}"
+    assert "Warning" not in done.stderr, f"{block.name} warns:\n{done.stderr}"
+
+
+def test_the_manual_has_its_examples_and_marks_few_as_not_runnable() -> None:
+    """The README keeps its three examples; the pages still hold theirs; only the info string marks a block."""
+    assert len(runnable(README)) == 3, "the README lost (or gained) examples"
+    assert len([b for b in ALL_BLOCKS if not b.module]) >= 20, "the pages lost their examples"
+    for block in ALL_BLOCKS:
+        assert set(block.info.split()) <= {NO_RUN}, f"{block.name}: unknown fence info {block.info!r}"
+    skipped = [b.name for b in ALL_BLOCKS if NO_RUN in b.info.split()]
+    assert len(skipped) <= 5, f"too many blocks marked {NO_RUN}: {skipped}"
+
+
+def test_readme_examples_print_what_they_show(tmp_path_factory: pytest.TempPathFactory) -> None:
+    assert output(README, tmp_path_factory).split("\n") == [
+        "True", "['numpy:smm', 'numpy:winograd']", "(1, 4, 16, 16) True", "True", "True", ""]
+
+
+def test_user_guide_examples_print_what_they_show(tmp_path_factory: pytest.TempPathFactory) -> None:
+    out = output(ROOT / "docs" / "guide.md", tmp_path_factory)
     assert "(2, 10)" in out and "['numpy']" in out
     assert "conv2d: argument 'weight' got shape (8, 2, 3, 3)" in out
     assert "node 'sum' (add)" in out and "operands: a=a (3, 4) float32, b=b (5,) float32" in out  # graphs
+    assert "layer1.0.conv1         conv2d  2x64x16x16  winograd  numpy:winograd  numpy Winograd F(2x2,3x3) tiles" in out
+    assert "(8, 14, 14)" in out and "['torch (requested)', 'my_conv:custom']" in out  # swap_with
 
 
-def test_plugin_guide_examples_run(tmp_path: Path) -> None:
+def test_plugin_guide_examples_run(tmp_path_factory: pytest.TempPathFactory) -> None:
     """docs/plugins.md: its example plugin registers, computes, passes check_plugin and the kit."""
-    done = run_examples(GUIDE, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["loaded", "[0.", "2.]", "[0.5]", "True", "False"], done.stdout
+    out = output(ROOT / "docs" / "plugins.md", tmp_path_factory)
+    assert out.split() == ["loaded", "[0.", "2.]", "[0.5]", "True", "False"], out

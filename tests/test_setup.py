@@ -1,5 +1,5 @@
 """The set-up (Makefile) and the packaging: a second `make` redoes nothing, a changed file redoes only its
-step, `make bench` writes only into an ignored folder, and every distribution declares the LICENSE.
+step, `make bench` and `make docs` write only into ignored folders, and every distribution declares the LICENSE.
 
 The Makefile is read with `make --dry-run` against a stand-in venv (VENV=<tmp>): nothing is installed.
 """
@@ -21,13 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = {"": "algoswap", "plugins/numpy_backend": "algoswap-numpy", "plugins/dnnl_backend": "algoswap-dnnl",
                  "plugins/sycl_backend": "algoswap-sycl", "plugins/cuda_backend": "algoswap-cuda"}
 STEPS = ["torch", "core", "numpy_backend", "dnnl_backend", "sycl_backend", "cuda_backend", "examples", "test-deps",
-         "cupy", "cpp_plugin", "bench-deps"]
+         "cupy", "cpp_plugin", "bench-deps", "docs-deps"]
 ASAN_STEPS = ["venv", "package", "extension"]  # `make asan`'s, stamped in its build folder (ASAN=...)
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 
 
 def _set_up_venv(tmp_path: Path) -> Path:
-    """A venv as `make setup-test bench` leaves it, for make's purposes: the interpreter and every stamp."""
+    """A venv as `make setup-test bench docs` leaves it, for make's purposes: the interpreter and every stamp."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()
@@ -136,6 +136,20 @@ def test_bench_writes_only_into_an_ignored_folder(tmp_path: Path) -> None:
     for output in outputs:
         ignored = subprocess.run(["git", "check-ignore", "--quiet", "--no-index", output], cwd=REPO, timeout=HANG_SECONDS)
         assert ignored.returncode == 0, f"make bench writes {output}, which git does not ignore"
+
+
+@needs_make
+def test_docs_builds_strictly_into_an_ignored_folder_and_installs_pinned_mkdocs_once(tmp_path: Path) -> None:
+    """`make docs` on a set-up venv only builds, warnings as errors, into a folder git ignores; from scratch it
+    installs MkDocs and Material at pinned versions first."""
+    lines = _dry_run(_set_up_venv(tmp_path), "docs")
+    assert len(lines) == 1 and f"{tmp_path}/venv/bin/mkdocs build --strict --site-dir " in lines[0], lines
+    if shutil.which("git") is not None and (REPO / ".git").exists():
+        folder = lines[0].split()[-1]
+        ignored = subprocess.run(["git", "check-ignore", "--quiet", "--no-index", f"{folder}/index.html"], cwd=REPO, timeout=HANG_SECONDS)
+        assert ignored.returncode == 0, f"make docs writes {folder}, which git does not ignore"
+    installs = " ".join(_installs(_dry_run(tmp_path / "fresh", "docs")))
+    assert "mkdocs==" in installs and "mkdocs-material==" in installs, installs
 
 
 @pytest.mark.parametrize("folder", sorted(DISTRIBUTIONS))
