@@ -44,6 +44,12 @@ def _host_array(array: Any) -> Any:
 class MemorySpace:
     """Where a backend's arrays live, their type, and how they move to and from host numpy arrays.
 
+    ``array_type`` is the "module.Type" of the arrays implementations take and return (they have
+    ``.shape`` and ``.dtype``). ``to_host`` (an array of this space -> a host numpy array) and
+    ``from_host`` (the reverse) may be references (``RefLike``); they default to host memory's own:
+    the identity (``_identity``) and a C-contiguous numpy array (``_host_array``). A backend whose
+    functions do not resolve is unavailable.
+
     ``name`` is "host" for host memory; a memory space whose arrays live on a torch device is
     named after that device type ("cuda", "xpu", "mps"), so torch tensors find their backends.
     ``from_dlpack`` makes a backend array from any DLPack-capable object (a torch tensor) without
@@ -67,6 +73,7 @@ class MemorySpace:
 
     @property
     def is_host(self) -> bool:
+        """Whether this is host memory (``name == "host"``): numpy arrays, no transfers."""
         return self.name == "host"
 
     def upload(self, array: Any) -> Any:
@@ -97,7 +104,8 @@ class BackendRecord:
     every other implementation is tested against it, and gradients another backend lacks run on it.
 
     Records are immutable; what the process learns about the backend (its probe's answer, a
-    predicate that timed out) is kept apart, in its health.
+    predicate that timed out) is kept apart, in its health. ``Registrar.add_backend`` makes them
+    and fills in ``plugin``, ``distribution`` and ``version`` from the plugin that declared it.
     """
 
     name: str
@@ -167,6 +175,9 @@ class ImplRecord:
     torch has them) or "spreads" (an algorithm that mixes many inputs into each intermediate, such
     as FFT or Winograd convolution, may also turn outputs that torch keeps finite into NaN; it never
     loses a NaN or inf that torch has). The capability matrix shows it; conformance checks it.
+
+    ``Registrar.add_implementation`` makes them (its docstring says what each argument means) and
+    fills in ``plugin``, ``distribution`` and ``version`` from the plugin that registered it.
     """
 
     op: str
@@ -191,10 +202,12 @@ class ImplRecord:
 
     @property
     def key(self) -> tuple[str, str, str]:
+        """``(op, algorithm, backend)``: what identifies the implementation in the registry."""
         return (self.op, self.algorithm, self.backend)
 
     @property
     def qualified(self) -> str:
+        """``"backend:algorithm"``, as a request names it."""
         return f"{self.backend}:{self.algorithm}"
 
     @property

@@ -68,8 +68,23 @@ class Registrar:
         description: str = "",
         reference: bool = False,
     ) -> BackendRecord:
-        """Declare a backend. ``probe()`` returns True or a reason string; it is called lazily, once.
-        ``reference=True``: this backend defines what each op means (at most one backend may say so)."""
+        """Declare a backend this plugin provides, and return its record.
+
+        ``name``: a lower-case identifier, the first part of ``"name:algorithm"`` requests.
+        ``device``: the device kind it computes on ("cpu", "cuda", ...), shown in listings.
+        ``memory``: an ``algoswap.MemorySpace`` saying where its arrays live (``algoswap.HOST``,
+        C-contiguous numpy arrays, by default). ``probe``: a callable, ``"module:attribute"`` string
+        or ``algoswap.Ref`` taking no argument and returning True (or ``algoswap.Available(device)``
+        naming the device found) or a sentence saying why the backend cannot run here; it is called
+        lazily, once per process, time-limited, and an exception it raises is a reason (None: always
+        available). Keep it cheap: ``algoswap check-plugin`` flags one slower than 100 ms.
+        ``priority``: ranks backends when a request names none, highest first. ``description``:
+        shown in listings. ``reference=True``: this backend defines what each op means (every other
+        implementation is tested against it, and gradients others lack run on it); at most one
+        backend may say so.
+
+        Raises ``RegistrationError`` for a malformed name, a backend declared twice, a ``memory``
+        that is not a ``MemorySpace``, a malformed reference, or a second reference backend."""
         check_name("backend", name)
         if name in self._backends:
             raise RegistrationError(f"backend {name!r} declared twice by {self.plugin.owner}")
@@ -105,11 +120,32 @@ class Registrar:
         layout: str = "contiguous",
         nan: str = "exact",
     ) -> ImplRecord:
-        """Register ``fn`` as ``algorithm`` of ``op`` on ``backend`` (a backend this plugin declared).
+        """Register ``fn`` as ``algorithm`` of ``op`` on ``backend`` (a backend this plugin declared),
+        and return its record.
 
+        ``op``: a core op (``algoswap.registry().ops``) or one this plugin adds with ``add_op``; a
+        typo is refused with a suggestion. ``algorithm``: a lower-case identifier other than
+        "default" (reserved for the best-ranked choice). ``fn``: a callable, ``"module:attribute"``
+        string or ``algoswap.Ref``, imported on first use and called as ``fn(*inputs, **attrs)``:
+        the inputs by position in the spec's order (an absent optional input as None), the
+        attributes by keyword in their canonical form. It returns an array of the backend's memory
+        space with the call's ``out_shape`` and ``out_dtype`` (an in-place op: its first input,
+        updated); a call with nothing to compute (``OpCall.empty``) never reaches it.
+
+        ``dtypes``: the dtype names it takes, from ``algoswap.FLOAT_DTYPES``, ``INT_DTYPES`` or
+        ``ALL_DTYPES``. ``supports``: a predicate given the validated ``algoswap.OpCall`` and
+        returning True or a sentence saying why not (``explain`` shows it); it runs when a call's
+        selection is made, not on every call. ``priority``: ranks implementations within one
+        backend's priority, highest first. ``kernel``: the kernel name ``explain`` and ``caps`` show:
+        a literal string, a function of the call, or a ``Ref`` to one (default
+        "backend.op.algorithm"). ``description``: shown in listings.
         ``layout`` ("contiguous", "any" or "channels_last"): the memory orders of host arrays it
         takes as they are (see ``ImplRecord``). ``nan`` ("exact" or "spreads"): how NaN and inf
-        inputs come out (see ``ImplRecord``)."""
+        inputs come out (see ``ImplRecord``).
+
+        Raises ``RegistrationError`` for an unknown op, a malformed name, a backend this plugin did
+        not declare, an implementation registered twice, an unknown dtype (or a bare string, or
+        none), a malformed reference, or a ``layout`` or ``nan`` outside the values above."""
         key = self._check_key(op, algorithm, backend)
         if key in self._impls:
             raise RegistrationError(f"implementation {key} registered twice by {self.plugin.owner}")
@@ -154,12 +190,17 @@ class Registrar:
         return tuple(op for op in ops if op not in found)
 
     def declare_unsupported(self, op: str, algorithm: str, backend: str, reason: str) -> None:
-        """Say that ``backend`` cannot offer ``algorithm`` for ``op``, and why (shown in the matrix)."""
+        """Say that ``backend`` knows ``algorithm`` for ``op`` but cannot offer it, and why: the
+        capability matrix shows ``reason``, a request for it fails with it, and the conformance kit
+        checks that the backend really refuses it. The names are checked as ``add_implementation``
+        checks them."""
         key = self._check_key(op, algorithm, backend)
         self._unsupported[key] = UnsupportedRecord(op, algorithm, backend, reason, self.plugin.name)
 
     def add_op(self, spec: OpSpec) -> None:
-        """Declare an op the core does not have (a name already declared elsewhere is a clash)."""
+        """Declare an op the core does not have, from an ``algoswap.OpSpec`` (its inputs, attributes,
+        shape and dtype rules); this plugin's implementations may then name it. A name the core or
+        another plugin declares is a clash: the plugin is then ``broken``."""
         check_name("op", spec.name)
         if not isinstance(spec, OpSpec):
             raise RegistrationError(f"add_op: expected an algoswap.OpSpec, got {type(spec).__name__}")

@@ -13,13 +13,12 @@ tests/test_capabilities_doc.py fails when the committed page is stale.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from importlib import metadata
-from pathlib import Path
 from typing import Sequence
 
+from . import _generated_page
 from ._capabilities import build
 from ._errors import AlgoswapError
 from ._registry import Registry
@@ -97,28 +96,9 @@ def render(registry: Registry | None = None) -> str:
     return "\n".join(header + backends + absent + ["", "## Ops", "", matrix.to_declared_markdown(), ""])
 
 
-def stale(path: Path, text: str) -> bool:
-    return not path.exists() or path.read_text(encoding="utf-8") != text
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m algoswap.capabilities_doc", description=__doc__.splitlines()[0])
-    parser.add_argument("path", type=Path, help="the page to write (docs/capabilities.md)")
-    parser.add_argument("--check", action="store_true", help="write nothing: exit 1 if the page differs from the registry's")
-    args = parser.parse_args(argv)
-    try:
-        text = render()
-    except AlgoswapError as exc:
-        print(f"algoswap.capabilities_doc: error: {exc}", file=sys.stderr)
-        return 1
-    if args.check:
-        if stale(args.path, text):
-            print(f"{args.path} is stale: refresh it with {COMMAND}", file=sys.stderr)
-            return 1
-        return 0
-    args.path.write_text(text, encoding="utf-8")
-    print(f"wrote {args.path}: {len(text.splitlines())} lines, {len(text.encode())} bytes")
-    return 0
+    return _generated_page.main(argv, module="algoswap.capabilities_doc", doc=__doc__, page="docs/capabilities.md", source="the registry's",
+                                render=render)
 
 
 if __name__ == "__main__":
