@@ -1,4 +1,5 @@
-"""The README and the pages under docs/ are the manual: every Python block in them runs as written, on its own.
+"""The README, the pages under docs/ and the plugins' READMEs (each backend's page: docs/backends/NAME.md includes
+plugins/NAME_backend/README.md) are the manual: every Python block in them runs as written, on its own.
 
 Each ```python block runs in a fresh process (its own imports, nothing carried over from the block before), in a
 folder of its page, where the page's blocks headed ``# package/module.py`` were written as those modules (a
@@ -22,7 +23,10 @@ from helpers import HANG_SECONDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+PLUGIN_READMES = sorted((ROOT / "plugins").glob("*_backend/README.md"))
+# The backend pages are read through their plugins' READMEs: docs/backends/*.md hold only the include lines.
+DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md")), *PLUGIN_READMES]
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$', flags=re.M)
 BLOCK = re.compile(r"^```python([^\n]*)\n(.*?)^```", flags=re.S | re.M)
 MODULE_HEADER = re.compile(r"^# (\w+)/(\w+)\.py\b")
 NO_RUN = "no-run"
@@ -118,3 +122,22 @@ def test_plugin_guide_examples_run(tmp_path_factory: pytest.TempPathFactory) -> 
     """docs/plugins.md: its example plugin registers, computes, passes check_plugin and the kit."""
     out = output(ROOT / "docs" / "plugins.md", tmp_path_factory)
     assert out.split() == ["loaded", "[0.", "2.]", "[0.5]", "True", "False"], out
+
+
+@pytest.mark.parametrize("plugin", sorted(path.parent.name for path in PLUGIN_READMES))
+def test_each_backend_page_is_its_plugins_readme(plugin: str) -> None:
+    """docs/backends/NAME.md includes plugins/NAME_backend/README.md (whole or every section of it, in order) and
+    adds nothing but comments and the charts; the README is its distribution's PyPI description, where a link
+    into docs/ would not resolve, so it links nowhere relative (pages are named in text, charts shown by the page)."""
+    readme = ROOT / "plugins" / plugin / "README.md"
+    page = ROOT / "docs" / "backends" / f"{plugin.removesuffix('_backend')}.md"
+    text = readme.read_text()
+    includes = SNIPPET.findall(page.read_text())
+    assert includes and {path for path, _ in includes} == {f"plugins/{plugin}/README.md"}, includes
+    sections = re.findall(r"^<!-- --8<-- \[start:([\w-]+)\] -->$", text, flags=re.M)
+    assert [section for _, section in includes] == (sections or [""]), (includes, sections)
+    for section in sections:
+        assert text.count(f"<!-- --8<-- [end:{section}] -->") == 1, section
+    rest = SNIPPET.sub("", re.sub(r"<!--.*?-->", "", page.read_text(), flags=re.S))
+    assert all(re.fullmatch(r"!\[[^]]+\]\(\.\./\w+\.png\)", line) for line in rest.split("\n") if line.strip()), rest
+    assert not re.findall(r"\]\((?!https?://)[^)]*\)", text), "a relative link in a README shown on PyPI"

@@ -1,5 +1,6 @@
 """The set-up (Makefile) and the packaging: a second `make` redoes nothing, a changed file redoes only its
-step, `make bench` and `make docs` write only into ignored folders, and every distribution declares the LICENSE.
+step, `make bench` and `make docs` write only into ignored folders, and every distribution declares the LICENSE
+and its README.
 
 The Makefile is read with `make --dry-run` against a stand-in venv (VENV=<tmp>): nothing is installed.
 """
@@ -158,6 +159,13 @@ def test_every_distribution_declares_the_mit_license_file(folder: str) -> None:
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"], project
     assert (REPO / folder / "LICENSE").read_text() == (REPO / "LICENSE").read_text()
     assert "MIT License" in (REPO / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("folder", sorted(DISTRIBUTIONS))
+def test_every_distribution_is_described_by_its_readme(folder: str) -> None:
+    """The PyPI description is the folder's README.md: for a plugin, its backend's page of the manual."""
+    project = tomllib.loads((REPO / folder / "pyproject.toml").read_text())["project"]
+    assert project["readme"] == "README.md" and (REPO / folder / "README.md").is_file(), project
 
 
 @pytest.mark.parametrize("distribution", sorted(DISTRIBUTIONS.values()))
