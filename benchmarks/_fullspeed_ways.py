@@ -21,6 +21,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 HALF = ("bfloat16", "float16")
 ISSUE_MODELS = ("resnet50", "mobilenet_v3_large", "vit_b_16")  # ResNet-50, a depthwise model, a transformer
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+AUTO = "auto"  # per batch, the mode of FASTER_COMPILE that issue 16's table found faster on the H200
+AUTO_SMALL_BATCH = 32  # up to this batch reduce-overhead was faster (0.56-2.84 ms against 1.94-3.44), above it default
 FASTER_COMPILE = ("default", "reduce-overhead")  # the issue's target is against the faster of these two
 SWAP_WAYS = {  # --swap name: (column, algorithm selector, capture: None to leave it, else on/off)
     "defaults": ("swap_backend", None, None),
@@ -241,7 +243,7 @@ def measure(config: Config, dtype_name: str, args: argparse.Namespace, budget: B
         for name in args.swap:
             column, selector, capture = SWAP_WAYS[name]
             build(column, functools.partial(_swapped, config, dtype, x if args.swap_channels_last else plain, selector, capture))
-        for mode in args.compile_modes:
+        for mode in compile_modes(args.compile_modes, config.batch):
             way = f"compile {mode}"
             if not budget.fits_compile(config.name, mode):
                 cells[way] = {"failed": f"skipped: budget ({budget.left():.0f} s left, compiling takes about "
@@ -266,6 +268,12 @@ def measure(config: Config, dtype_name: str, args: argparse.Namespace, budget: B
             "layout": "channels_last" if dtype_name in HALF else "contiguous",
             "swap_input": "channels_last" if dtype_name in HALF and args.swap_channels_last else "contiguous",
             "reference_s": config.reference_s, "ways": cells}
+
+
+def compile_modes(asked: list[str], batch: int) -> list[str]:
+    """The torch.compile modes to build: ``asked`` with "auto" replaced by the faster mode for ``batch``."""
+    auto = "reduce-overhead" if batch <= AUTO_SMALL_BATCH else "default"
+    return list(dict.fromkeys(auto if mode == AUTO else mode for mode in asked))
 
 
 def _swapped(config: Config, dtype: Any, x: Any, selector: Any, capture: bool | None) -> tuple[Callable[[], Any], dict[str, Any]]:

@@ -57,9 +57,9 @@ import sys
 from typing import Any
 
 from _fullspeed_layers import largest_layers, plot
-from _fullspeed_ways import (CAPTURE_ENV, COMPILE_MODES, DTYPES, EAGER, HALF, ISSUE_MODELS, SWAP_WAYS, TARGET_OF_CEILING,
-                             TARGET_VS_COMPILE, TARGET_VS_EAGER, Budget, Config, env_is_read, failure, first_line, measure,
-                             say, tf32_flags)
+from _fullspeed_ways import (AUTO, CAPTURE_ENV, COMPILE_MODES, DTYPES, EAGER, HALF, ISSUE_MODELS, SWAP_WAYS, TARGET_OF_CEILING,
+                             TARGET_VS_COMPILE, TARGET_VS_EAGER, Budget, Config, compile_modes, env_is_read, failure,
+                             first_line, measure, say, tf32_flags)
 
 
 # ---------------------------------------------------------------------------------------------- plan
@@ -72,7 +72,8 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, int, str]]:
 
 def ways(args: argparse.Namespace) -> list[str]:
     """The columns of every configuration, in the order they are built (the cheap ones first)."""
-    return [EAGER] + [SWAP_WAYS[name][0] for name in args.swap] + [f"compile {mode}" for mode in args.compile_modes]
+    return [EAGER] + [SWAP_WAYS[name][0] for name in args.swap] + [f"compile {mode}" for mode in
+                                                                              dict.fromkeys(m for b in args.batches for m in compile_modes(args.compile_modes, b))]
 
 
 def dry_run(args: argparse.Namespace) -> None:
@@ -248,8 +249,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"torchvision names, or timm:NAME (default resnet50; the issue's three: {' '.join(ISSUE_MODELS)})")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32, 256])
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
-    parser.add_argument("--compile-modes", nargs="*", choices=COMPILE_MODES, default=["default"],
-                        help="torch.compile columns (default: default; none: no torch.compile; max-autotune takes minutes)")
+    parser.add_argument("--compile-modes", nargs="*", choices=COMPILE_MODES + (AUTO,), default=["default"],
+                        help="torch.compile columns (default: default; none: no torch.compile; max-autotune takes minutes; "
+                             "auto: per batch the mode the issue's table found faster, reduce-overhead up to batch 32, else default)")
     parser.add_argument("--swap", nargs="*", choices=list(SWAP_WAYS), default=["defaults"],
                         help="swap_backend columns: defaults, find ({'conv2d': 'cuda:find'}), graphs-on, graphs-off")
     parser.add_argument("--swap-channels-last", action="store_true",
