@@ -13,7 +13,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from ._runtime import C_TYPES, INCLUDES
+from ._runtime import C_TYPES, INCLUDES, channels_last, contiguous
 from .activation import FORWARD
 
 # conv2d_fused's activation -> the C statements applying it to T v (activation.FORWARD's, relu6 as hardtanh(0, 6))
@@ -63,9 +63,7 @@ def apply(y: Any, bias: Any = None, residual: Any = None, activation: str = "non
 
 def same_order(array: Any, like: Any) -> Any:
     """``array`` (of ``like``'s shape) in ``like``'s memory order: NCHW or NHWC."""
-    if like.flags.c_contiguous:
-        return cp.ascontiguousarray(array)
-    return cp.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return contiguous(array) if like.flags.c_contiguous else channels_last(array)
 
 
 def label(call: Any) -> str:
