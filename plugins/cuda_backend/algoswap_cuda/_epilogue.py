@@ -66,9 +66,16 @@ def same_order(array: Any, like: Any) -> Any:
     return contiguous(array) if like.flags.c_contiguous else channels_last(array)
 
 
-def label(call: Any) -> str:
-    """The epilogue a conv2d_fused call runs, in words."""
-    parts = (["+ bias"] if call.shape("bias") is not None else []) + (["+ residual"] if call.shape("residual") is not None else [])
+def parts(call: Any) -> list[str]:
+    """What a conv2d or conv2d_fused call computes after the convolution, in words ("+ bias", "+ residual", the
+    activation)."""
+    residual = "residual" in call.input_names and call.shape("residual") is not None
+    found = ["+ bias"] * (call.shape("bias") is not None) + ["+ residual"] * residual
     activation = call.attrs.get("activation", "none")
-    parts += [activation] if activation != "none" else []
-    return f"then {', '.join(parts)} in one CuPy element-wise pass" if parts else "nothing after it"
+    return found + [activation] * (activation != "none")
+
+
+def label(call: Any) -> str:
+    """The epilogue a conv2d or conv2d_fused call runs, in words."""
+    found = parts(call)
+    return f"then {', '.join(found)} in one CuPy element-wise pass" if found else "nothing after it"
