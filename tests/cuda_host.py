@@ -41,6 +41,8 @@ using namespace std;
 struct Dim { long long x; };
 static Dim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
 static inline void __syncthreads() {}
+static inline int __syncthreads_or(int predicate) { return predicate; }  // one thread per block here
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
@@ -169,12 +171,20 @@ class HostKernel:
 
 def every_kernel_source(dtype: str) -> list[str]:
     """Every raw kernel source of algoswap_cuda for ``dtype``, each variant (batch norm: each weight, bias and
-    activation; softmax: safe or not; each activation's forward and gradients), as CuPy compiles them."""
-    from algoswap_cuda import _epilogue, _kernels, _passes, _types, activation
+    activation; softmax: safe or not; each activation's forward and gradients; the NHWC kernels for one element
+    and for 16 bytes per thread), as CuPy compiles them."""
+    from algoswap_cuda import _epilogue, _exact, _kernels, _order, _passes, _pool_kernels, _transpose, _types, activation
 
-    sources = [_types.prelude(dtype) + code for code in (_kernels.CONV2D_DIRECT, _kernels.MAXPOOL2D, _kernels.AVGPOOL2D,
-                                                         _kernels.ADAPTIVE, _kernels.INTERPOLATE, _kernels.PADDING_NAN)]
+    sources = [_types.prelude(dtype) + code for code in (_kernels.CONV2D_DIRECT, _pool_kernels.MAXPOOL2D, _pool_kernels.AVGPOOL2D,
+                                                         _pool_kernels.ADAPTIVE, _kernels.INTERPOLATE, _kernels.PADDING_NAN)]
+    lanes = {"float16": 8, "bfloat16": 8, "float32": 4, "float64": 2}[dtype]  # 16 bytes of each
+    sources += [_types.prelude(dtype) + _pool_kernels.nhwc_source(count) for count in (1, lanes)]
+    sources += [_types.prelude(dtype) + _order.channel_source(op, first, count)[0] for op in _order.OPERATORS
+                for first in (False, True) for count in (1, lanes)]
     sources.append(_types.prelude(dtype) + "typedef int I;\n" + _kernels.CSRMM)
+    sources += [_exact.scan_source(dtype), _types.prelude(dtype) + _transpose.TRANSPOSE]
+    sources += [_exact.direct_source(dtype, bias, residual, name)[0] for name in _epilogue.ACTIVATIONS
+                for bias in (False, True) for residual in (False, True)]
     for weight in (False, True):
         for bias in (False, True):
             sources += [_passes.batchnorm_source(dtype, weight, bias, name)[0] for name in _epilogue.ACTIVATIONS]

@@ -111,7 +111,7 @@ def test_fused_graphs_keep_nan_and_inf_as_torch_does(dtype: str) -> None:
     x, w = _rounded(rng, (2, 16, 8, 8), HALF[dtype]), _rounded(rng, (16, 16, 3, 3), HALF[dtype], 0.1)
     b = _rounded(rng, (16,), HALF[dtype])
     x[0, 3, 2, 2], x[1, 5, 6, 1] = np.nan, np.inf
-    for activation in ("relu", "relu6", "silu", "gelu"):
+    for activation in ("relu", "relu6", "silu", "gelu", "hardswish", "none"):
         out = algoswap.ops.call("conv2d_fused", x.astype(HALF[dtype]), w.astype(HALF[dtype]), b.astype(HALF[dtype]), None,
                                 algorithm="cuda:guess", transfer=True, padding=1, activation=activation).astype(np.float64)
         ref = _activation(activation, _reference_conv(x, w, b))

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(COMPILER is None, reason="no host C++ compiler")
 HALF = ("float16", "bfloat16")
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 # the modules whose functions run here (imported before CuPy is replaced in them)
-MODULES = ("_types", "_runtime", "_kernels", "_passes", "activation", "pool", "resample", "norm", "softmax", "reduce")
+MODULES = ("_types", "_runtime", "_transpose", "_kernels", "_passes", "activation", "pool", "resample", "norm", "softmax", "reduce")
 _RAW_IN_EVERY_DTYPE = ("batchnorm2d", "batchnorm2d_fused", "layer_norm", "softmax")
 # op -> the dtypes it is checked in here: raw kernels in every float dtype; the activations' raw kernels
 # (float16 and bfloat16 only: float32 and float64 run CuPy element-wise kernels); the CuPy expressions

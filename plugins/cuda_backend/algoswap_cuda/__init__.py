@@ -165,6 +165,15 @@ _GUESS = {"algorithm": "guess", "dtypes": CUDNN, "priority": 20, "supports": Ref
           "nan": SPREADS}
 _LINEAR = {"description": "cuBLAS GEMM." + _TF32_NOTE}
 _HALF_STORED = " (float16 and bfloat16 read and written as they are, computed in float32)"
+# ops that take their inputs in any memory order and keep a channels-last input's order in their output (no copy
+# between the NHWC convolutions of a half-precision model and these)
+_ANY_ORDER = {"layout": "any"}
+_KEEPS_ORDER = ("maxpool2d", "avgpool2d", "adaptiveavgpool2d", "neg", "sqrt", "rsqrt", "add_scalar", "mul_scalar",
+                "rdiv_scalar", "pow_scalar", "clamp_min", "relu", "sigmoid", "tanh", "leaky_relu", "hardtanh", "silu",
+                "gelu", "hardswish", "hardsigmoid", "elu", "mish")
+_BINARY = {"layout": "any", "kernel": "CuPy element-wise kernel, on the arrays as they are in float16 and bfloat16 (computing in "
+           "float32); a channels-last operand's NHWC memory in its order, x op s for s per (image, channel) one raw "
+           "kernel (16 bytes of channels per thread)"}
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "conv2d_grad_input": _GUESS, "conv2d_grad_weight": _GUESS,
@@ -178,6 +187,7 @@ _OPS: dict[str, dict[str, Any]] = {
                           + _HALF_STORED},
     "layer_norm": {"kernel": "one CuPy raw kernel, a block of threads per row, two-pass (_passes)" + _HALF_STORED},
     "concat": {"kernel": "one CuPy raw kernel copying every input (CuPy's concatenate past 64 inputs)"},
+    **{op: _ANY_ORDER for op in _KEEPS_ORDER}, **{op: _BINARY for op in ("add", "sub", "mul", "div")},
     "softmax": {"kernel": "one CuPy raw kernel over the last axis, a block of threads per row" + _HALF_STORED
                 + " (CuPy reductions over another)"},
 }

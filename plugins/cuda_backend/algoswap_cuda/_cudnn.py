@@ -21,7 +21,10 @@ import cupy as cp
 
 from algoswap import LRUCache, declare_cache
 
-from . import ENGINES, _runtime
+from . import ENGINES, _pointwise, _runtime
+from ._pointwise import GRAPH_ACTIVATIONS, Epilogue
+
+__all__ = ["GRAPH_ACTIVATIONS", "Epilogue", "Geometry", "NotServed", "Plan", "plan"]
 
 Shape = tuple[int, ...]
 
@@ -34,25 +37,6 @@ SATURATION_FALLBACK = ("implicit_gemm", "implicit_precomp_gemm", "gemm")
 EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
 TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
 _DTYPES = {"float32": "FLOAT", "float16": "HALF", "bfloat16": "BFLOAT16", "float64": "DOUBLE"}
-# conv2d_fused's activations that a cuDNN graph computes as a pointwise node: (frontend method, its arguments)
-GRAPH_ACTIVATIONS: dict[str, tuple[str, dict[str, float]]] = {
-    "relu": ("relu", {}), "relu6": ("relu", {"lower_clip": 0.0, "upper_clip": 6.0}), "silu": ("swish", {"swish_beta": 1.0}),
-    "gelu": ("gelu", {}),
-}
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """What a forward graph computes after the convolution, in float32: + bias[c], + residual, activation."""
-
-    bias: bool
-    residual: bool
-    activation: str
-
-    @property
-    def words(self) -> str:
-        parts = ["bias"] * self.bias + ["residual"] * self.residual + [self.activation] * (self.activation != "none")
-        return " + ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -159,34 +143,13 @@ def _graph(g: Geometry, select_notes: tuple[str, ...] = ()) -> tuple[Any, tuple[
     else:
         a, b = tensor("x", g.x), tensor("dy", g.y)
         out, shape = graph.conv_wgrad(image=a, loss=b, **window), g.w
-    out, extra = _epilogue_nodes(graph, g, out, tensor, compute)
+    out, extra = _pointwise.nodes(graph, g.epilogue, out, g.y[1], dtype, lambda name: tensor(name, g.y), compute)
     out.set_output(True).set_dim(list(shape)).set_stride(layout_strides(shape, g.channels_last)).set_data_type(dtype)
     for note in select_notes:
         graph.select_numeric_notes([getattr(cudnn.numerical_note, note)])
     graph.validate()
     graph.build_operation_graph()
     return graph, (a, b, out, *extra)
-
-
-def _epilogue_nodes(graph: Any, g: Geometry, out: Any, tensor: Callable[[str, Shape], Any], compute: Any) -> tuple[Any, list[Any]]:
-    """The forward graph's pointwise nodes after the convolution, and the tensors they read (bias, residual)."""
-    e = g.epilogue
-    if e is None:
-        return out, []
-    extra = []
-    if e.bias:
-        channels = g.y[1]
-        bias = graph.tensor(name="b", dim=[1, channels, 1, 1], stride=[channels, 1, 1, 1], data_type=getattr(cudnn.data_type, _DTYPES[g.dtype]))
-        out = graph.bias(input=out, bias=bias, compute_data_type=compute)
-        extra.append(bias)
-    if e.residual:
-        residual = tensor("r", g.y)
-        out = graph.add(a=out, b=residual, compute_data_type=compute)
-        extra.append(residual)
-    if e.activation != "none":
-        method, arguments = GRAPH_ACTIVATIONS[e.activation]
-        out = getattr(graph, method)(input=out, compute_data_type=compute, **arguments)
-    return out, extra
 
 
 NOTES = ("FFT", "WINOGRAD", "TENSOR_CORE", "DOWN_CONVERT_INPUTS")
@@ -345,7 +308,7 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     rng = cp.random.default_rng(0)
     if g.epilogue is not None:
         shapes += ((1, g.y[1], 1, 1),) * g.epilogue.bias + (g.y,) * g.epilogue.residual
-    arrays = [_random(rng, shape, g) for shape in shapes]
+    arrays = [random_array(rng, shape, g) for shape in shapes]
     timings = []
     ranked = (_finish(g, graph, tensors, index, engine, tf32) for index, engine in _candidates(g, graph, count, tf32, limit))
     for plan in itertools.chain(ranked, _legacy(g)):
@@ -363,7 +326,7 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     return min(timings, key=lambda t: t[0])[2]
 
 
-def _random(rng: Any, shape: Shape, g: Geometry) -> Any:
+def random_array(rng: Any, shape: Shape, g: Geometry) -> Any:
     """Standard normal values of ``g``'s dtype, in its memory order (for timing plans)."""
     values = rng.standard_normal(shape, dtype=cp.float64).astype(g.dtype)
     if not g.channels_last or len(shape) != 4:

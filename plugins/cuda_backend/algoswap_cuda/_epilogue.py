@@ -13,7 +13,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from ._runtime import C_TYPES, INCLUDES
+from ._runtime import C_TYPES, INCLUDES, channels_last, contiguous
 from .activation import FORWARD
 
 # conv2d_fused's activation -> the C statements applying it to T v (activation.FORWARD's, relu6 as hardtanh(0, 6))
@@ -63,14 +63,19 @@ def apply(y: Any, bias: Any = None, residual: Any = None, activation: str = "non
 
 def same_order(array: Any, like: Any) -> Any:
     """``array`` (of ``like``'s shape) in ``like``'s memory order: NCHW or NHWC."""
-    if like.flags.c_contiguous:
-        return cp.ascontiguousarray(array)
-    return cp.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return contiguous(array) if like.flags.c_contiguous else channels_last(array)
+
+
+def parts(call: Any) -> list[str]:
+    """What a conv2d or conv2d_fused call computes after the convolution, in words ("+ bias", "+ residual", the
+    activation)."""
+    residual = "residual" in call.input_names and call.shape("residual") is not None
+    found = ["+ bias"] * (call.shape("bias") is not None) + ["+ residual"] * residual
+    activation = call.attrs.get("activation", "none")
+    return found + [activation] * (activation != "none")
 
 
 def label(call: Any) -> str:
-    """The epilogue a conv2d_fused call runs, in words."""
-    parts = (["+ bias"] if call.shape("bias") is not None else []) + (["+ residual"] if call.shape("residual") is not None else [])
-    activation = call.attrs.get("activation", "none")
-    parts += [activation] if activation != "none" else []
-    return f"then {', '.join(parts)} in one CuPy element-wise pass" if parts else "nothing after it"
+    """The epilogue a conv2d or conv2d_fused call runs, in words."""
+    found = parts(call)
+    return f"then {', '.join(found)} in one CuPy element-wise pass" if found else "nothing after it"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _types
+from . import _runtime, _types
 
 BLOCK = 256
 
@@ -44,113 +44,6 @@ extern "C" __global__ void conv2d_direct(const S* x, const S* w, const S* b, S* 
     y[index] = (S)sum;
 }
 """
-
-# Windows start at out * stride - pad; a max window skips positions outside the input (a window
-# wholly outside gives -inf, as in PyTorch).
-MAXPOOL2D = r"""
-// The offset in its plane of the maximum of output element `index`'s window (the last NaN wins, as in
-// PyTorch; -1: empty window).
-__device__ inline int window_argmax(const S* plane, long long index, int h, int wd, int oh, int ow,
-        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
-    int xo = index % ow, yo = (index / ow) % oh, at = -1;
-    T best = 0;
-    for (int i = 0; i < kh; ++i) {
-        int row = yo * sh - ph + i * dh;
-        if (row < 0 || row >= h) continue;
-        for (int j = 0; j < kw; ++j) {
-            int col = xo * sw - pw + j * dw;
-            if (col < 0 || col >= wd) continue;
-            T v = (T)plane[row * wd + col];
-            if (at < 0 || v > best || v != v) { best = v; at = row * wd + col; }
-        }
-    }
-    return at;
-}
-
-extern "C" __global__ void maxpool2d(const S* x, S* y, long long planes, int h, int wd, int oh, int ow,
-        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
-    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= planes * oh * ow) return;
-    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
-    int at = window_argmax(plane, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
-    y[index] = at < 0 ? (S)(-(T)__int_as_float(0x7f800000)) : plane[at];
-}
-
-extern "C" __global__ void maxpool2d_grad(const S* dy, const S* x, T* dx, long long planes, int h, int wd,
-        int oh, int ow, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
-    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= planes * oh * ow) return;
-    long long offset = (index / ((long long)ow * oh)) * h * wd;
-    int at = window_argmax(x + offset, index, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw);
-    if (at >= 0) atomicAdd(dx + offset + at, (T)dy[index]);
-}
-"""
-
-# PyTorch's average pooling: the divisor counts the window clipped to the padded input
-# (count_include_pad), or to the input, or is divisor_override (> 0).
-AVGPOOL2D = r"""
-__device__ inline T divisor(int row0, int col0, int h, int wd, int kh, int kw, int ph, int pw,
-        int include_pad, int override_) {
-    if (override_ > 0) return (T)override_;
-    int r1 = min(row0 + kh, h + ph), c1 = min(col0 + kw, wd + pw);
-    if (include_pad) return (T)((r1 - row0) * (c1 - col0));
-    return (T)((min(r1, h) - max(row0, 0)) * (min(c1, wd) - max(col0, 0)));
-}
-
-extern "C" __global__ void avgpool2d(const S* x, S* y, long long planes, int h, int wd, int oh, int ow,
-        int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int override_) {
-    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= planes * oh * ow) return;
-    int xo = index % ow, yo = (index / ow) % oh;
-    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
-    int row0 = yo * sh - ph, col0 = xo * sw - pw;
-    T sum = 0;
-    for (int row = max(row0, 0); row < min(row0 + kh, h); ++row)
-        for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) sum += (T)plane[row * wd + col];
-    y[index] = (S)(sum / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_));
-}
-
-extern "C" __global__ void avgpool2d_grad(const S* dy, T* dx, long long planes, int h, int wd, int oh, int ow,
-        int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int override_) {
-    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= planes * oh * ow) return;
-    int xo = index % ow, yo = (index / ow) % oh;
-    T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
-    int row0 = yo * sh - ph, col0 = xo * sw - pw;
-    T share = (T)dy[index] / divisor(row0, col0, h, wd, kh, kw, ph, pw, include_pad, override_);
-    for (int row = max(row0, 0); row < min(row0 + kh, h); ++row)
-        for (int col = max(col0, 0); col < min(col0 + kw, wd); ++col) atomicAdd(plane + row * wd + col, share);
-}
-"""
-
-# Adaptive windows: rows [floor(i*h/oh), ceil((i+1)*h/oh)), likewise columns.
-ADAPTIVE = r"""
-extern "C" __global__ void adaptiveavgpool2d(const S* x, S* y, long long planes, int h, int wd, int oh, int ow) {
-    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= planes * oh * ow) return;
-    int xo = index % ow, yo = (index / ow) % oh;
-    const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
-    int r0 = (yo * h) / oh, r1 = ((yo + 1) * h + oh - 1) / oh;
-    int c0 = (xo * wd) / ow, c1 = ((xo + 1) * wd + ow - 1) / ow;
-    T sum = 0;
-    for (int row = r0; row < r1; ++row)
-        for (int col = c0; col < c1; ++col) sum += (T)plane[row * wd + col];
-    y[index] = (S)(sum / (T)((r1 - r0) * (c1 - c0)));
-}
-
-extern "C" __global__ void adaptiveavgpool2d_grad(const S* dy, T* dx, long long planes, int h, int wd, int oh, int ow) {
-    long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= planes * oh * ow) return;
-    int xo = index % ow, yo = (index / ow) % oh;
-    T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
-    int r0 = (yo * h) / oh, r1 = ((yo + 1) * h + oh - 1) / oh;
-    int c0 = (xo * wd) / ow, c1 = ((xo + 1) * wd + ow - 1) / ow;
-    T share = (T)dy[index] / (T)((r1 - r0) * (c1 - c0));
-    for (int row = r0; row < r1; ++row)
-        for (int col = c0; col < c1; ++col) atomicAdd(plane + row * wd + col, share);
-}
-"""
-
 
 # interpolate: each output (plane, i, j) reads input rows rows[2i], rows[2i + 1] and columns cols[2j], cols[2j + 1]
 # with weights of the same layout (algoswap.interpolation_taps, made on the host in torch's arithmetic); nearest
@@ -268,6 +161,45 @@ extern "C" __global__ void csrmm(const I* indptr, const I* indices, const S* val
     out[index] = (S)sum;
 }
 """
+
+
+# A thread's LANES consecutive elements: one 16-byte access where LANES of S fill 16 bytes (the caller checks the
+# alignment), else one access each; computed in T between.
+_LANES_IO = r"""
+__device__ inline void load_lanes(const S* from, T* to) {
+    if (LANES * sizeof(S) == 16) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(from);
+        const S* lanes = reinterpret_cast<const S*>(&raw);
+        for (int k = 0; k < LANES; ++k) to[k] = (T)lanes[k];
+    } else {
+        for (int k = 0; k < LANES; ++k) to[k] = (T)from[k];
+    }
+}
+
+__device__ inline void store_lanes(const T* from, S* to) {
+    if (LANES * sizeof(S) == 16) {
+        uint4 raw;
+        S* lanes = reinterpret_cast<S*>(&raw);
+        for (int k = 0; k < LANES; ++k) lanes[k] = (S)from[k];
+        *reinterpret_cast<uint4*>(to) = raw;
+    } else {
+        for (int k = 0; k < LANES; ++k) to[k] = (S)from[k];
+    }
+}
+"""
+
+
+def lanes_io(lanes: int) -> str:
+    """The head of a kernel source whose threads each take ``lanes`` consecutive elements: LANES, load_lanes and
+    store_lanes (after ``_types.prelude``)."""
+    return f"constexpr int LANES = {lanes};\n" + _LANES_IO
+
+
+def lanes(channels: int, *arrays: Any) -> int:
+    """Consecutive channels per thread: 16 bytes of them where ``channels`` is a multiple of that and every array's
+    memory starts on a 16-byte boundary, else 1."""
+    count = 16 // arrays[0].itemsize
+    return count if channels % count == 0 and all(_runtime.address(a) % 16 == 0 for a in arrays) else 1
 
 
 @lru_cache(maxsize=128)  # every (source, kernel, dtype)

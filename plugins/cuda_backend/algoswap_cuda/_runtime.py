@@ -160,14 +160,31 @@ def from_dlpack(tensor: Any) -> Any:
     return cp.ndarray(tuple(tensor.shape), dtype, cp.cuda.MemoryPointer(memory, 0))
 
 
+def address(array: Any) -> int:
+    """The address of ``array``'s first element (a CuPy array's; a NumPy array's where tests run kernels on the host)."""
+    return int(array.ctypes.data) if isinstance(array, np.ndarray) else int(array.data.ptr)
+
+
 def contiguous(array: Any) -> Any:
-    return array if array.flags.c_contiguous else cp.ascontiguousarray(array)
+    """``array`` C-contiguous (itself if it is; a channels-last float array through the tiled transpose)."""
+    if array.flags.c_contiguous:
+        return array
+    from . import _transpose
+
+    if _transpose.handles(array) and array.transpose(0, 2, 3, 1).flags.c_contiguous:
+        return _transpose.to_contiguous(array)
+    return cp.ascontiguousarray(array)
 
 
 def channels_last(array: Any) -> Any:
-    """A 4-D array (N, C, H, W) in NHWC memory order (itself if it is)."""
+    """A 4-D array (N, C, H, W) in NHWC memory order (itself if it is; a C-contiguous float array through the tiled
+    transpose)."""
     if array.transpose(0, 2, 3, 1).flags.c_contiguous:
         return array
+    from . import _transpose
+
+    if _transpose.handles(array) and array.flags.c_contiguous:
+        return _transpose.to_channels_last(array)
     return cp.ascontiguousarray(array.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 

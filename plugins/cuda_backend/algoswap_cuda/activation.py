@@ -4,7 +4,8 @@ kernel each, reading and writing the half-precision arrays and computing in floa
 The conditions are written so that NaN goes where PyTorch sends it (ternaries, never fmin/fmax,
 which drop NaN); ``FORWARD`` holds each activation as C statements on ``T v``, shared with the
 convolution epilogue (_epilogue), which fuses some of them. ``T`` there is the type the statements
-compute in (float for the half precisions: ``_types.prelude``), whatever the arrays store (``S``).
+compute in (float for the half precisions: ``_types.prelude``), whatever the arrays store (``S``). The forward
+activations keep a channels-last input's memory order (``_order.keeps_order``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+from ._order import keeps_order
 from ._runtime import contiguous
 from ._types import is_half, prelude, scalar
 
@@ -156,6 +158,7 @@ def _backward(name: str, dy: Any, x: Any, *params: float) -> Any:
     return _BACKWARD[name](dy, x, *(x.dtype.type(p) for p in params))
 
 
+@keeps_order
 def relu(x: Any) -> Any:
     return _half("forward", "relu", (x,), ()) if is_half(x) else cp.maximum(x, 0)
 
@@ -165,6 +168,7 @@ def relu_grad(dy: Any, x: Any) -> Any:
     return _half("backward", "relu", (dy, x), ()) if is_half(dy) else _relu_grad(dy, x)
 
 
+@keeps_order
 def sigmoid(x: Any) -> Any:
     return _half("forward", "sigmoid", (x,), ()) if is_half(x) else 1 / (1 + cp.exp(-x))
 
@@ -173,6 +177,7 @@ def sigmoid_grad(dy: Any, y: Any) -> Any:
     return _half("from_output", "sigmoid", (dy, y), ()) if is_half(dy) else dy * y * (1 - y)
 
 
+@keeps_order
 def tanh(x: Any) -> Any:
     return _half("forward", "tanh", (x,), ()) if is_half(x) else cp.tanh(x)
 
@@ -181,6 +186,7 @@ def tanh_grad(dy: Any, y: Any) -> Any:
     return _half("from_output", "tanh", (dy, y), ()) if is_half(dy) else dy * (1 - y * y)
 
 
+@keeps_order
 def leaky_relu(x: Any, *, negative_slope: float) -> Any:
     if is_half(x):
         return _half("forward", "leaky_relu", (x,), (negative_slope,))
@@ -193,6 +199,7 @@ def leaky_relu_grad(dy: Any, x: Any, *, negative_slope: float) -> Any:
     return _leaky_grad(dy, x, x.dtype.type(negative_slope))
 
 
+@keeps_order
 def hardtanh(x: Any, *, min_val: float, max_val: float) -> Any:
     return _forward("hardtanh", x, min_val, max_val)
 
@@ -201,6 +208,7 @@ def hardtanh_grad(dy: Any, x: Any, *, min_val: float, max_val: float) -> Any:
     return _backward("hardtanh", dy, x, min_val, max_val)
 
 
+@keeps_order
 def silu(x: Any) -> Any:
     return _forward("silu", x)
 
@@ -209,6 +217,7 @@ def silu_grad(dy: Any, x: Any) -> Any:
     return _backward("silu", dy, x)
 
 
+@keeps_order
 def gelu(x: Any, *, approximate: str) -> Any:
     return _forward("gelu" if approximate == "none" else "gelu_tanh", x)
 
@@ -217,6 +226,7 @@ def gelu_grad(dy: Any, x: Any, *, approximate: str) -> Any:
     return _backward("gelu" if approximate == "none" else "gelu_tanh", dy, x)
 
 
+@keeps_order
 def hardswish(x: Any) -> Any:
     return _forward("hardswish", x)
 
@@ -225,6 +235,7 @@ def hardswish_grad(dy: Any, x: Any) -> Any:
     return _backward("hardswish", dy, x)
 
 
+@keeps_order
 def hardsigmoid(x: Any) -> Any:
     return _forward("hardsigmoid", x)
 
@@ -233,6 +244,7 @@ def hardsigmoid_grad(dy: Any, x: Any) -> Any:
     return _backward("hardsigmoid", dy, x)
 
 
+@keeps_order
 def elu(x: Any, *, alpha: float) -> Any:
     return _forward("elu", x, alpha)
 
@@ -241,6 +253,7 @@ def elu_grad(dy: Any, x: Any, *, alpha: float) -> Any:
     return _backward("elu", dy, x, alpha)
 
 
+@keeps_order
 def mish(x: Any) -> Any:
     return _forward("mish", x)
 

@@ -3,7 +3,7 @@
 In float16 and bfloat16 the binary ops, neg and sqrt are CuPy's element-wise kernels on the arrays as they
 are (each computes in float32 and rounds once; their gradients' sums accumulate in float32); the others
 compute in float32, rounded once (``_types.in_float32``: a scalar constant is not rounded to the half type
-first, as in torch)."""
+first, as in torch). The forward ops keep a channels-last input's memory order (``_order``)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,21 @@ from typing import Any
 
 import cupy as cp
 
+from ._order import binary, keeps_order
 from ._types import in_float32
 from .reduce import sum_to_shape
 
 
 def sub(a: Any, b: Any) -> Any:
-    return a - b
+    return binary("sub", a, b)
 
 
 def mul(a: Any, b: Any) -> Any:
-    return a * b
+    return binary("mul", a, b)
 
 
 def div(a: Any, b: Any) -> Any:
-    return a / b
+    return binary("div", a, b)
 
 
 def sub_grad_b(dy: Any, *, shape: tuple[int, ...]) -> Any:
@@ -63,10 +64,12 @@ _pow_grad = cp.ElementwiseKernel("T dy, T x, T exponent", "T dx", "dx = dy * exp
                                  "algoswap_pow_grad", preamble=_POWER)
 
 
+@keeps_order
 def neg(x: Any) -> Any:
     return -x
 
 
+@keeps_order
 def sqrt(x: Any) -> Any:
     return cp.sqrt(x)
 
@@ -76,6 +79,7 @@ def sqrt_grad(dy: Any, y: Any) -> Any:
     return _sqrt_grad(dy, y)
 
 
+@keeps_order
 @in_float32
 def rsqrt(x: Any) -> Any:
     return _rsqrt(x)
@@ -86,16 +90,19 @@ def rsqrt_grad(dy: Any, y: Any) -> Any:
     return _rsqrt_grad(dy, y)
 
 
+@keeps_order
 @in_float32
 def add_scalar(x: Any, *, value: float) -> Any:
     return x + x.dtype.type(value)
 
 
+@keeps_order
 @in_float32
 def mul_scalar(x: Any, *, value: float) -> Any:
     return x * x.dtype.type(value)
 
 
+@keeps_order
 @in_float32
 def rdiv_scalar(x: Any, *, value: float) -> Any:
     return x.dtype.type(value) / x
@@ -106,6 +113,7 @@ def rdiv_scalar_grad(dy: Any, x: Any, *, value: float) -> Any:
     return _rdiv_grad(dy, x, x.dtype.type(value))
 
 
+@keeps_order
 @in_float32
 def pow_scalar(x: Any, *, exponent: float) -> Any:
     return _pow(x, x.dtype.type(exponent))
@@ -119,6 +127,7 @@ def pow_scalar_grad(dy: Any, x: Any, *, exponent: float) -> Any:
     return _pow_grad(dy, x, x.dtype.type(exponent))
 
 
+@keeps_order
 @in_float32
 def clamp_min(x: Any, *, value: float) -> Any:
     return _clamp_min(x, x.dtype.type(value))

@@ -44,15 +44,26 @@ def runs_channels_last(dtype: str, x_channels_last: bool) -> bool:
     return dtype in _runtime.HALF or x_channels_last
 
 
-def _graph_epilogue(call: Any) -> Any:
-    """The epilogue a conv2d_fused call's cuDNN graph would compute (half precisions, an activation cuDNN has), else None."""
-    if call.op != "conv2d_fused" or call.dtype not in _runtime.HALF:
+def _after(dtype: str, bias: bool, residual: bool, activation: str) -> Any:
+    """What follows a half-precision forward convolution (a _pointwise.Epilogue for _fusion.choose), else None
+    (nothing follows, or float32 and float64, whose fused graphs run in TF32 only: the epilogue pass)."""
+    if dtype not in _runtime.HALF or not (bias or residual or activation != "none"):
         return None
-    activation = call.attrs.get("activation", "none")
-    bias, residual = call.shape("bias") is not None, call.shape("residual") is not None
-    if activation not in _cudnn().GRAPH_ACTIVATIONS and activation != "none" or not (bias or residual or activation != "none"):
-        return None
-    return _cudnn().Epilogue(bias, residual, activation)
+    from ._pointwise import Epilogue
+
+    return Epilogue(bias, residual, activation)
+
+
+def _call_after(call: Any) -> Any:
+    """_after of a conv2d or conv2d_fused call."""
+    found = _epilogue.parts(call)
+    return _after(call.dtype, "+ bias" in found, "+ residual" in found, call.attrs.get("activation", "none"))
+
+
+def _fusion() -> Any:
+    from . import _fusion
+
+    return _fusion
 
 
 def _zero_padded(g: ConvGeometry) -> ConvGeometry:
@@ -64,18 +75,14 @@ _DIRECTIONS = {"conv2d": "fprop", "conv2d_fused": "fprop", "conv2d_grad_input": 
 
 
 def _plan_of(call: Any, algorithm: str) -> Any:
-    """The cuDNN plan serving ``call`` (built and cached now; a fused call's graph, else its plain convolution);
-    _cudnn.NotServed if none."""
+    """The _fusion.Choice serving ``call`` (its plan built and cached now: a fused graph, else the plain
+    convolution); _cudnn.NotServed if none."""
     kind = _DIRECTIONS[call.op]
-    channels_last = kind == "fprop" and runs_channels_last(call.dtype, False)
     g = _zero_padded(call.geometry)
-    epilogue = _graph_epilogue(call)
-    if epilogue is not None:
-        try:
-            return _cudnn().plan(_cudnn_geometry(kind, g, call.dtype, channels_last, epilogue), algorithm)
-        except _cudnn().NotServed:
-            pass
-    return _cudnn().plan(_cudnn_geometry(kind, g, call.dtype, channels_last), algorithm)
+    if kind != "fprop":
+        return _fusion().Choice(_cudnn().plan(_cudnn_geometry(kind, g, call.dtype), algorithm))
+    geometry = _cudnn_geometry(kind, g, call.dtype, runs_channels_last(call.dtype, False))
+    return _fusion().choose(geometry, _call_after(call), algorithm)
 
 
 def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
@@ -94,9 +101,11 @@ def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
 
 
 def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
-    plan = _plan_of(call, algorithm)
-    label = str(plan.label)
-    return kernel_fused(call, label) if call.op == "conv2d_fused" and plan.geometry.epilogue is None else label
+    choice = _plan_of(call, algorithm)
+    label = str(choice.plan.label)
+    if choice.plan.geometry.epilogue is not None or _DIRECTIONS[call.op] != "fprop" or not _epilogue.parts(call):
+        return label
+    return f"{label}, {_epilogue.label(call)}" + (f" ({choice.note})" if choice.note else "")
 
 
 _forward_plans: LRUCache[tuple[Any, tuple[int, ...]]] = LRUCache(declare_cache(
@@ -105,8 +114,8 @@ _forward_plans: LRUCache[tuple[Any, tuple[int, ...]]] = LRUCache(declare_cache(
 
 
 def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, mode: str, bias: Any = None,
-             residual: Any = None, activation: str = "none", fuse: bool = False) -> Any:
-    """The convolution, then bias, residual and activation: in its cuDNN graph where ``fuse`` and one builds,
+             residual: Any = None, activation: str = "none") -> Any:
+    """The convolution, then bias, residual and activation: in its cuDNN graph where _fusion chooses one,
     else in one epilogue pass."""
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
@@ -115,11 +124,11 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     channels_last = runs_channels_last(x.dtype.name, is_channels_last(x))
     weight = w  # (K, C, R, S) as given: the padding NaN pass reads it in KCRS order
     x, w = (_runtime.channels_last(x), _runtime.channels_last_weight(w)) if channels_last else (_runtime.contiguous(x), _runtime.contiguous(w))
-    fused = (bias is not None, residual is not None, activation) if fuse and x.dtype.name in _runtime.HALF else None
-    key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, channels_last, fused, _runtime.tf32("conv"))
+    after = (bias is not None, residual is not None, activation)
+    key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, channels_last, after, _runtime.tf32("conv"))
     found = _forward_plans.get(key)  # the per-call path: one dictionary look-up
     if found is None:
-        found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, fused))
+        found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, after))
     plan, shape = found
     y = _runtime.empty(shape, x.dtype, channels_last)
     exact = x.dtype.name == "float16"  # cuDNN's float16 engines lose infinities: _exact
@@ -139,16 +148,11 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
 
 
 def _forward_plan(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, channels_last: bool,
-                  fused: tuple[bool, bool, str] | None) -> tuple[Any, tuple[int, ...]]:
-    """The plan of a forward call (its fused graph first, where asked and cuDNN builds one) and the output shape."""
-    cudnn = _cudnn()
+                  after: tuple[bool, bool, str]) -> tuple[Any, tuple[int, ...]]:
+    """The plan of a forward call (its fused graph or the plain convolution: _fusion.choose) and the output shape."""
     g = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation)
-    if fused is not None and (fused[2] in cudnn.GRAPH_ACTIVATIONS or fused[2] == "none") and fused != (False, False, "none"):
-        try:
-            return cudnn.plan(_cudnn_geometry("fprop", g, x.dtype.name, channels_last, cudnn.Epilogue(*fused)), algorithm), g.output
-        except cudnn.NotServed:
-            pass
-    return cudnn.plan(_cudnn_geometry("fprop", g, x.dtype.name, channels_last), algorithm), g.output
+    geometry = _cudnn_geometry("fprop", g, x.dtype.name, channels_last)
+    return _fusion().choose(geometry, _after(x.dtype.name, *after), algorithm).plan, g.output
 
 
 def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
@@ -187,7 +191,7 @@ def _cudnn_conv2d(algorithm: str) -> Any:
 def _cudnn_conv2d_fused(algorithm: str) -> Any:
     def conv2d_fused(x: Any, w: Any, b: Any, residual: Any, *, activation: str, stride: Pair, padding: PadHW,
                      dilation: Pair, groups: int, padding_mode: str) -> Any:
-        return _forward(x, w, algorithm, stride, padding, dilation, padding_mode, b, residual, activation, fuse=True)
+        return _forward(x, w, algorithm, stride, padding, dilation, padding_mode, b, residual, activation)
 
     conv2d_fused.__name__ = conv2d_fused.__qualname__ = f"conv2d_{algorithm}_fused"
     conv2d_fused.__doc__ = f"cuDNN {algorithm} convolution with bias, residual and activation (one cuDNN graph where one builds)."

@@ -1,6 +1,9 @@
-"""Max, average and adaptive average pooling and their gradients: our CUDA kernels, one thread per
-output element, in every float dtype (sums in float32 for float16 and bfloat16); gradients scatter with
-atomicAdd into a buffer of the accumulation dtype (float32 for the half types, rounded once)."""
+"""Max, average and adaptive average pooling and their gradients: our CUDA kernels (``_pool_kernels``), in every
+float dtype (sums in float32 for float16 and bfloat16). The forward poolings take any memory order: a channels-last
+input (NHWC memory, a convolution's output in half precision) is pooled where it lies, by the NHWC kernels, into a
+channels-last output; any other is made C-contiguous and pooled by the NCHW kernels. Gradients take C-contiguous
+arrays and scatter with atomicAdd into a buffer of the accumulation dtype (float32 for the half types, rounded
+once)."""
 
 from __future__ import annotations
 
@@ -8,34 +11,49 @@ from typing import Any
 
 import cupy as cp
 
-from . import _kernels
+from algoswap import is_channels_last
+
+from . import _kernels, _pool_kernels, _runtime
 from ._runtime import contiguous
 from ._types import accumulation, rounded
 
 Pair = tuple[int, int]
+_NCHW = {"maxpool2d": _pool_kernels.MAXPOOL2D, "avgpool2d": _pool_kernels.AVGPOOL2D,
+         "adaptiveavgpool2d": _pool_kernels.ADAPTIVE}
 
 
 def _planes(x: Any) -> int:
     return int(x.shape[0] * x.shape[1])
 
 
-def _output(x_shape: tuple[int, ...], out_hw: tuple[int, ...], dtype: Any) -> Any:
-    return cp.empty((*x_shape[:2], *out_hw), dtype=dtype)
-
-
-def _out_hw(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
+def _out_hw(x: Any, kernel: Pair, stride: Pair, pad: Pair, dilation: Pair, ceil_mode: bool) -> Pair:
     from algoswap import pool_output_size
 
-    return int(pool_output_size(size, kernel, stride, pad, dilation, ceil_mode))
+    rows, cols = (int(pool_output_size(x.shape[2 + i], kernel[i], stride[i], pad[i], dilation[i], ceil_mode)) for i in (0, 1))
+    return rows, cols
+
+
+def _pool(op: str, x: Any, out_hw: tuple[int, int], *ints: int) -> Any:
+    """Kernel ``op`` on ``x`` (NCHW shape, any memory order) into a new array of ``out_hw``, in ``x``'s memory order
+    where that is NHWC, else C-contiguous; ``ints`` follow the output size in the kernel's arguments."""
+    n, c, h, wd = x.shape
+    if not is_channels_last(x):
+        x = contiguous(x)
+        y = cp.empty((n, c, *out_hw), x.dtype)
+        _kernels.launch(_NCHW[op], op, x.dtype.name, y.size, (x, y), _planes(x), *x.shape[2:], *out_hw, *ints)
+        return y
+    y = _runtime.empty((n, c, *out_hw), x.dtype, True)
+    assert c * max(h * wd, out_hw[0] * out_hw[1]) < 2**31, x.shape  # the kernels index within one image in int
+    lanes = _kernels.lanes(c, x, y)
+    memory = (x.transpose(0, 2, 3, 1), y.transpose(0, 2, 3, 1))  # C-contiguous views of the NHWC memory
+    _kernels.launch(_pool_kernels.nhwc_source(lanes), f"{op}_nhwc_{lanes}", x.dtype.name, y.size // lanes, memory, y.size // lanes,
+                    c, h, wd, *out_hw, *ints)
+    return y
 
 
 def maxpool2d(x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, dilation: Pair, ceil_mode: bool) -> Any:
-    x = contiguous(x)
-    out = [_out_hw(x.shape[i + 2], kernel_size[i], stride[i], padding[i], dilation[i], ceil_mode) for i in (0, 1)]
-    y = _output(x.shape, tuple(out), x.dtype)
-    _kernels.launch(_kernels.MAXPOOL2D, "maxpool2d", x.dtype.name, y.size, (x, y), _planes(x), *x.shape[2:], *out,
-                    *kernel_size, *stride, *padding, *dilation)
-    return y
+    out = _out_hw(x, kernel_size, stride, padding, dilation, ceil_mode)
+    return _pool("maxpool2d", x, out, *kernel_size, *stride, *padding, *dilation)
 
 
 def maxpool2d_grad(dy: Any, x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, dilation: Pair,
@@ -43,46 +61,40 @@ def maxpool2d_grad(dy: Any, x: Any, *, kernel_size: Pair, stride: Pair, padding:
     """Each output finds its window's maximum again and adds its gradient there."""
     dy, x = contiguous(dy), contiguous(x)
     dx = cp.zeros(x.shape, accumulation(x.dtype))
-    _kernels.launch(_kernels.MAXPOOL2D, "maxpool2d_grad", x.dtype.name, dy.size, (dy, x, dx), _planes(x),
+    _kernels.launch(_pool_kernels.MAXPOOL2D, "maxpool2d_grad", x.dtype.name, dy.size, (dy, x, dx), _planes(x),
                     *x.shape[2:], *dy.shape[2:], *kernel_size, *stride, *padding, *dilation)
     return rounded(dx, x.dtype)
 
 
 def avgpool2d(x: Any, *, kernel_size: Pair, stride: Pair, padding: Pair, ceil_mode: bool, count_include_pad: bool,
               divisor_override: int | None) -> Any:
-    x = contiguous(x)
-    out = [_out_hw(x.shape[i + 2], kernel_size[i], stride[i], padding[i], 1, ceil_mode) for i in (0, 1)]
-    y = _output(x.shape, tuple(out), x.dtype)
-    _kernels.launch(_kernels.AVGPOOL2D, "avgpool2d", x.dtype.name, y.size, (x, y), _planes(x), *x.shape[2:], *out,
-                    *kernel_size, *stride, *padding, count_include_pad, divisor_override or 0)
-    return y
+    out = _out_hw(x, kernel_size, stride, padding, (1, 1), ceil_mode)
+    return _pool("avgpool2d", x, out, *kernel_size, *stride, *padding, count_include_pad, divisor_override or 0)
 
 
 def avgpool2d_grad(dy: Any, *, input_size: tuple[int, ...], kernel_size: Pair, stride: Pair, padding: Pair,
                    ceil_mode: bool, count_include_pad: bool, divisor_override: int | None) -> Any:
     dy = contiguous(dy)
     dx = cp.zeros(tuple(input_size), dtype=accumulation(dy.dtype))
-    _kernels.launch(_kernels.AVGPOOL2D, "avgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
+    _kernels.launch(_pool_kernels.AVGPOOL2D, "avgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
                     *input_size[2:], *dy.shape[2:], *kernel_size, *stride, *padding, count_include_pad,
                     divisor_override or 0)
     return rounded(dx, dy.dtype)
 
 
 def adaptiveavgpool2d(x: Any, *, output_size: Pair) -> Any:
-    x = contiguous(x)
-    out = tuple(x.shape[2 + i] if output_size[i] is None else output_size[i] for i in (0, 1))
-    y = _output(x.shape, out, x.dtype)
-    _kernels.launch(_kernels.ADAPTIVE, "adaptiveavgpool2d", x.dtype.name, y.size, (x, y), _planes(x), *x.shape[2:], *out)
-    return y
+    rows, cols = (x.shape[2 + i] if output_size[i] is None else output_size[i] for i in (0, 1))
+    return _pool("adaptiveavgpool2d", x, (rows, cols))
 
 
 def adaptiveavgpool2d_grad(dy: Any, *, input_size: tuple[int, ...]) -> Any:
     dy = contiguous(dy)
     dx = cp.zeros(tuple(input_size), dtype=accumulation(dy.dtype))
-    _kernels.launch(_kernels.ADAPTIVE, "adaptiveavgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
+    _kernels.launch(_pool_kernels.ADAPTIVE, "adaptiveavgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
                     *input_size[2:], *dy.shape[2:])
     return rounded(dx, dy.dtype)
 
 
 def kernel(call: Any) -> str:
-    return f"CuPy raw kernel {call.op} (one thread per output)"
+    return (f"CuPy raw kernel {call.op} (NCHW: one thread per output; channels-last input: {call.op}_nhwc_<lanes> in NHWC "
+            "memory, one thread per 16 bytes of channels, output channels-last)")
