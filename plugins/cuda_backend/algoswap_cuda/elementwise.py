@@ -1,9 +1,15 @@
-"""add (broadcasting) on CuPy arrays."""
+"""add (broadcasting) on CuPy arrays: two C-contiguous arrays of one shape and dtype (a residual connection) in one
+vectorised raw kernel (``_vectorised.add``), the rest as CuPy's add."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import _vectorised
+from ._runtime import C_TYPES
+
 
 def add(a: Any, b: Any) -> Any:
+    if a.shape == b.shape and a.dtype == b.dtype and a.dtype.name in C_TYPES and a.flags.c_contiguous and b.flags.c_contiguous:
+        return _vectorised.add(a, b)
     return a + b
