@@ -184,6 +184,7 @@ def every_kernel_source(dtype: str) -> list[str]:
             sources += [_vectorised.layer_norm_source(dtype, weight, bias, vec)[0] for vec in _widths(dtype)]
     sources += [_vectorised.add_source(dtype, vec)[0] for vec in _widths(dtype)]
     sources += [_passes.softmax_source(dtype, safe)[0] for safe in (False, True)]
+    sources += [_vectorised.softmax_source(dtype, safe, vec)[0] for safe in (False, True) for vec in _widths(dtype)]
     for kind, table in (("forward", activation.FORWARD), ("backward", activation.BACKWARD), ("from_output", activation.FROM_OUTPUT)):
         sources += [activation.kernel_source(kind, name, dtype)[0] for name in table]
     return sources

@@ -198,9 +198,10 @@ def _aligned(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, offse
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_layer_norm_and_add_read_16_bytes_at_a_time_where_the_rows_allow(on_the_host: None, dtype: str,
+def test_layer_norm_softmax_and_add_read_16_bytes_at_a_time_where_the_rows_allow(on_the_host: None, dtype: str,
                                                                            rng: np.random.Generator) -> None:
     """_vectorised: a row of ViT's 768 values starting 16-byte aligned is read 16 bytes per load (8 half values),
+    by the layer norm, the softmax and the add;
     one of 197 values (or a start off the boundary) one value per load; both as the reference, within the format's
     bound; more rows than a block has warps (the harness runs each row's lane alone)."""
     from algoswap_cuda import _vectorised
@@ -215,6 +216,10 @@ def test_layer_norm_and_add_read_16_bytes_at_a_time_where_the_rows_allow(on_the_
         got = _vectorised.layer_norm(x, w, b, d, 1e-5)
         ref = algoswap.ops.call("layer_norm", *wide, algorithm="numpy:default", normalized_ndim=1, eps=1e-5)
         assert_op_close("layer_norm", got, ref, wide, {"normalized_ndim": 1, "eps": 1e-5}, dtype=numpy_dtype)
+        for safe in (False, True):
+            got = _vectorised.softmax_rows(x, d, 0.5, safe)
+            ref = algoswap.ops.call("softmax", wide[0] * 0.5, algorithm="numpy:default", axis=-1)
+            assert_op_close("softmax", got, ref, [wide[0] * 0.5], {"axis": -1}, dtype=numpy_dtype)
         total = _vectorised.add(x, other)
         assert total.dtype == numpy_dtype
         wider = np.float64 if dtype == "float64" else np.float32  # T: what the kernel adds in
@@ -237,3 +242,19 @@ def test_fused_attention_geometry_reads_strides_and_writes_the_output_in_q_order
     assert "float32" in _sdpa.geometry("float32", ((2, 3, 4, 8),) * 3, None, False, 1.0)
     assert "rank 5" in _sdpa.geometry("bfloat16", ((2, 2, 3, 4, 8),) * 3, None, False, 1.0)
     assert "batch dimensions" in _sdpa.geometry("bfloat16", ((2, 3, 4, 8), (1, 3, 4, 8), (1, 3, 4, 8)), None, False, 1.0)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_warp_softmax_gives_a_row_of_minus_infinity_zeros_only_when_safe(on_the_host: None, dtype: str) -> None:
+    """Attention's rule (torch's _safe_softmax) for a row whose every score is -inf, and NaN spreading over its row,
+    through the warp-per-row kernel: 16-byte loads (rows of 16) and one value per load (rows of 5)."""
+    from algoswap_cuda import _vectorised
+
+    numpy_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    for d in (16, 5):
+        x = np.zeros((3, d), numpy_dtype)
+        x[0], x[1, 2] = -np.inf, np.nan
+        for safe, first in ((True, 0.0), (False, np.nan)):
+            got = _vectorised.softmax_rows(x, d, 1.0, safe).astype(np.float64)
+            assert np.array_equal(got[0], np.full(d, first), equal_nan=True) and np.isnan(got[1]).all(), (d, safe, got)
+            assert np.allclose(got[2], 1 / d, rtol=2.0**-7)  # rounded once to the half type

@@ -200,3 +200,22 @@ def test_vit_b_16_in_bfloat16_matches_torch_and_replays_as_one_cuda_graph() -> N
     linears = [row.kernel for row in rows if row.op == "linear"]
     assert linears and all(kernel.startswith("cuBLASLt") for kernel in linears), linears[:1]
     assert all(step.backend == "cuda" for step in model.program.steps if step.runner is not None)
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_products_of_head_split_views_match_the_reference(dtype: str) -> None:
+    """q @ k^T and weights @ v on a head split's views (the float32 attention path, and matmul, now layout "any"):
+    only the operand whose batch axes do not fold is copied; the values are the reference's."""
+    from algoswap_cuda import _blas
+
+    cp, rng = _cp(), _rng(61, len(dtype))
+    q, k = _rounded(rng, (2, 3, 17, 32), DTYPES[dtype]), _rounded(rng, (2, 3, 19, 32), DTYPES[dtype])
+    weights = _rounded(rng, (2, 3, 17, 19), DTYPES[dtype])
+    left, right = _heads_split(cp, q, DTYPES[dtype]), _heads_split(cp, k, DTYPES[dtype])
+    for a, b, x, y in ((left, cp.swapaxes(right, -1, -2), q, np.swapaxes(k, -1, -2)),
+                       (cp.asarray(weights.astype(DTYPES[dtype])), right, weights, k)):
+        out = cp.asnumpy(_blas.matmul(a, b)).astype(np.float64)
+        assert_close(out, x @ y, dtype=DTYPES[dtype], reduction_length=x.shape[-1], scale=np.abs(x) @ np.abs(y),
+                     context=f"{dtype} {a.shape} @ {b.shape}")
+    kernel_layout = algoswap.registry().impls[("matmul", "gemm", "cuda")].layout
+    assert kernel_layout == "any"

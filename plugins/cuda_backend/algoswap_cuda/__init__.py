@@ -170,7 +170,8 @@ _HALF_STORED = " (float16 and bfloat16 read and written as they are, computed in
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "conv2d_grad_input": _GUESS, "conv2d_grad_weight": _GUESS,
-    "linear": _LINEAR_FORWARD, "linear_grad_input": _LINEAR, "linear_grad_weight": _LINEAR,
+    "linear": _LINEAR_FORWARD, "linear_grad_input": _LINEAR,
+    "matmul": {"layout": "any"}, "batch_matmul": {"layout": "any"},  # transposed views read by cuBLAS as they are "linear_grad_weight": _LINEAR,
     "linear_grad_bias": {"algorithm": "direct", "kernel": _SUM},
     "slice": _COPY, "split": _COPY,
     "transpose": {"dtypes": ALL_DTYPES, "layout": "any", "kernel": "none: a CuPy view with its strides permuted (copied by the "
@@ -190,6 +191,7 @@ _OPS: dict[str, dict[str, Any]] = {
         "description": "cuDNN's fused attention (flash, inference; q, k, v read with their strides) in float16 and bfloat16 "
                        "without a mask or with is_causal, where cuDNN builds it; else cuBLAS strided-batched GEMM around one "
                        "softmax kernel (CuPy's with a mask)." + _TF32_NOTE},
-    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a block of threads per row" + _HALF_STORED
+    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a warp per row of up to 4096 values (16-byte loads where "
+                          "the rows allow), a block of threads per longer row" + _HALF_STORED
                 + " (CuPy reductions over another)"},
 }

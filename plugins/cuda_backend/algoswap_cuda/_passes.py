@@ -150,7 +150,8 @@ def _softmax_kernel(dtype: str, safe: bool) -> Any:
 
 
 def softmax_source(dtype: str, safe: bool) -> tuple[str, str]:
-    """The CUDA source of the softmax kernel for this (dtype, safe), and its name."""
+    """The CUDA source of the block-per-row softmax kernel (rows longer than ``_vectorised.WARP_ROWS``) for this
+    (dtype, safe), and its name."""
     name = f"algoswap_softmax_{dtype}{'_safe' * safe}"
     return prelude(dtype) + _SOFTMAX.format(name=name, safe="true" if safe else "false"), name
 
@@ -181,11 +182,13 @@ def _row_threads(d: int) -> int:
 
 
 def softmax_rows(x: Any, scale: float = 1.0, safe: bool = False) -> Any:
-    """softmax(scale * x) over the last axis, one block of threads per row; with ``safe``, rows whose
-    scores are all -inf give zeros (attention's rule) instead of NaN."""
+    """softmax(scale * x) over the last axis: one warp per row up to ``_vectorised.WARP_ROWS`` values, one block of
+    threads per longer row; with ``safe``, rows whose scores are all -inf give zeros (attention's rule) instead of NaN."""
     x = _contiguous(x)
-    y = cp.empty(x.shape, x.dtype)
     d = x.shape[-1] if x.ndim else 1
+    if d <= _vectorised.WARP_ROWS:
+        return _vectorised.softmax_rows(x, d, scale, safe)
+    y = cp.empty(x.shape, x.dtype)
     rows = x.size // d if d else 0
     if rows:
         threads = _row_threads(d)

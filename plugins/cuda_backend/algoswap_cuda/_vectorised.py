@@ -1,12 +1,13 @@
 """Kernels that read and write 16 bytes at a time (8 float16 or bfloat16 values, 4 float32, 2 float64) where the
-arrays allow it, else one value: layer norm with one warp per row (rows up to ``WARP_ROWS`` long), and the add
-of two arrays of one shape (a residual connection). On the H200 their predecessors reached a quarter to a third
-of the memory bandwidth (ViT-B/16 at batch 32 in bfloat16: 26 µs per layer norm of 32×197×768 with a block of
-threads per row and tree reductions, 24 µs per CuPy add).
+arrays allow it, else one value: layer norm and softmax with one warp per row (rows up to ``WARP_ROWS`` long), and
+the add of two arrays of one shape (a residual connection). On the H200 their predecessors were far from the
+memory bandwidth (ViT-B/16 at batch 32 in bfloat16: 26 µs per layer norm of 32×197×768 and 206 µs per softmax of
+32×12×197×197, each a block of threads per row with tree reductions; 24 µs per CuPy add).
 
-The arithmetic is the block kernel's and CuPy's: layer norm two-pass in T (float32 for the half precisions),
-``(x - mean) * rstd`` then the weight and the bias; the add as ``(S)((T)a + (T)b)``. A warp's lanes are
-``min(32, blockDim.x)``: the host harness (tests/cuda_host.py) runs a block of one thread, one lane per row.
+The arithmetic is the block kernels' (``_passes``) and CuPy's: layer norm two-pass in T (float32 for the half
+precisions), ``(x - mean) * rstd`` then the weight and the bias; softmax as ``exp(x - max) / sum``; the add as
+``(S)((T)a + (T)b)``. A warp's lanes are ``min(32, blockDim.x)``: the host harness (tests/cuda_host.py) runs a
+block of one thread, one lane per row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from ._types import prelude, scalar
 
-WARP_ROWS = 4096  # longest layer-norm row for a warp (longer ones: _passes' block per row)
+WARP_ROWS = 4096  # longest row for a warp (longer ones: _passes' block per row)
 _THREADS, _MOST_BLOCKS = 128, 65536
 _PACK = """struct __align__({vec} * sizeof(S)) Pack {{ S v[{vec}]; }};  // one load: 16 bytes where vec * sizeof(S) is
 """
@@ -52,6 +53,34 @@ extern "C" __global__ void {name}(const S* x, const S* w, const S* b, S* y, long
                 {bias}
                 o.v[e] = (S)v;
             }}
+            out[p] = o;
+        }}
+    }}
+}}
+"""
+
+# softmax(scale * x) over each row, one warp per row: _passes' arithmetic (products rounded on their own, so inf - inf
+# stays NaN; a NaN is the maximum of its row; with safe, a row whose every score is -inf gives zeros)
+_SOFTMAX = _PACK + """__device__ inline float mul_rn(float a, float b) {{ return __fmul_rn(a, b); }}
+__device__ inline double mul_rn(double a, double b) {{ return __dmul_rn(a, b); }}
+__device__ inline T larger(T m, T v) {{ return (v > m || v != v) ? v : m; }}
+extern "C" __global__ void {name}(const S* x, S* y, long long rows, int d, T scale, T lowest) {{
+    const int lanes = blockDim.x < 32 ? blockDim.x : 32, lane = threadIdx.x % lanes, packs = d / {vec};
+    const long long per_block = blockDim.x / lanes, warps = (long long)gridDim.x * per_block;
+    for (long long row = blockIdx.x * per_block + threadIdx.x / lanes; row < rows; row += warps) {{
+        const Pack* in = (const Pack*)(x + row * d);
+        Pack* out = (Pack*)(y + row * d);
+        T m = lowest;
+        for (int p = lane; p < packs; p += lanes) {{ const Pack a = in[p]; for (int e = 0; e < {vec}; ++e) m = larger(m, mul_rn((T)a.v[e], scale)); }}
+        for (int offset = lanes / 2; offset > 0; offset >>= 1) m = larger(m, __shfl_xor_sync(0xffffffffu, m, offset));
+        T s = 0;
+        for (int p = lane; p < packs; p += lanes) {{ const Pack a = in[p]; for (int e = 0; e < {vec}; ++e) s += exp(mul_rn((T)a.v[e], scale) - m); }}
+        for (int offset = lanes / 2; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+        const bool none = {safe} && m == lowest;  // every score -inf: no key is seen
+        for (int p = lane; p < packs; p += lanes) {{
+            const Pack a = in[p];
+            Pack o;
+            for (int e = 0; e < {vec}; ++e) o.v[e] = none ? (S)(T)0 : (S)(exp(mul_rn((T)a.v[e], scale) - m) / s);
             out[p] = o;
         }}
     }}
@@ -91,6 +120,12 @@ def layer_norm_source(dtype: str, weight: bool, bias: bool, vec: int) -> tuple[s
                                                bias=f"v = v + (T)b[{j}];" if bias else ""), name
 
 
+def softmax_source(dtype: str, safe: bool, vec: int) -> tuple[str, str]:
+    """The CUDA source of the warp-per-row softmax for this (dtype, safe, values per load), and its name."""
+    name = f"algoswap_softmax_warp_{dtype}{'_safe' * safe}_v{vec}"
+    return prelude(dtype) + _SOFTMAX.format(name=name, vec=vec, safe="true" if safe else "false"), name
+
+
 def add_source(dtype: str, vec: int) -> tuple[str, str]:
     """The CUDA source of the same-shape add for this (dtype, values per load), and its name."""
     name = f"algoswap_add_{dtype}_v{vec}"
@@ -100,6 +135,11 @@ def add_source(dtype: str, vec: int) -> tuple[str, str]:
 @lru_cache(maxsize=32)  # every (dtype, weight, bias, values per load)
 def _layer_norm_kernel(dtype: str, weight: bool, bias: bool, vec: int) -> Any:
     return cp.RawKernel(*layer_norm_source(dtype, weight, bias, vec))
+
+
+@lru_cache(maxsize=32)  # every (dtype, safe, values per load)
+def _softmax_kernel(dtype: str, safe: bool, vec: int) -> Any:
+    return cp.RawKernel(*softmax_source(dtype, safe, vec))
 
 
 @lru_cache(maxsize=16)  # every (dtype, values per load)
@@ -117,6 +157,18 @@ def layer_norm(x: Any, weight: Any, bias: Any, d: int, eps: float) -> Any:
         blocks = min(-(-rows // (_THREADS // 32)), _MOST_BLOCKS)
         kernel((blocks,), (_THREADS,), (x, x if weight is None else weight, x if bias is None else bias, y, np.int64(rows),
                                         np.int32(d), scalar(x.dtype, eps)))
+    return y
+
+
+def softmax_rows(x: Any, d: int, scale: float, safe: bool) -> Any:
+    """softmax(scale * x) over the rows of length ``d`` of C-contiguous ``x`` (d <= WARP_ROWS), one warp per row."""
+    y = cp.empty(x.shape, x.dtype)
+    rows = x.size // d if d else 0
+    if rows:
+        vec = width(x.dtype, x, y, length=d)
+        blocks = min(-(-rows // (_THREADS // 32)), _MOST_BLOCKS)
+        _softmax_kernel(x.dtype.name, safe, vec)((blocks,), (_THREADS,), (x, y, np.int64(rows), np.int32(d),
+                                                                           scalar(x.dtype, scale), scalar(x.dtype, -np.inf)))
     return y
 
 
