@@ -242,6 +242,7 @@ def test_fused_attention_geometry_reads_strides_and_writes_the_output_in_q_order
     assert "float32" in _sdpa.geometry("float32", ((2, 3, 4, 8),) * 3, None, False, 1.0)
     assert "rank 5" in _sdpa.geometry("bfloat16", ((2, 2, 3, 4, 8),) * 3, None, False, 1.0)
     assert "batch dimensions" in _sdpa.geometry("bfloat16", ((2, 3, 4, 8), (1, 3, 4, 8), (1, 3, 4, 8)), None, False, 1.0)
+    assert "multiple of 8 (16 bytes)" in _sdpa.geometry("bfloat16", ((2, 3, 4, 6),) * 3, None, False, 1.0)  # rows of 12 bytes
 
 
 @pytest.mark.parametrize("dtype", HALF)

@@ -18,6 +18,7 @@ from algoswap import LRUCache, declare_cache
 
 Dims = tuple[int, int, int, int]
 _ALIGN = 16  # bytes: cuDNN's attention kernels read every row and tensor start at this alignment
+_STEP = _ALIGN // 2  # in elements of float16 and bfloat16
 _IO = {"float16": "HALF", "bfloat16": "BFLOAT16"}
 DTYPES = tuple(_IO)
 
@@ -91,6 +92,8 @@ def geometry(dtype: str, shapes: tuple[Any, Any, Any], strides: tuple[Any, Any, 
     (q, qs), (k, ks), (v, vs) = laid  # type: ignore[misc]
     if not q[:2] == k[:2] == v[:2]:
         return f"batch dimensions that differ or broadcast (query {q[:2]}, key {k[:2]}, value {v[:2]})"
+    if any(s[3] != 1 or any(step % _STEP for step in s[:3]) for s in (qs, ks, vs)):
+        return f"strides {qs}, {ks}, {vs} (elements): every one but the last, 1, must be a multiple of {_STEP} (16 bytes)"
     return Geometry(dtype, q, k, v, (qs, ks, vs, _out_strides(q, v, qs)), causal, float(scale))
 
 
