@@ -6,7 +6,7 @@
 #
 #   bash benchmarks/cuda_device_run.sh [all|tests|layers|model] [OUTDIR]
 #     tests:  the conformance suites (finite, and NaN / inf) for every CUDA implementation, tests/test_cuda.py, tests/test_cuda_graphs.py,
-#             the half-precision and channels-last tests (tests/test_cuda_half*.py, tests/test_cuda_nhwc.py) and the executor's GPU training test
+#             the half-precision and channels-last tests (tests/test_cuda_half*.py, tests/test_cuda_nhwc.py, tests/test_cuda_transformer.py) and the executor's GPU training test
 #     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
 #     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend), the per-call overhead and the cost of the padding NaN pass
 #     all (default): the three in turn (about 12 minutes on an H200)
@@ -32,7 +32,7 @@ python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.b
 
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
     echo "== tests (conformance of every CUDA implementation, with NaN and inf too; tests/test_cuda.py)"
-    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_cuda_graphs.py tests/test_cuda_half.py tests/test_cuda_half_conv.py tests/test_cuda_nhwc.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py -k "cuda or gpu or half or tf32" \
+    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_cuda_graphs.py tests/test_cuda_half.py tests/test_cuda_half_conv.py tests/test_cuda_nhwc.py tests/test_cuda_transformer.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py -k "cuda or gpu or half or tf32" \
         -q -rfEs -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
 fi
 if [ "$PART" = all ] || [ "$PART" = layers ]; then

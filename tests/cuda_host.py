@@ -4,8 +4,8 @@ __half and __nv_bfloat16 with the casts to and from float that CUDA gives them, 
 every thread of the launch run in turn, and ``fake_cupy``, which puts NumPy and these kernels in CuPy's place inside algoswap_cuda so that
 its own functions (and the conformance kit through them) run here.
 
-Kernels that synchronise their threads (block reductions) run one thread per block: their loops then
-cover every element. Host C++ computes float and double as a GPU does (IEEE, round to nearest; -O1 with
+Kernels that synchronise their threads (block reductions, warp shuffles) run one thread per block: their loops
+then cover every element (a warp kernel takes min(32, blockDim.x) lanes: one). Host C++ computes float and double as a GPU does (IEEE, round to nearest; -O1 with
 contraction off, so a*b+c is rounded twice where CUDA may fuse it: within a unit roundoff).
 """
 
@@ -38,6 +38,8 @@ using namespace std;
 #define __device__
 #define __forceinline__ inline
 #define __shared__
+#define __align__(n) alignas(n)
+template <typename V> static inline V __shfl_xor_sync(unsigned, V v, int) { return v; }  // a warp of one lane: never called
 struct Dim { long long x; };
 static Dim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
 static inline void __syncthreads() {}
@@ -155,7 +157,7 @@ class HostKernel:
         typedefs = dict((alias, ctype) for ctype, alias in re.findall(r"typedef ([\w ]+) (S|T);", code))
         parameters = _parameters(dict(_KERNEL.findall(code))[name])
         self.scalars = [None if "*" in ctype else _C_SCALARS[typedefs.get(ctype, ctype)] for ctype, _ in parameters]
-        self.synchronised = "__syncthreads" in code
+        self.synchronised = "__syncthreads" in code or "__shfl" in code  # run with one thread per block (one lane per warp)
 
     def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], shared_mem: int = 0) -> None:
         assert len(args) == len(self.scalars), (self.name, len(args), len(self.scalars))
@@ -172,8 +174,9 @@ class HostKernel:
 def every_kernel_source(dtype: str) -> list[str]:
     """Every raw kernel source of algoswap_cuda for ``dtype``, each variant (batch norm: each weight, bias and
     activation; softmax: safe or not; each activation's forward and gradients; the NHWC kernels for one element
-    and for 16 bytes per thread), as CuPy compiles them."""
-    from algoswap_cuda import _epilogue, _exact, _kernels, _order, _passes, _pool_kernels, _transpose, _types, activation
+    and for 16 bytes per thread; the vectorised row kernels), as CuPy compiles them."""
+    from algoswap_cuda import (_epilogue, _exact, _kernels, _order, _passes, _pool_kernels, _transpose, _types, _vectorised,
+                               activation)
 
     sources = [_types.prelude(dtype) + code for code in (_kernels.CONV2D_DIRECT, _pool_kernels.MAXPOOL2D, _pool_kernels.AVGPOOL2D,
                                                          _pool_kernels.ADAPTIVE, _kernels.INTERPOLATE, _kernels.PADDING_NAN)]
@@ -189,10 +192,20 @@ def every_kernel_source(dtype: str) -> list[str]:
         for bias in (False, True):
             sources += [_passes.batchnorm_source(dtype, weight, bias, name)[0] for name in _epilogue.ACTIVATIONS]
             sources.append(_passes.layer_norm_source(dtype, weight, bias)[0])
+            sources += [_vectorised.layer_norm_source(dtype, weight, bias, vec)[0] for vec in _widths(dtype)]
+    sources += [_vectorised.add_source(dtype, vec)[0] for vec in _widths(dtype)]
     sources += [_passes.softmax_source(dtype, safe)[0] for safe in (False, True)]
+    sources += [_vectorised.softmax_source(dtype, safe, vec)[0] for safe in (False, True) for vec in _widths(dtype)]
     for kind, table in (("forward", activation.FORWARD), ("backward", activation.BACKWARD), ("from_output", activation.FROM_OUTPUT)):
         sources += [activation.kernel_source(kind, name, dtype)[0] for name in table]
     return sources
+
+
+def _widths(dtype: str) -> tuple[int, int]:
+    """The values per load the vectorised kernels are compiled for: one, and 16 bytes' worth."""
+    import ml_dtypes
+
+    return 1, 16 // np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype).itemsize
 
 
 def _fake_cupy() -> types.ModuleType:

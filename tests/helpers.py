@@ -52,6 +52,15 @@ def hardware_refusal(backend: str, dtype: str) -> str:
     return ""
 
 
+def backend_unavailable(name: str) -> str:
+    """Why backend ``name`` cannot run here ("" where it can): GPU-only test modules skip with it."""
+    import algoswap
+
+    backends = algoswap.registry().backends
+    available = backends[name].availability() if name in backends else "not loaded"
+    return "" if available is True else f"{name} backend unavailable: {available}"
+
+
 def derived_seed(*keys: int) -> int:
     """A seed drawn from the session seed, the running test and ``keys``: fresh each run, replayable."""
     words = [int(_current["seed"] or 0), zlib.crc32(str(_current["nodeid"]).encode()), *keys]

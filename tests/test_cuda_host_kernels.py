@@ -22,7 +22,7 @@ from algoswap import FAMILIES
 from algoswap.testing._conformance import check_conformance
 from algoswap.testing._nonfinite_check import check_nonfinite, reference_oracle
 from cuda_host import COMPILER, compile_source, every_kernel_source, fake_cupy
-from helpers import derived_seed, fail
+from helpers import assert_op_close, derived_seed, fail
 
 pytest.importorskip("cupy", reason="the CUDA backend's modules import CuPy")
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
@@ -31,8 +31,9 @@ pytestmark = pytest.mark.skipif(COMPILER is None, reason="no host C++ compiler")
 HALF = ("float16", "bfloat16")
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 # the modules whose functions run here (imported before CuPy is replaced in them)
-MODULES = ("_types", "_runtime", "_transpose", "_kernels", "_passes", "activation", "pool", "resample", "norm", "softmax", "reduce")
-_RAW_IN_EVERY_DTYPE = ("batchnorm2d", "batchnorm2d_fused", "layer_norm", "softmax")
+MODULES = ("_types", "_runtime", "_transpose", "_kernels", "_vectorised", "_passes", "activation", "pool", "resample", "norm",
+           "softmax", "reduce", "_order", "elementwise")
+_RAW_IN_EVERY_DTYPE = ("batchnorm2d", "batchnorm2d_fused", "layer_norm", "softmax", "add")
 # op -> the dtypes it is checked in here: raw kernels in every float dtype; the activations' raw kernels
 # (float16 and bfloat16 only: float32 and float64 run CuPy element-wise kernels); the CuPy expressions
 # run in float32 for the half types (_types.in_float32, reduce.total) in the half types
@@ -184,3 +185,77 @@ def test_float16_convolutions_are_made_exact_where_an_operand_is_not_finite(exac
     assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))
     finite = np.isfinite(ref)
     assert np.allclose(got[finite], ref[finite], rtol=2e-3, atol=2e-3 * np.abs(ref[finite]).max())
+
+
+def _aligned(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, offset: int = 0) -> np.ndarray:
+    """Standard normal values of ``dtype`` whose data starts ``offset`` bytes past a 16-byte boundary."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(size + 32, np.uint8)
+    start = (-raw.ctypes.data) % 16 + offset
+    array = raw[start:start + size].view(dtype).reshape(shape)
+    array[...] = rng.standard_normal(shape).astype(np.float32).astype(dtype)
+    return array
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm_softmax_and_add_read_16_bytes_at_a_time_where_the_rows_allow(on_the_host: None, dtype: str,
+                                                                           rng: np.random.Generator) -> None:
+    """_vectorised: a row of ViT's 768 values starting 16-byte aligned is read 16 bytes per load (8 half values),
+    by the layer norm, the softmax and the add;
+    one of 197 values (or a start off the boundary) one value per load; both as the reference, within the format's
+    bound; more rows than a block has warps (the harness runs each row's lane alone)."""
+    from algoswap_cuda import _vectorised
+
+    numpy_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    for d, offset, width in ((768, 0, 16 // numpy_dtype.itemsize), (197, 0, 1), (768, numpy_dtype.itemsize, 1)):
+        x = _aligned(rng, (9, d), numpy_dtype, offset)
+        other = _aligned(rng, (9, d), numpy_dtype, offset)
+        w, b = (rng.standard_normal(d).astype(np.float32).astype(numpy_dtype) for _ in range(2))
+        assert _vectorised.width(numpy_dtype, x, other, length=d) == width
+        wide = [a.astype(np.float64) for a in (x, w, b)]
+        got = _vectorised.layer_norm(x, w, b, d, 1e-5)
+        ref = algoswap.ops.call("layer_norm", *wide, algorithm="numpy:default", normalized_ndim=1, eps=1e-5)
+        assert_op_close("layer_norm", got, ref, wide, {"normalized_ndim": 1, "eps": 1e-5}, dtype=numpy_dtype)
+        for safe in (False, True):
+            got = _vectorised.softmax_rows(x, d, 0.5, safe)
+            ref = algoswap.ops.call("softmax", wide[0] * 0.5, algorithm="numpy:default", axis=-1)
+            assert_op_close("softmax", got, ref, [wide[0] * 0.5], {"axis": -1}, dtype=numpy_dtype)
+        total = _vectorised.add(x, other)
+        assert total.dtype == numpy_dtype
+        wider = np.float64 if dtype == "float64" else np.float32  # T: what the kernel adds in
+        assert np.array_equal(total, (x.astype(wider) + other.astype(wider)).astype(numpy_dtype))
+
+
+def test_fused_attention_geometry_reads_strides_and_writes_the_output_in_q_order() -> None:
+    """_sdpa.geometry (what cuDNN's attention graph is built for): a head split's (B, H, L, E) view of (B, L, H, E)
+    memory is read with its strides and its output laid out the same way (merging the heads back is then a view);
+    3-D inputs are one head; what cuDNN's attention does not take is said, not guessed."""
+    from algoswap_cuda import _sdpa
+
+    split = (197 * 12 * 64, 64, 12 * 64, 1)  # elements
+    g = _sdpa.geometry("bfloat16", ((2, 12, 197, 64),) * 3, (split,) * 3, False, 0.125)
+    assert not isinstance(g, str) and g.strides == (split,) * 4 and g.out == (2, 12, 197, 64)
+    g = _sdpa.geometry("float16", ((2, 12, 197, 64), (2, 12, 50, 64), (2, 12, 50, 32)), None, True, 0.125)
+    assert not isinstance(g, str) and g.strides[3] == (12 * 197 * 32, 197 * 32, 32, 1) and g.out == (2, 12, 197, 32)
+    g = _sdpa.geometry("bfloat16", ((3, 20, 64),) * 3, None, False, 0.125)
+    assert not isinstance(g, str) and g.q == (3, 1, 20, 64) and g.strides[0] == (20 * 64, 20 * 64, 64, 1)
+    assert "float32" in _sdpa.geometry("float32", ((2, 3, 4, 8),) * 3, None, False, 1.0)
+    assert "rank 5" in _sdpa.geometry("bfloat16", ((2, 2, 3, 4, 8),) * 3, None, False, 1.0)
+    assert "batch dimensions" in _sdpa.geometry("bfloat16", ((2, 3, 4, 8), (1, 3, 4, 8), (1, 3, 4, 8)), None, False, 1.0)
+    assert "multiple of 8 (16 bytes)" in _sdpa.geometry("bfloat16", ((2, 3, 4, 6),) * 3, None, False, 1.0)  # rows of 12 bytes
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_warp_softmax_gives_a_row_of_minus_infinity_zeros_only_when_safe(on_the_host: None, dtype: str) -> None:
+    """Attention's rule (torch's _safe_softmax) for a row whose every score is -inf, and NaN spreading over its row,
+    through the warp-per-row kernel: 16-byte loads (rows of 16) and one value per load (rows of 5)."""
+    from algoswap_cuda import _vectorised
+
+    numpy_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    for d in (16, 5):
+        x = np.zeros((3, d), numpy_dtype)
+        x[0], x[1, 2] = -np.inf, np.nan
+        for safe, first in ((True, 0.0), (False, np.nan)):
+            got = _vectorised.softmax_rows(x, d, 1.0, safe).astype(np.float64)
+            assert np.array_equal(got[0], np.full(d, first), equal_nan=True) and np.isnan(got[1]).all(), (d, safe, got)
+            assert np.allclose(got[2], 1 / d, rtol=2.0**-7)  # rounded once to the half type

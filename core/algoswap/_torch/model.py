@@ -231,7 +231,7 @@ class Model:
         if program is None:
             return Explanation(Row(n.name, str(n.op) if n.kind == "op" else "torch", None, n.request, note=WAITING)
                                for n in self.nodes if n.kind in ("op", "torch"))
-        rows = Explanation()
+        rows = Explanation(_op_row(step) for step in program.planned)  # computed once, when planning
         for step in program.steps:
             if step.kind in ("op", "fused"):
                 rows.append(_op_row(step))

@@ -31,6 +31,9 @@ def explain_program(program: Program) -> PlanText:
     lines = [f"subgraph {program.subgraph!r}: {len(program.steps)} steps, {len(program.transfers)} transfers"]
     lines.append("  ".join(c.ljust(w) for c, w in zip(_COLUMNS, widths)).rstrip())
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    if program.planned:
+        lines.append("computed once, when planning, from weights alone: "
+                     + "; ".join(f"{s.name} ({s.op}, {s.backend}:{s.algorithm})" for s in program.planned))
     if program.transfers:
         lines.append("transfers: " + "; ".join(f"{s.name} ({s.note})" for s in program.transfers))
     else:

@@ -19,6 +19,7 @@ from .._records import HOST, MemorySpace
 from .._runner import Runner
 from .._select import Selection, select, serves_memory
 from .._sizes import nbytes
+from ._fold import folded, planned_step
 from ._fusion import Chain
 from ._node import SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Shaped, leaves, mapped, nodes_in, topological
 from ._place import TORCH, inputs_space, memory_for, place
@@ -138,6 +139,8 @@ class _Builder:
     producers: dict[int, str] = field(default_factory=dict)
     source_nodes: dict[int, Node] = field(default_factory=dict)
     fixed: list[tuple[int, Any]] = field(default_factory=list)  # slots whose values planning made (weights moved once)
+    folded: dict[int, Any] = field(default_factory=dict)  # slots of values computed from weights alone, when planning (frozen)
+    planned: list[Step] = field(default_factory=list)  # the nodes computed then (_fold), as explain shows them
     count: int = 0
 
     def new_slot(self, known: Any, space: MemorySpace, producer: str) -> int:
@@ -185,7 +188,7 @@ class _Builder:
                    for t in _updated_in_place(s.node) if t is not None]
         source_bytes = sum(nbytes(k.shape, k.dtype) for slot, _ in self.sources if isinstance(k := self.values[slot].known, Shaped))
         return Program(self.subgraph, self.outputs, self.steps, self.sources, output_slots, self.count, loaders, kept,
-                       updated, fixed, source_bytes)
+                       updated, fixed, source_bytes, self.planned)
 
     # ------------------------------------------------------------------ nodes
 
@@ -223,7 +226,25 @@ class _Builder:
             self.add_call(node, twin, note=f"no implementation in {where.name} memory, where its inputs are")
             return
         assert isinstance(chosen, Selection)
-        self.emit(node, chosen, node.inputs, shapes)
+        if not self.fold(node, chosen):
+            self.emit(node, chosen, node.inputs, shapes)
+
+    def fold(self, node: Node, chosen: Selection) -> bool:
+        """Whether ``node`` was computed now, from frozen weights alone (see ``_fold``)."""
+        arrays = [None if i is None else self.frozen_source(self.slots[id(i)]) for i in node.inputs]
+        if not node.inputs or any(a is None for a, i in zip(arrays, node.inputs) if i is not None):
+            return False
+        if any(node is out for out in self.outputs):
+            return False  # an output is the caller's to write: a new array at each call
+        done = folded(node, chosen, arrays)
+        if done is None:
+            return False
+        value, runner = done
+        slot = self.slots[id(node)] = self.new_slot(Shaped(value.shape, chosen.call.out_dtype), HOST, node.name)
+        self.folded[slot] = value
+        self.fixed.append((slot, value))
+        self.planned.append(planned_step(node, runner, slot))
+        return True
 
     def emit(self, node: Node, chosen: Selection, inputs: Sequence[Node | None], shapes: list[Any],
              name: str | None = None, label: str | None = None, members: tuple[Node, ...] = ()) -> None:
@@ -335,7 +356,10 @@ class _Builder:
         return self.moved[key]
 
     def frozen_source(self, slot: int) -> Any:
-        """The frozen host array of a constant source in ``slot`` (``algoswap.freeze``), else None."""
+        """The frozen host array of a constant source in ``slot`` (``algoswap.freeze``) or of a value computed
+        from such arrays when planning, else None."""
+        if slot in self.folded:
+            return self.folded[slot]
         node = self.source_nodes.get(slot)
         return node.host if node is not None and node.kind == "constant" and is_frozen(node.host) else None
 

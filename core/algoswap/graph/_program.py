@@ -95,6 +95,7 @@ class Program:
     updated_on_device: list[Node] = field(default_factory=list)  # the sources updated in place there
     fixed: list[tuple[int, Any]] = field(default_factory=list)  # slots holding values known when planning
     source_bytes: int = 0
+    planned: list[Step] = field(default_factory=list)  # nodes computed when planning, from weights alone (graph._fold)
 
     def run(self, values: list[Any]) -> None:
         for slot, value in self.fixed:

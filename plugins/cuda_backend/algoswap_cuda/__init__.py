@@ -164,6 +164,8 @@ _GUESS = {"algorithm": "guess", "dtypes": CUDNN, "priority": 20, "supports": Ref
           "kernel": Ref(f"{__name__}.conv:kernel_cudnn", "guess"), "description": "cuDNN's heuristic pick." + _TF32_NOTE,
           "nan": SPREADS}
 _LINEAR = {"description": "cuBLAS GEMM." + _TF32_NOTE}
+_LINEAR_FORWARD = {"description": "cuBLAS GEMM; with a bias, in float32, float16 and bfloat16, one cuBLASLt matmul adding it in "
+                                  "its epilogue where cuBLASLt has an algorithm (else a raw kernel after the GEMM)." + _TF32_NOTE}
 _HALF_STORED = " (float16 and bfloat16 read and written as they are, computed in float32)"
 # ops that take their inputs in any memory order and keep a channels-last input's order in their output (no copy
 # between the NHWC convolutions of a half-precision model and these)
@@ -177,17 +179,30 @@ _BINARY = {"layout": "any", "kernel": "CuPy element-wise kernel, on the arrays a
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
     "conv2d_grad_input": _GUESS, "conv2d_grad_weight": _GUESS,
-    "linear": _LINEAR, "linear_grad_input": _LINEAR, "linear_grad_weight": _LINEAR,
+    "linear": _LINEAR_FORWARD, "linear_grad_input": _LINEAR,
+    "linear_grad_weight": _LINEAR,
+    "matmul": {"layout": "any"}, "batch_matmul": {"layout": "any"},  # transposed views read by cuBLAS as they are
     "linear_grad_bias": {"algorithm": "direct", "kernel": _SUM},
-    "slice": _COPY, "split": _COPY, "transpose": _COPY, "zeros_like": _COPY, "ones_like": _COPY,
+    "slice": _COPY, "split": _COPY,
+    "transpose": {"dtypes": ALL_DTYPES, "layout": "any", "kernel": "none: a CuPy view with its strides permuted (copied by the "
+                  "next op where it needs C-contiguous memory)"}, "zeros_like": _COPY, "ones_like": _COPY,
     "one_hot": {"dtypes": tuple(dtype for dtype in ALL_DTYPES if dtype in INT_DTYPES), "kernel": "CuPy eye[indices]"},
     "csrmm": _CSRMM, "csrmm_grad_dense": _CSRMM,
     "batchnorm2d": {"kernel": "one CuPy raw kernel: x * scale + shift per channel (_passes)" + _HALF_STORED},
     "batchnorm2d_fused": {"kernel": "one CuPy raw kernel: x * scale + shift per channel, then the activation, in one pass (_passes)"
                           + _HALF_STORED},
-    "layer_norm": {"kernel": "one CuPy raw kernel, a block of threads per row, two-pass (_passes)" + _HALF_STORED},
+    "layer_norm": {"kernel": "one CuPy raw kernel, two-pass: a warp per row of up to 4096 values (16-byte loads where the rows "
+                             "allow: _vectorised), a block of threads per longer row (_passes)" + _HALF_STORED},
     "concat": {"kernel": "one CuPy raw kernel copying every input (CuPy's concatenate past 64 inputs)"},
-    **{op: _ANY_ORDER for op in _KEEPS_ORDER}, **{op: _BINARY for op in ("add", "sub", "mul", "div")},
-    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a block of threads per row" + _HALF_STORED
+    **{op: _ANY_ORDER for op in _KEEPS_ORDER}, **{op: _BINARY for op in ("sub", "mul", "div")},
+    "add": {**_BINARY, "kernel": "one raw kernel with 16-byte loads for two C-contiguous arrays of one shape (_vectorised), "
+            "else as sub, mul and div: " + _BINARY["kernel"]},
+    "scaled_dot_product_attention": {
+        "layout": "any", "kernel": Ref(f"{__name__}.attention:kernel"),
+        "description": "cuDNN's fused attention (flash, inference; q, k, v read with their strides) in float16 and bfloat16 "
+                       "without a mask or with is_causal, where cuDNN builds it; else cuBLAS strided-batched GEMM around one "
+                       "softmax kernel (CuPy's with a mask)." + _TF32_NOTE},
+    "softmax": {"kernel": "one CuPy raw kernel over the last axis, a warp per row of up to 4096 values (16-byte loads where "
+                          "the rows allow), a block of threads per longer row" + _HALF_STORED
                 + " (CuPy reductions over another)"},
 }

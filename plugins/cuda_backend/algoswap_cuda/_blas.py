@@ -37,8 +37,8 @@ def matmul(a: Any, b: Any) -> Any:
     dimensions fold into one stride (cupy.matmul otherwise, which a CUDA graph cannot record)."""
     if a.dtype == b.dtype and a.dtype.name in DATA_TYPES and a.ndim >= 2 and b.ndim >= 2 and a.size and b.size:
         y = _strided_batched(a, b)
-        if y is None:  # batch axes that do not fold: both operands made whole in the broadcast batch shape first
-            y = _strided_batched(*_whole(a, b))
+        if y is None:  # an operand whose batch axes do not fold (a head split's view): it alone made whole first
+            y = _strided_batched(*_folding(a, b))
         if y is not None:
             return y
     if a.dtype == np.float32:
@@ -48,11 +48,17 @@ def matmul(a: Any, b: Any) -> Any:
     return cp.matmul(a, b)
 
 
-def _whole(a: Any, b: Any) -> tuple[Any, Any]:
-    """``a`` and ``b`` broadcast to their common batch shape, C-contiguous (copies)."""
+def _folding(a: Any, b: Any) -> tuple[Any, Any]:
+    """``a`` and ``b`` as they are where cuBLAS reads each (its batch axes one stride, its matrices row- or column-major),
+    else broadcast to their common batch shape and C-contiguous (a copy)."""
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    return (cp.ascontiguousarray(cp.broadcast_to(a, batch + a.shape[-2:])),
-            cp.ascontiguousarray(cp.broadcast_to(b, batch + b.shape[-2:])))
+
+    def read(x: Any) -> Any:
+        if _column_major(x) is not None and _batch_stride(x, batch) is not None:
+            return x
+        return cp.ascontiguousarray(cp.broadcast_to(x, batch + x.shape[-2:]))
+
+    return read(a), read(b)
 
 
 def _column_major(x: Any) -> tuple[int, int] | None:

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import cupy as cp
 import numpy as np
 
+from . import _vectorised
 from ._epilogue import ACTIVATIONS
 from ._types import accumulation, prelude, scalar
 
@@ -136,7 +137,8 @@ def _layer_norm_kernel(dtype: str, weight: bool, bias: bool) -> Any:
 
 
 def layer_norm_source(dtype: str, weight: bool, bias: bool) -> tuple[str, str]:
-    """The CUDA source of the layer norm kernel for this (dtype, weight, bias), and its name."""
+    """The CUDA source of the block-per-row layer norm kernel (rows longer than ``_vectorised.WARP_ROWS``) for this
+    (dtype, weight, bias), and its name."""
     name = f"algoswap_layer_norm_{dtype}{'_w' * weight}{'_b' * bias}"
     return prelude(dtype) + _LAYER_NORM.format(name=name, weight="v = v * (T)w[j];" if weight else "",
                                                bias="v = v + (T)b[j];" if bias else ""), name
@@ -148,7 +150,8 @@ def _softmax_kernel(dtype: str, safe: bool) -> Any:
 
 
 def softmax_source(dtype: str, safe: bool) -> tuple[str, str]:
-    """The CUDA source of the softmax kernel for this (dtype, safe), and its name."""
+    """The CUDA source of the block-per-row softmax kernel (rows longer than ``_vectorised.WARP_ROWS``) for this
+    (dtype, safe), and its name."""
     name = f"algoswap_softmax_{dtype}{'_safe' * safe}"
     return prelude(dtype) + _SOFTMAX.format(name=name, safe="true" if safe else "false"), name
 
@@ -179,11 +182,13 @@ def _row_threads(d: int) -> int:
 
 
 def softmax_rows(x: Any, scale: float = 1.0, safe: bool = False) -> Any:
-    """softmax(scale * x) over the last axis, one block of threads per row; with ``safe``, rows whose
-    scores are all -inf give zeros (attention's rule) instead of NaN."""
+    """softmax(scale * x) over the last axis: one warp per row up to ``_vectorised.WARP_ROWS`` values, one block of
+    threads per longer row; with ``safe``, rows whose scores are all -inf give zeros (attention's rule) instead of NaN."""
     x = _contiguous(x)
-    y = cp.empty(x.shape, x.dtype)
     d = x.shape[-1] if x.ndim else 1
+    if d <= _vectorised.WARP_ROWS:
+        return _vectorised.softmax_rows(x, d, scale, safe)
+    y = cp.empty(x.shape, x.dtype)
     rows = x.size // d if d else 0
     if rows:
         threads = _row_threads(d)
@@ -194,10 +199,13 @@ def softmax_rows(x: Any, scale: float = 1.0, safe: bool = False) -> Any:
 
 
 def layer_norm(x: Any, weight: Any, bias: Any, normalized_ndim: int, eps: float) -> Any:
-    """Layer norm over the last ``normalized_ndim`` dimensions, one block of threads per row."""
+    """Layer norm over the last ``normalized_ndim`` dimensions: one warp per row up to ``_vectorised.WARP_ROWS``
+    values (``_vectorised.layer_norm``), one block of threads per row for longer ones."""
     x, weight, bias = (_contiguous(a) for a in (x, weight, bias))
-    y = cp.empty(x.shape, x.dtype)
     d = int(np.prod(x.shape[x.ndim - normalized_ndim:], dtype=np.int64))
+    if d <= _vectorised.WARP_ROWS:
+        return _vectorised.layer_norm(x, weight, bias, d, eps)
+    y = cp.empty(x.shape, x.dtype)
     rows = x.size // d if d else 0
     if rows:
         threads = _row_threads(d)

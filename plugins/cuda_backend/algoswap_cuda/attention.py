@@ -1,7 +1,9 @@
 """scaled_dot_product_attention and its gradients: cuBLAS batched products (_blas.matmul) around the backend's
-softmax (the spec's computation: see algoswap._specs.attention). In float16 and bfloat16 the forward keeps its
-products in the input's dtype (cuBLAS accumulates them in float32) and computes the softmax in float32 (with
-a mask, the scaled and masked scores too); the gradients compute in float32, rounded once."""
+softmax (the spec's computation: see algoswap._specs.attention). In float16 and bfloat16 the forward without a
+mask (or with is_causal) is cuDNN's fused attention where cuDNN builds it for the call (``_sdpa``: flash
+attention reading q, k and v with their strides, registered with layout "any"); else it keeps its products in
+the input's dtype (cuBLAS accumulates them in float32) and computes the softmax in float32 (with a mask, the
+scaled and masked scores too). The gradients compute in float32, rounded once."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import cupy as cp
 
 from algoswap import attention_mask
 
-from . import _passes
-from ._blas import matmul
+from . import _passes, _sdpa
+from ._blas import matmul, precision
 from ._types import accumulation, in_float32
 from .reduce import sum_to_shape
 from .softmax import softmax, softmax_grad
@@ -37,7 +39,22 @@ def _weights(q: Any, k: Any, mask: Any, is_causal: bool, scale: float) -> Any:
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool, scale: float) -> Any:
+    if mask is None and q.dtype.name in _sdpa.DTYPES:
+        out = _sdpa.forward(q, k, v, is_causal, scale)
+        if out is not None:
+            return out
     return matmul(_weights(q, k, mask, is_causal, scale), v)
+
+
+def kernel(call: Any) -> str:
+    """The forward's kernel: cuDNN's fused attention, or the products around the softmax and why."""
+    shapes = (call.shape("query"), call.shape("key"), call.shape("value"))
+    scale = call.attrs["scale"] if call.attrs.get("scale") is not None else 1.0 / max(shapes[0][-1], 1) ** 0.5
+    why = ("a mask (cuDNN's fused attention is taken without one, or with is_causal)" if call.shape("attn_mask") is not None
+           else _sdpa.refusal(call.dtype, shapes, bool(call.attrs.get("is_causal")), scale))
+    if not why:
+        return _sdpa.label(call.dtype, shapes, bool(call.attrs.get("is_causal")), scale)
+    return f"cuBLAS strided-batched GEMM around one softmax kernel, {precision(call.dtype)} (not cuDNN's fused attention: {why})"
 
 
 def _scores_grad(dy: Any, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: float) -> Any:

@@ -1,11 +1,14 @@
-"""linear and its gradients as cuBLAS matrix products (leading dimensions folded into rows); the forward
-of float arrays one cublasGemmEx call and, with a bias, one raw kernel adding it."""
+"""linear and its gradients as cuBLAS matrix products (leading dimensions folded into rows). The forward with a
+bias in float32, float16 and bfloat16 is one cublasLtMatmul adding the bias in its epilogue (``_cublaslt``) where
+cuBLASLt has an algorithm for the call; else (float64 too) one cublasGemmEx call and one raw kernel adding it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import _epilogue
+import numpy as np
+
+from . import _cublaslt, _epilogue
 from .reduce import total
 from ._blas import DATA_TYPES, matmul, precision, rows_times_transposed
 
@@ -18,9 +21,11 @@ def linear(x: Any, w: Any, b: Any) -> Any:
     """x @ w.T + b."""
     rows = _rows(x)
     if _direct(rows, w):
-        y = rows_times_transposed(rows, w)
-        if b is not None:
-            _epilogue.apply(y.reshape(y.shape + (1, 1)), b if b.flags.c_contiguous else b.copy())  # b[j] per column
+        y = None if b is None else _cublaslt.linear(rows, w, b)
+        if y is None:
+            y = rows_times_transposed(rows, w)
+            if b is not None:
+                _epilogue.apply(y.reshape(y.shape + (1, 1)), b if b.flags.c_contiguous else b.copy())  # b[j] per column
         return y.reshape(x.shape[:-1] + (w.shape[0],))
     y = matmul(rows, w.T)
     if b is not None:
@@ -47,4 +52,11 @@ def linear_grad_bias(dy: Any) -> Any:
 
 
 def kernel(call: Any) -> str:
-    return f"cuBLAS GEMM (cublasGemmEx, {precision(call.dtype)}; then one raw kernel adding the bias)"
+    gemm = f"cuBLAS GEMM (cublasGemmEx, {precision(call.dtype)}"
+    if call.shape("bias") is None:
+        return gemm + ")"
+    x, (n, k) = call.shape("input"), call.shape("weight")
+    found = _cublaslt.plan(call.dtype, int(np.prod(x[:-1], dtype=np.int64)), n, k)
+    if not isinstance(found, str):
+        return f"{found.label}, {precision(call.dtype)}"
+    return f"{gemm}; then one raw kernel adding the bias: cuBLASLt not used, {found})"

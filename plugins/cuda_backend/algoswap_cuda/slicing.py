@@ -1,4 +1,4 @@
-"""slice, split, pad and transpose on CuPy arrays, and the gradients of slice and pad (pad and its gradient
+"""slice, split, pad and transpose (a view) on CuPy arrays, and the gradients of slice and pad (pad and its gradient
 compute float16 and bfloat16 in float32, rounded once: ``_types.in_float32``)."""
 
 from __future__ import annotations
@@ -68,4 +68,6 @@ def pad_grad(dy: Any, *, pads: Pads, mode: str, input_size: tuple[int, ...]) -> 
 
 
 def transpose(x: Any, *, perm: tuple[int, ...]) -> Any:
-    return cp.ascontiguousarray(cp.transpose(x, perm))
+    """A view with its strides permuted (registered with layout "any"): the op after it reads it as it is where it
+    takes strides (attention's head split), else its runner copies it once, as this did before."""
+    return cp.transpose(x, perm)
