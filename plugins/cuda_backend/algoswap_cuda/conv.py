@@ -63,10 +63,18 @@ def _zero_padded(g: ConvGeometry) -> ConvGeometry:
 _DIRECTIONS = {"conv2d": "fprop", "conv2d_fused": "fprop", "conv2d_grad_input": "dgrad", "conv2d_grad_weight": "wgrad"}
 
 
+def _by_timing(algorithm: str, kind: str = "fprop") -> tuple[str, str]:
+    """A forward ``guess`` runs as ``find`` (its timed choice and its cache) where benchmark mode is on
+    (``_runtime.benchmark``: what turned it on is the second item); anything else runs as it is ("")."""
+    why = _runtime.benchmark() if algorithm == "guess" and kind == "fprop" else ""
+    return ("find", why) if why else (algorithm, "")
+
+
 def _plan_of(call: Any, algorithm: str) -> Any:
     """The cuDNN plan serving ``call`` (built and cached now; a fused call's graph, else its plain convolution);
     _cudnn.NotServed if none."""
     kind = _DIRECTIONS[call.op]
+    algorithm = _by_timing(algorithm, kind)[0]
     channels_last = kind == "fprop" and runs_channels_last(call.dtype, False)
     g = _zero_padded(call.geometry)
     epilogue = _graph_epilogue(call)
@@ -94,9 +102,11 @@ def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
 
 
 def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
+    why = _by_timing(algorithm, _DIRECTIONS[call.op])[1]
     plan = _plan_of(call, algorithm)
     label = str(plan.label)
-    return kernel_fused(call, label) if call.op == "conv2d_fused" and plan.geometry.epilogue is None else label
+    label = kernel_fused(call, label) if call.op == "conv2d_fused" and plan.geometry.epilogue is None else label
+    return f"{label}; engine chosen by timing ({why})" if why else label
 
 
 _forward_plans: LRUCache[tuple[Any, tuple[int, ...]]] = LRUCache(declare_cache(
@@ -110,6 +120,7 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     else in one epilogue pass."""
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
+    algorithm = _by_timing(algorithm)[0]
     if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
         stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
     channels_last = runs_channels_last(x.dtype.name, is_channels_last(x))
