@@ -32,7 +32,7 @@ python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.b
 
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
     echo "== tests (conformance of every CUDA implementation, with NaN and inf too; tests/test_cuda.py)"
-    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_cuda_graphs.py tests/test_cuda_half.py tests/test_cuda_half_conv.py tests/test_cuda_nhwc.py tests/test_cuda_transformer.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py -k "cuda or gpu or half or tf32" \
+    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_cuda_graphs.py tests/test_cuda_half.py tests/test_cuda_half_conv.py tests/test_cuda_nhwc.py tests/test_cuda_transformer.py tests/test_cuda_benchmark.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py -k "cuda or gpu or half or tf32" \
         -q -rfEs -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
 fi
 if [ "$PART" = all ] || [ "$PART" = layers ]; then

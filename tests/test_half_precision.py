@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,6 +120,41 @@ def test_the_reference_computes_half_precision_in_float32_and_rounds_once(rng: n
     assert out is param
     np.testing.assert_array_equal(velocity, expected_v.astype(np.float16))
     np.testing.assert_array_equal(param, expected_p.astype(np.float16))
+
+
+def test_in_float32_rounds_once_and_writes_updates_back() -> None:
+    """The half-precision path of the backends' array expressions (algoswap.in_float32, array-module agnostic: the
+    NumPy reference's and the CUDA backend's CuPy expressions run through it): the function
+    sees float32 copies of the half arrays (integer ones as they are), its result is rounded once to the
+    input's dtype, inputs it updates are written back (rounded) and returned as themselves; float32 and
+    float64 calls reach the function untouched."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from algoswap import in_float32
+
+    seen: list[tuple[str, ...]] = []
+
+    @in_float32(updated=(0, 2))
+    def update(param: Any, rows: Any, state: Any, *, lr: float) -> Any:
+        seen.append((param.dtype.name, rows.dtype.name, state.dtype.name))
+        state += lr
+        param -= state * 3
+        return param
+
+    @in_float32
+    def third(x: Any) -> Any:
+        return x / 3
+
+    for dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        param, state, rows = np.full(4, 1.0, dtype), np.full(4, 0.1, dtype), np.arange(4)
+        assert update(param, rows, state, lr=0.01) is param and seen[-1] == ("float32", "int64", "float32")
+        wide = np.float32(dtype.type(0.1)) + np.float32(0.01)
+        assert param.dtype == dtype and np.array_equal(state, np.full(4, wide).astype(dtype))
+        assert np.array_equal(param, np.full(4, np.float32(1) - wide * 3).astype(dtype))
+        x = np.array([1.0, 2.0, 7.0], dtype)
+        assert third(x).dtype == dtype and np.array_equal(third(x), (x.astype(np.float32) / 3).astype(dtype))
+    x = np.ones(3, np.float32)
+    state = np.zeros(3, np.float32)
+    assert update(x, np.arange(3), state, lr=1.0) is x and seen[-1] == ("float32", "int64", "float32") and state[0] == 1
 
 
 def test_dtypes_outside_the_float_ones_are_refused_naming_those_accepted() -> None:

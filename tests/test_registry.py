@@ -148,12 +148,18 @@ def test_a_plugin_can_declare_a_new_op(global_plugin: Any, rng: np.random.Genera
         "square", (algoswap.Input("input"),), (), shape_rule=lambda shapes, attrs: shapes["input"], family="math"
     )
 
+    seen: list[Any] = []
+
     def register(registry: Any) -> None:
         registry.add_op(square)
         registry.add_backend("mathlib")
         registry.add_implementation("square", "direct", "mathlib", lambda x: x * x)
+        seen.extend([registry.spec("square"), registry.spec("momentum_update").in_place])  # its own op, the core's
+        with pytest.raises(algoswap.OpArgumentError, match="expected a registered op; did you mean 'square'"):
+            registry.spec("squares")
 
     assert global_plugin(make_plugin(register), name="math").status == "loaded"
+    assert seen == [square, ("param", "velocity")]
     x = rng.standard_normal(7)
     assert_close(algoswap.ops.square(x), x * x)
     assert algoswap.capabilities("square").supports("square", "direct", "mathlib")

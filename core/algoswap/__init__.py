@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from ._specs.attention import attention_mask
     from ._specs.resample import interpolation_taps
     from ._trace import trace
-    from ._precision import tf32_wish, tf32_wishes
+    from ._wishes import benchmark_wish, tf32_wish, tf32_wishes
+    from ._widen import in_float32
     from .hookspecs import hookimpl
     from . import graph, zoo
     from ._errors import SelectorError
@@ -64,8 +65,10 @@ _LAZY = {
     "select": ("._api", "select"),
     "reload_plugins": ("._global", "reload_plugins"),
     "trace": ("._trace", "trace"),
-    "tf32_wish": ("._precision", "tf32_wish"),
-    "tf32_wishes": ("._precision", "tf32_wishes"),
+    "tf32_wish": ("._wishes", "tf32_wish"),
+    "benchmark_wish": ("._wishes", "benchmark_wish"),
+    "tf32_wishes": ("._wishes", "tf32_wishes"),
+    "in_float32": ("._widen", "in_float32"),
     "freeze": ("._frozen", "freeze"),
     "is_frozen": ("._frozen", "is_frozen"),
     "LRUCache": ("._cache", "LRUCache"),

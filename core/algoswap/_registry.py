@@ -206,6 +206,14 @@ class Registrar:
             raise RegistrationError(f"add_op: expected an algoswap.OpSpec, got {type(spec).__name__}")
         self._ops[spec.name] = spec
 
+    def spec(self, op: str) -> OpSpec:
+        """The spec of ``op``: the core's, another plugin's or one this registration declared (``add_op``);
+        an unknown name is an error suggesting close ones."""
+        found = self._ops.get(op) or self._known_ops.get(op)
+        if found is None:
+            raise OpArgumentError(op, "op", op, f"a registered op{_suggest(op, {**self._known_ops, **self._ops})}")
+        return found
+
     def claims(self) -> list[tuple[str, str]]:
         """The names this registration would own: ("op", name) and ("backend", name) pairs, and
         ("role", "reference") if it declares the reference backend."""

@@ -25,7 +25,7 @@ from . import _generated_page
 COMMAND = "python -m algoswap.reference_doc docs/reference.md"
 
 # What a plugin calls on the registrar, in the order a registration usually calls it.
-REGISTRAR_METHODS = ("add_backend", "add_implementation", "add_family", "declare_unsupported", "add_op")
+REGISTRAR_METHODS = ("add_backend", "add_implementation", "add_family", "declare_unsupported", "add_op", "spec")
 # Public members of Registrar the core uses (plugin loading, ownership), not plugins.
 REGISTRAR_INTERNAL = ("plugin", "reference", "claims", "validate")
 # The public types a plugin meets, with the members (beyond a dataclass's fields) that concern it.

@@ -3,8 +3,10 @@
 One custom op serves every registered op: ``algoswap::call(op, request, attrs, inputs)``. Its fake
 implementation is the op spec's shape and dtype rule, so ``torch.compile`` and ``torch.export``
 trace swapped layers without graph breaks; its autograd formula calls the op's gradient ops
-(declared by the spec) through the same custom op, on the forward backend where it has them.
-Eager calls that need no autograd skip the dispatcher and run the implementation directly.
+(declared by the spec) on the forward backend where it has them, as ``run`` runs any call.
+Eager calls skip the dispatcher (over 100 us a call in torch.library's argument handling): those
+that need no autograd run the implementation directly, those that record it go through
+``EagerCall``, a plain autograd Function with the custom op's forward and backward.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import torch.utils.dlpack
 from .._core_caches import TORCH_CALLS
 from .._errors import NoImplementationError
 from .._global import get_registry
-from .._precision import WISHES
+from .._wishes import WISHES
 from .._ref import resolve_ref
+from .._records import MemorySpace
 from .._runner import Runner
 from .._select import Selection, select
 from .._spec import FLOAT_DTYPES, GradRule, OpCall
 from ..graph._place import first_serving
+from .switches import torch_wishes
 from .tensors import array_to_tensor, tensor_to_array
 
 _TORCH_DTYPES = {
@@ -56,7 +60,14 @@ def _tuples(value: Any) -> Any:
 
 def memory_of(tensor: torch.Tensor) -> str:
     """The memory-space name of a tensor's device: "host" for the CPU, else the device type."""
-    return "host" if tensor.device.type == "cpu" else tensor.device.type
+    return "host" if tensor.is_cpu else tensor.device.type
+
+
+def _first(inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
+    for tensor in inputs:
+        if tensor is not None:
+            return tensor
+    raise ValueError("a swapped call without any input tensor")
 
 
 def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Selection:
@@ -64,32 +75,35 @@ def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[t
     return _plan(op, request, attrs, inputs).runner.selection
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
-    """A swapped layer's call ready to run: the runner of its selection, and the backend's DLPack
-    import (None where its memory space has none)."""
+    """A swapped layer's call ready to run: the runner of its selection, the backend's memory space
+    (``host``: whether it is host memory), its DLPack import (None where it has none), and, once a
+    backward pass asked, how each input's gradient is computed (with the gradient op's encoded attributes)."""
 
     runner: Runner
+    space: MemorySpace
+    host: bool
     enter: Any
+    gradients: list[tuple[GradChoice, str]] | None = None
 
 
 def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Prepared:
     """The call prepared from its selection, cached per op, request, attrs, memory, shapes, dtypes:
     nothing is resolved again on later calls."""
-    present = next(t for t in inputs if t is not None)
-    memory = None if request == "auto" else memory_of(present)
-    shapes = tuple([None if t is None else t.shape for t in inputs])  # lists: faster than generators
-    dtypes = tuple([None if t is None else t.dtype for t in inputs])
+    memory = None if request == "auto" else memory_of(_first(inputs))
+    key: tuple[Any, ...] = (op, request, attrs, memory)  # attrs is canonical JSON (1, 1.0 and true differ): cheap to hash
+    for t in inputs:
+        key += (None,) if t is None else (t.shape, t.dtype)
     cache = get_registry().selection_cache.prepared(TORCH_CALLS)
-    key = (op, request, attrs, memory, shapes, dtypes)  # attrs is canonical JSON (1, 1.0 and true differ): cheap to hash
     prepared: Prepared | None = cache.get(key)
     if prepared is None:
-        names = [None if d is None else _DTYPE_NAMES.get(d, str(d)) for d in dtypes]
-        plain_shapes = [None if s is None else tuple(s) for s in shapes]
-        selection = select(get_registry(), op, plain_shapes, names, decode_attrs(attrs), request, memory)
+        names = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
+        shapes = [None if t is None else tuple(t.shape) for t in inputs]
+        selection = select(get_registry(), op, shapes, names, decode_attrs(attrs), request, memory)
         space = selection.backend.memory
         enter = None if space.from_dlpack is None else resolve_ref(space.from_dlpack)
-        prepared = cache.put(key, Prepared(Runner(selection), enter))
+        prepared = cache.put(key, Prepared(Runner(selection), space, space.is_host, enter))
     return prepared
 
 
@@ -97,7 +111,7 @@ def _host_array(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of the tensor (a copy only when it is not a contiguous CPU tensor)."""
     if tensor.requires_grad:
         tensor = tensor.detach()
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         tensor = tensor.cpu()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
@@ -110,7 +124,7 @@ def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torc
     if aliases or not array.flags.writeable or not array.flags.c_contiguous:
         array = np.ascontiguousarray(array).copy()
     tensor = array_to_tensor(array)
-    return tensor if like.device.type == "cpu" else tensor.to(like.device)
+    return tensor if like.is_cpu else tensor.to(like.device)
 
 
 # Backend views of parameters, made once: id(parameter) -> (weak reference, where its memory is, view).
@@ -140,63 +154,41 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 def _host_view(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of a contiguous CPU tensor (kept for parameters), else a copy."""
-    if tensor.device.type == "cpu" and tensor.is_contiguous():
+    if tensor.is_cpu and tensor.is_contiguous():
         view: np.ndarray = _aliasing_view(tensor, _numpy)
         return view
     return _host_array(tensor)
 
 
-def _to_backend(tensor: torch.Tensor, selection: Selection, enter: Any) -> Any:
+def _to_backend(tensor: torch.Tensor, prepared: Prepared) -> Any:
     """The tensor in the backend's memory: through DLPack (zero-copy, kept for parameters) when it is
     already there, else uploaded from a host copy."""
-    space = selection.backend.memory
-    if enter is not None and memory_of(tensor) == space.name:
+    space = prepared.space
+    if prepared.enter is not None and memory_of(tensor) == space.name:
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
-        return _aliasing_view(tensor, enter)
+        return _aliasing_view(tensor, prepared.enter)
     return space.upload(_host_array(tensor))
 
 
-def _to_torch(result: Any, selection: Selection, like: torch.Tensor) -> torch.Tensor:
-    space = selection.backend.memory
+def _to_torch(result: Any, space: MemorySpace, like: torch.Tensor) -> torch.Tensor:
     if space.from_dlpack is not None and memory_of(like) == space.name:
         return torch.utils.dlpack.from_dlpack(result)
     return _from_host(space.download(result), [], like)
 
 
-def torch_tf32() -> tuple[bool, bool]:
-    """torch's TF32 switches as they are now: (convolutions, matrix products), i.e.
-    ``torch.backends.cudnn.allow_tf32`` and ``torch.backends.cuda.matmul.allow_tf32``, read through
-    the getters those attributes call (a tenth of their cost: this runs at every swapped call)."""
-    try:
-        return torch._C._get_cudnn_allow_tf32(), torch._C._get_cublas_allow_tf32()
-    except RuntimeError:  # torch >= 2.9 refuses when its legacy and fp32_precision settings disagree: the latter's
-        return _fp32_precision("conv") == "tf32", _fp32_precision("matmul") == "tf32"
-
-
-def _fp32_precision(op: str) -> str:
-    """torch's ``fp32_precision`` for CUDA ops of ``op``: its own, else the CUDA backend's, else the global one."""
-    for backend, kind in (("cuda", op), ("cuda", "all"), ("generic", "all")):
-        precision = str(torch._C._get_fp32_precision_getter(backend, kind))
-        if precision != "none":
-            return precision
-    return "none"
-
-
 def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
-    """Select (cached) and run the implementation on tensors, wishing TF32 as torch's switches say
-    (``algoswap.tf32_wish``); the result is a new tensor."""
+    """Select (cached) and run the implementation on tensors, wishing what torch's switches say
+    (``algoswap.tf32_wish``, ``algoswap.benchmark_wish``); the result is a new tensor."""
     prepared = _plan(op, request, attrs, inputs)
-    runner, enter = prepared.runner, prepared.enter
-    selection = runner.selection
-    like = next(t for t in inputs if t is not None)
-    token = WISHES.set(torch_tf32())
+    like = _first(inputs)
+    token = WISHES.set(torch_wishes())
     try:
-        if selection.backend.memory.is_host:
+        if prepared.host:
             arrays = [None if t is None else _host_view(t) for t in inputs]
-            return _from_host(runner.run(arrays), arrays, like)
-        moved = [None if t is None else _to_backend(t, selection, enter) for t in inputs]
-        return _to_torch(runner.run(moved), selection, like)
+            return _from_host(prepared.runner.run(arrays), arrays, like)
+        moved = [None if t is None else _to_backend(t, prepared) for t in inputs]
+        return _to_torch(prepared.runner.run(moved), prepared.space, like)
     finally:
         WISHES.reset(token)
 
@@ -232,13 +224,25 @@ def _fake(op: str, request: str, attrs: str, tensors: list[torch.Tensor], absent
 
 
 def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]]) -> torch.Tensor:
-    """Run ``op`` on tensors: straight to the implementation when no autograd or tracing is
-    involved, through the ``algoswap::call`` custom op otherwise."""
+    """Run ``op`` on tensors: straight to the implementation when no autograd is involved, through
+    ``EagerCall`` when an eager call records it, through the ``algoswap::call`` custom op when torch
+    traces (torch.compile, torch.export: tensor subclasses such as fake tensors) or for meta tensors."""
+    if torch.compiler.is_compiling():
+        return call_custom_op(op, request, attrs, inputs)
     recording = torch.is_grad_enabled()
+    graph = False
     for tensor in inputs:
-        if tensor is not None and (type(tensor) not in _PLAIN or (recording and tensor.requires_grad)):
-            return call_custom_op(op, request, attrs, inputs)
-    return execute(op, request, attrs, inputs)
+        if tensor is not None:
+            if type(tensor) not in _PLAIN:
+                return call_custom_op(op, request, attrs, inputs)
+            graph = graph or (recording and tensor.requires_grad)
+    if not graph:
+        return execute(op, request, attrs, inputs)
+    tensors, absent = _split_absent(inputs)
+    if any(t.is_meta for t in tensors):  # the custom op's meta kernel: shapes only
+        return call_custom_op(op, request, attrs, inputs)
+    result: torch.Tensor = EagerCall.apply(op, request, attrs, absent, *tensors)  # type: ignore[no-untyped-call]
+    return result
 
 
 def call_custom_op(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
@@ -307,13 +311,23 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
     ctx.save_for_backward(*tensors, output)
 
 
-def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, list[Optional[torch.Tensor]], None]:
+def _gradient_plan(prepared: Prepared) -> list[tuple[GradChoice, str]]:
+    """The call's gradient choices with their ops' encoded attributes, worked out at its first backward pass."""
+    if prepared.gradients is None:
+        call = prepared.runner.selection.call
+        prepared.gradients = [(c, encode_attrs(c.rule.attrs(call)) if c.rule.op and c.rule.item_attrs is None else "")
+                              for c in gradient_choices(prepared.runner.selection)]
+    return prepared.gradients
+
+
+def _gradients(ctx: Any, grad_output: torch.Tensor) -> list[Optional[torch.Tensor]]:
+    """The gradient of each present input (None where it needs none), each by its gradient op run as
+    ``run`` does (straight to the implementation unless the backward pass itself records autograd)."""
     *saved, output = ctx.saved_tensors
     tensors = _with_absent(list(saved), ctx.absent)
-    selection = selection_for(ctx.op, ctx.request, ctx.attrs, tensors)
     names = get_registry().spec(ctx.op).input_names
     grads: list[Optional[torch.Tensor]] = [None] * len(tensors)
-    for choice in gradient_choices(selection):
+    for choice, attrs in _gradient_plan(_plan(ctx.op, ctx.request, ctx.attrs, tensors)):
         index = names.index(choice.rule.wrt)
         if not ctx.needs[index]:
             continue
@@ -327,8 +341,29 @@ def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, li
             raise NoImplementationError(f"{ctx.op}: gradients of a variadic input through a swapped layer are not supported")
         by_name = dict(zip(names, tensors), grad_output=grad_output.contiguous(), output=output)
         grad_inputs = [by_name[name] for name in choice.rule.inputs]
-        grads[index] = call_custom_op(choice.rule.op, choice.request, encode_attrs(choice.rule.attrs(selection.call)), grad_inputs)
-    return None, None, None, [g for g, t in zip(grads, tensors) if t is not None], None
+        grads[index] = run(choice.rule.op, choice.request, attrs, grad_inputs)
+    return [g for g, t in zip(grads, tensors) if t is not None]
+
+
+def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, list[Optional[torch.Tensor]], None]:
+    return None, None, None, _gradients(ctx, grad_output), None
 
 
 call_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class EagerCall(torch.autograd.Function):
+    """The custom op's forward and backward for eager calls that record autograd, without the
+    dispatcher's cost (torch.library's argument handling: over 100 us a call). Inputs:
+    ``(op, request, attrs, absent, *tensors)``. (A ``forward`` that takes ``ctx`` is applied without
+    the signature binding that a ``setup_context`` costs at every call.)"""
+
+    @staticmethod
+    def forward(ctx: Any, op: str, request: str, attrs: str, absent: str, *tensors: torch.Tensor) -> torch.Tensor:
+        output = execute(op, request, attrs, _with_absent(list(tensors), absent))
+        _setup_context(ctx, (op, request, attrs, tensors, absent), output)
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
+        return (None, None, None, None, *_gradients(ctx, grad_output))

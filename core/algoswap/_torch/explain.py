@@ -11,6 +11,7 @@ from torch import nn
 from .._errors import AlgoswapError
 from .._select import Selection
 from .bridge import gradient_choices
+from .switches import following_torch
 from .._requests import IN_TORCH
 from .modules import LEFT_IN_TORCH, SwappedModule, binding_for
 from .selectors import Layer, _select_for
@@ -144,8 +145,9 @@ def explain(model: Any) -> Explanation:
         return model.explain()  # type: ignore[no-any-return]
     if not isinstance(model, nn.Module):
         raise TypeError(f"explain: expected a torch.nn.Module or an algoswap.Model, got {type(model).__name__}")
-    return Explanation(_module_row(name, m) if isinstance(m, SwappedModule) else _kept_row(name, m)
-                       for name, m in model.named_modules() if isinstance(m, SwappedModule) or m.__dict__.get(LEFT_IN_TORCH))
+    with following_torch():  # the kernels as the layers' calls run them now
+        return Explanation(_module_row(name, m) if isinstance(m, SwappedModule) else _kept_row(name, m)
+                           for name, m in model.named_modules() if isinstance(m, SwappedModule) or m.__dict__.get(LEFT_IN_TORCH))
 
 
 __all__ = ["explain", "Explanation", "Row", "torch"]

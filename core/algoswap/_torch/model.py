@@ -14,7 +14,6 @@ from .._errors import OpArgumentError
 from .._frozen import freeze
 from .._global import get_registry
 from .._inputs import host_array
-from .._precision import WISHES
 from .._records import MemorySpace
 from .._ref import resolve_ref
 from .._runner import numpy_dtype
@@ -25,7 +24,8 @@ from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topologi
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
 from .._requests import IN_TORCH
-from .bridge import COMPUTE_DTYPES, torch_tf32
+from .bridge import COMPUTE_DTYPES
+from .switches import following_torch
 from .explain import REQUESTED, Explanation, Row
 from .fallback import TorchRunner, reaches
 from .modules import batched_ranks
@@ -170,13 +170,10 @@ class Model:
     def run(self, *arrays: Any) -> Any:
         """Run on arrays already in ``dtype`` (numpy arrays, or a device backend's arrays); returns the
         output structure of arrays, each in the memory space where it was produced. Backends are
-        wished TF32 as torch's switches say at this call (``algoswap.tf32_wish``), as torch would run
-        the model."""
-        token = WISHES.set(torch_tf32())
-        try:
+        wished TF32 and timed engine choice as torch's switches say at this call (``algoswap.tf32_wish``,
+        ``algoswap.benchmark_wish``), as torch would run the model."""
+        with following_torch():
             results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
-        finally:
-            WISHES.reset(token)
         values = {id(node): value for node, value in zip(self._outputs, results)}
         return with_values(self.output, values)
 
@@ -226,7 +223,12 @@ class Model:
 
     def explain(self) -> Explanation:
         """One row per op, fused chain and torch node of the latest program: what ran it, its kernel,
-        the rejected candidates, and every move between memory spaces."""
+        the rejected candidates, and every move between memory spaces (the kernels as a call would run
+        them now: under torch's switches)."""
+        with following_torch():
+            return self._explain()
+
+    def _explain(self) -> Explanation:
         program = self.program
         if program is None:
             return Explanation(Row(n.name, str(n.op) if n.kind == "op" else "torch", None, n.request, note=WAITING)

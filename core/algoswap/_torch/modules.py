@@ -49,6 +49,15 @@ def _avgpool_attrs(m: nn.AvgPool2d) -> dict[str, Any]:
             "count_include_pad": m.count_include_pad, "divisor_override": m.divisor_override}
 
 
+def _weight_and_bias(m: nn.Module, x: torch.Tensor) -> list[Optional[torch.Tensor]]:
+    """[x, m.weight, m.bias], the parameters read from ``_parameters`` where they are (``m.weight`` goes
+    through ``nn.Module.__getattr__``: 0.8 us each), else as attributes (weight_norm, parametrize)."""
+    params = m._parameters
+    weight: Any = params["weight"] if "weight" in params else m.weight
+    bias: Any = params["bias"] if "bias" in params else m.bias
+    return [x, weight, bias]
+
+
 BINDINGS: dict[type[nn.Module], ModuleBinding] = {}
 
 
@@ -168,8 +177,8 @@ def ops_with_modules() -> dict[str, type[nn.Module]]:
 
 
 for _binding in (
-    ModuleBinding(nn.Conv2d, "conv2d", _conv2d_attrs, lambda m, x: [x, m.weight, m.bias], batched_rank=4),
-    ModuleBinding(nn.Linear, "linear", lambda m: {}, lambda m, x: [x, m.weight, m.bias]),
+    ModuleBinding(nn.Conv2d, "conv2d", _conv2d_attrs, _weight_and_bias, batched_rank=4),
+    ModuleBinding(nn.Linear, "linear", lambda m: {}, _weight_and_bias),
     ModuleBinding(nn.MaxPool2d, "maxpool2d", _maxpool_attrs, batched_rank=4),
     ModuleBinding(nn.AvgPool2d, "avgpool2d", _avgpool_attrs, batched_rank=4),
     ModuleBinding(nn.AdaptiveAvgPool2d, "adaptiveavgpool2d", lambda m: {"output_size": m.output_size}, batched_rank=4),

@@ -6,7 +6,9 @@ cuDNN. The availability probe first loads the CUDA driver library (a dlopen: wit
 answers in well under a millisecond, and CuPy is never imported), then asks CuPy, once, when the
 backend is first considered; without a GPU it answers "no CUDA GPU is visible" and nothing else runs. Torch CUDA tensors cross zero-copy
 through DLPack. TF32 for float32: ``set_tf32`` first, then ALGOSWAP_CUDA_TF32 ("1" or "0"), then the caller's
-wish (a swapped torch model follows torch's own switches), else off (the functional API's default).
+wish (a swapped torch model follows torch's own switches), else off (the functional API's default). ``guess``
+chooses its engine by timing, as ``find`` does, where ``set_benchmark``, else ALGOSWAP_CUDA_BENCHMARK, else the
+caller's wish (``torch.backends.cudnn.benchmark`` for a swapped torch model) says so; else cuDNN's heuristic pick.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from algoswap import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, MemorySpace, Ref
 
 __version__ = "0.1.0"
-__all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register", "set_tf32"]
+__all__ = ["CUDA_MEMORY", "ENGINES", "algoswap_api_version", "algoswap_register", "set_benchmark", "set_tf32"]
 
 BACKEND = "cuda"
 OWN = ("float32", "float64")
@@ -51,6 +53,15 @@ def set_tf32(enabled: bool | None) -> None:
     """Allow TF32 tensor cores for float32 (True), forbid them (False), or leave it to ALGOSWAP_CUDA_TF32 and then
     to the caller (None: a swapped torch model follows torch's switches; the functional API's default is off)."""
     from ._runtime import set_tf32 as set_
+
+    set_(enabled)
+
+
+def set_benchmark(enabled: bool | None) -> None:
+    """Let ``guess`` (the default convolution) choose its cuDNN engine by timing, as ``find`` does (True), keep
+    cuDNN's heuristic pick (False), or leave it to ALGOSWAP_CUDA_BENCHMARK and then to the caller (None: a swapped
+    torch model follows ``torch.backends.cudnn.benchmark``; the functional API's default is the heuristic pick)."""
+    from ._runtime import set_benchmark as set_
 
     set_(enabled)
 
@@ -114,7 +125,8 @@ def _register_forward(registry: Any, op: str) -> None:
 
     add(op, "guess", BACKEND, function("guess"), dtypes=CUDNN, priority=20, layout="any",
         supports=Ref(f"{conv}:supports_cudnn", "guess"), kernel=Ref(f"{conv}:kernel_cudnn", "guess"),
-        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on)." + _TF32_NOTE + then,
+        description="cuDNN's heuristic pick among its engines (no TF32 engines unless TF32 is on); in benchmark mode "
+        "(torch.backends.cudnn.benchmark, ALGOSWAP_CUDA_BENCHMARK) find's timed pick." + _TF32_NOTE + then,
         nan=SPREADS)
     add(op, "find", BACKEND, function("find"), dtypes=CUDNN, priority=15, layout="any",
         supports=Ref(f"{conv}:supports_cudnn", "find"), kernel=Ref(f"{conv}:kernel_cudnn", "find"),

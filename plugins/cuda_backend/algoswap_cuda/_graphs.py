@@ -14,8 +14,9 @@ captured outputs, so a later replay never overwrites what an earlier call return
 everything whose address the graph holds: its buffers and pool, the stream, the planned weights (the
 executor's program holds them), and the device memory our modules share between calls (the cuDNN
 workspace, interpolate's tap tables: ``_shared_buffers``; a module that caches device memory its
-kernels read must be listed there). It is stale, and captured again, when the GPU or the TF32
-setting differs from those it was captured with. One replay runs at a time (a lock).
+kernels read must be listed there). It is stale, and captured again, when the GPU, the TF32 setting or
+the benchmark setting (``_runtime.benchmark``) differs from those it was captured with. One replay runs at
+a time (a lock).
 
 CuPy refuses every cuBLAS call while a stream captures ("calling cuBLAS API during stream capture is
 currently unsupported", CuPy 14.2: its wrappers set the handle's stream first, and refuse a capturing
@@ -44,7 +45,7 @@ class Replay:
 
     __slots__ = ("graph", "inputs", "outputs", "settings", "_keep", "_lock")
 
-    def __init__(self, graph: Any, inputs: list[Any], outputs: list[Any], settings: tuple[int, bool, bool], keep: tuple[Any, ...]) -> None:
+    def __init__(self, graph: Any, inputs: list[Any], outputs: list[Any], settings: tuple[int, bool, bool, bool], keep: tuple[Any, ...]) -> None:
         self.graph, self.inputs, self.outputs, self.settings = graph, inputs, outputs, settings
         self._keep = keep  # the pool, the stream and shared buffers the graph reads
         self._lock = threading.Lock()
@@ -58,7 +59,7 @@ class Replay:
             return [_fresh(value, stream) for value in self.outputs]
 
     def stale(self) -> str:
-        """Why the graph no longer applies ("" while it does): another GPU is current, or TF32 was switched."""
+        """Why the graph no longer applies ("" while it does): another GPU is current, or TF32 or benchmark mode was switched."""
         now = _settings()
         return "" if now == self.settings else f"captured on {_describe(self.settings)}, now {_describe(now)}"
 
@@ -158,12 +159,13 @@ def _fresh(value: Any, stream: Any) -> Any:
     return value
 
 
-def _settings() -> tuple[int, bool, bool]:
-    return cp.cuda.runtime.getDevice(), _runtime.tf32("conv"), _runtime.tf32("matmul")
+def _settings() -> tuple[int, bool, bool, bool]:
+    return cp.cuda.runtime.getDevice(), _runtime.tf32("conv"), _runtime.tf32("matmul"), bool(_runtime.benchmark())
 
 
-def _describe(settings: tuple[int, bool, bool]) -> str:
-    device, conv, matmul = settings
-    return f"GPU {device} with TF32 {'on' if conv else 'off'} for convolutions, {'on' if matmul else 'off'} for matrix products"
+def _describe(settings: tuple[int, bool, bool, bool]) -> str:
+    device, conv, matmul, timed = settings
+    return (f"GPU {device} with TF32 {'on' if conv else 'off'} for convolutions, {'on' if matmul else 'off'} for matrix "
+            f"products, engines chosen {'by timing' if timed else 'by heuristics'}")
 
 

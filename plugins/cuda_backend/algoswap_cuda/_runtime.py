@@ -1,5 +1,5 @@
-"""CuPy, the GPU, the memory space and the TF32 switch. Imported by the op modules and the probe only:
-discovery and registration import neither CuPy nor the cuDNN frontend."""
+"""CuPy, the GPU, the memory space and the TF32 and benchmark switches. Imported by the op modules and the probe
+only: discovery and registration import neither CuPy nor the cuDNN frontend."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from algoswap import LRUCache, declare_cache, is_frozen, tf32_wish
+from algoswap import LRUCache, benchmark_wish, declare_cache, is_frozen, tf32_wish
 
-_tf32: bool | None = None
+# The backend's own switches (None: not set, ALGOSWAP_CUDA_TF32 / ALGOSWAP_CUDA_BENCHMARK and then the caller decide)
+_switches: dict[str, bool | None] = {"tf32": None, "benchmark": None}
+BENCHMARK_VARIABLE = "ALGOSWAP_CUDA_BENCHMARK"
 HALF = ("float16", "bfloat16")
 # dtype -> (the C type a raw kernel stores it as, the C type it computes in: float32 for the half precisions)
 C_TYPES = {"float16": ("__half", "float"), "bfloat16": ("__nv_bfloat16", "float"), "float32": ("float", "float"),
@@ -34,20 +36,41 @@ def probe() -> bool | str:
 def set_tf32(enabled: bool | None) -> None:
     """Let float32 convolutions and matrix products use TF32 tensor cores (True), forbid it (False),
     or leave it to ALGOSWAP_CUDA_TF32 and then to the caller (None, the default)."""
-    global _tf32
-    _tf32 = enabled
+    _switches["tf32"] = enabled
+
+
+def set_benchmark(enabled: bool | None) -> None:
+    """Let ``guess`` choose its cuDNN engine by timing, as ``find`` does (True), keep cuDNN's heuristic pick
+    (False), or leave it to ALGOSWAP_CUDA_BENCHMARK and then to the caller (None, the default)."""
+    _switches["benchmark"] = enabled
+
+
+def _own(switch: str, variable: str) -> tuple[bool | None, str]:
+    """The backend's own say on a switch and where it comes from: its set_ function's setting, else the
+    environment variable ("1" or "0"), else (None, ""): the caller's wish decides."""
+    setting = _switches[switch]
+    if setting is not None:
+        return setting, f"algoswap_cuda.set_{switch}({setting})"
+    value = os.environ.get(variable)
+    return (value == "1", f"{variable}={value}") if value in ("0", "1") else (None, "")
 
 
 def tf32(kind: str = "conv") -> bool:
     """Whether float32 ``kind`` ("conv" or "matmul") may run in TF32 now, read at each call (plans are
     cached per setting): set_tf32's setting, else ALGOSWAP_CUDA_TF32 ("1" or "0"), else the caller's wish
     (a swapped torch model passes torch's own switches: ``algoswap.tf32_wish``), else no."""
-    if _tf32 is not None:
-        return _tf32
-    variable = os.environ.get("ALGOSWAP_CUDA_TF32")
-    if variable in ("0", "1"):
-        return variable == "1"
-    return tf32_wish(kind) is True
+    own, _ = _own("tf32", "ALGOSWAP_CUDA_TF32")
+    return tf32_wish(kind) is True if own is None else own
+
+
+def benchmark() -> str:
+    """What makes ``guess`` choose its engine by timing now ("" if nothing does: cuDNN's heuristic pick), read
+    at each call: set_benchmark's setting, else ALGOSWAP_CUDA_BENCHMARK ("1" or "0"), else the caller's wish
+    (a swapped torch model passes ``torch.backends.cudnn.benchmark``: ``algoswap.benchmark_wish``), else no."""
+    own, source = _own("benchmark", BENCHMARK_VARIABLE)
+    if own is None:
+        return "torch.backends.cudnn.benchmark" if benchmark_wish() is True else ""
+    return source if own else ""
 
 
 def to_host(array: Any) -> np.ndarray:

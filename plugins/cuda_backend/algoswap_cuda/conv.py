@@ -74,10 +74,18 @@ def _zero_padded(g: ConvGeometry) -> ConvGeometry:
 _DIRECTIONS = {"conv2d": "fprop", "conv2d_fused": "fprop", "conv2d_grad_input": "dgrad", "conv2d_grad_weight": "wgrad"}
 
 
+def _by_timing(algorithm: str, kind: str = "fprop") -> tuple[str, str]:
+    """A forward ``guess`` runs as ``find`` (its timed choice and its cache) where benchmark mode is on
+    (``_runtime.benchmark``: what turned it on is the second item); anything else runs as it is ("")."""
+    why = _runtime.benchmark() if algorithm == "guess" and kind == "fprop" else ""
+    return ("find", why) if why else (algorithm, "")
+
+
 def _plan_of(call: Any, algorithm: str) -> Any:
     """The _fusion.Choice serving ``call`` (its plan built and cached now: a fused graph, else the plain
     convolution); _cudnn.NotServed if none."""
     kind = _DIRECTIONS[call.op]
+    algorithm = _by_timing(algorithm, kind)[0]
     g = _zero_padded(call.geometry)
     if kind != "fprop":
         return _fusion().Choice(_cudnn().plan(_cudnn_geometry(kind, g, call.dtype), algorithm))
@@ -101,11 +109,12 @@ def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
 
 
 def kernel_cudnn(call: Any, algorithm: str = "guess") -> str:
+    why = _by_timing(algorithm, _DIRECTIONS[call.op])[1]
     choice = _plan_of(call, algorithm)
     label = str(choice.plan.label)
-    if choice.plan.geometry.epilogue is not None or _DIRECTIONS[call.op] != "fprop" or not _epilogue.parts(call):
-        return label
-    return f"{label}, {_epilogue.label(call)}" + (f" ({choice.note})" if choice.note else "")
+    if choice.plan.geometry.epilogue is None and _DIRECTIONS[call.op] == "fprop" and _epilogue.parts(call):
+        label = f"{label}, {_epilogue.label(call)}" + (f" ({choice.note})" if choice.note else "")
+    return f"{label}; engine chosen by timing ({why})" if why else label
 
 
 _forward_plans: LRUCache[tuple[Any, tuple[int, ...]]] = LRUCache(declare_cache(
@@ -119,6 +128,7 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     else in one epilogue pass."""
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
+    algorithm = _by_timing(algorithm)[0]
     if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
         stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
     channels_last = runs_channels_last(x.dtype.name, is_channels_last(x))

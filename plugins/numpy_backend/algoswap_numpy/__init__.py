@@ -8,10 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from algoswap import ALL_DTYPES, FAMILIES, FLOAT_DTYPES, INT_DTYPES
+from algoswap import ALL_DTYPES, FAMILIES, FLOAT_DTYPES, INT_DTYPES, in_float32
 
 from . import conv
-from ._half import widened, widened_family
+from ._half import widened_family
 
 __version__ = "0.1.0"
 __all__ = ["algoswap_api_version", "algoswap_register"]
@@ -49,7 +49,7 @@ def algoswap_register(registry: Any) -> None:
     _register_conv(registry)
     for family in FAMILIES:  # the reference has a module for every family
         algorithm = "gemm" if family in ("linear", "matmul") else "direct"
-        module = widened_family(importlib.import_module(f"{__name__}.{family}"), _computes)
+        module = widened_family(importlib.import_module(f"{__name__}.{family}"), _computes, registry.spec)
         registry.add_family(module, BACKEND, algorithm=algorithm, overrides=_options)
 
 
@@ -74,7 +74,7 @@ def _register_conv(registry: Any) -> None:
         ("fft", conv.conv2d_fft, 0, None, "numpy rfft2 pointwise products", "spreads"),
     )
     for algorithm, function, priority, supports, kernel, nan in algorithms:
-        add("conv2d", algorithm, BACKEND, widened(function), dtypes=FLOAT_DTYPES, priority=priority, supports=supports,
+        add("conv2d", algorithm, BACKEND, in_float32(function), dtypes=FLOAT_DTYPES, priority=priority, supports=supports,
             kernel=kernel, nan=nan)
-        add("conv2d_fused", algorithm, BACKEND, widened(conv.fused(function)), dtypes=FLOAT_DTYPES, priority=priority,
+        add("conv2d_fused", algorithm, BACKEND, in_float32(conv.fused(function)), dtypes=FLOAT_DTYPES, priority=priority,
             supports=supports, kernel=f"{kernel}, then the add and activation in place", nan=nan)
