@@ -48,6 +48,15 @@ def _nhwc(array: np.ndarray, dtype: str) -> Any:
     return cp.ascontiguousarray(cp.asarray(array.astype(DTYPES[dtype])).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
+def _on_gpu(op: str, *arrays: Any, **attrs: Any) -> Any:
+    """``op``'s cuda:direct implementation called on CuPy arrays as they are (algoswap.ops.call takes host
+    arrays only): the layout-"any" path a swap_backend model's NHWC activations take."""
+    from algoswap._ref import resolve_ref
+
+    record = next(r for r in _registry.implementations(op, "cuda") if r.algorithm == "direct")
+    return resolve_ref(record.fn)(*arrays, **_registry.spec(op).canonical_attrs(attrs))
+
+
 def _channels_last(array: Any) -> bool:
     return bool(array.transpose(0, 2, 3, 1).flags.c_contiguous)
 
@@ -68,7 +77,7 @@ def test_channels_last_poolings_match_the_reference(op: str, dtype: str, shape: 
     rng = _rng(len(op), len(dtype), shape[1])
     x = _rounded(rng, shape, dtype)
     x[0, 3, 4, 4], x[1, 5, 2, 6] = np.nan, np.inf
-    out = algoswap.ops.call(op, _nhwc(x, dtype), algorithm="cuda:direct", **POOLS[op])
+    out = _on_gpu(op, _nhwc(x, dtype), **POOLS[op])
     assert _channels_last(out) or out.shape[2:] == (1, 1), out.strides
     ref = algoswap.ops.call(op, x, algorithm="numpy:default", **POOLS[op])
     assert_op_close(op, _cp().asnumpy(out), ref, [x], POOLS[op], context=f"{op} NHWC {dtype}")
@@ -92,7 +101,7 @@ def test_elementwise_ops_keep_channels_last(op: str, dtype: str) -> None:
     inputs = [_rounded(rng, shape, dtype, 3.0) for shape in shapes]
     for ordered in ([True] * len(inputs), [True, False][:len(inputs)]):
         arrays = [_nhwc(a, dtype) if keep else _cp().asarray(a.astype(DTYPES[dtype])) for a, keep in zip(inputs, ordered)]
-        out = algoswap.ops.call(op, *arrays, algorithm="cuda:direct", **attrs)
+        out = _on_gpu(op, *arrays, **attrs)
         assert _channels_last(out), (op, out.strides)
         ref = algoswap.ops.call(op, *inputs, algorithm="numpy:default", **attrs)
         assert_op_close(op, _cp().asnumpy(out), ref, inputs, attrs, context=f"{op} NHWC {dtype}")
