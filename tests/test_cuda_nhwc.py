@@ -267,7 +267,7 @@ def test_a_half_precision_model_keeps_its_activations_channels_last(dtype: str, 
     x = torch.randn(4, 3, 64, 64).to(getattr(torch, dtype)).float()
     with torch.no_grad():
         expected = copy.deepcopy(module).double()(x.double())
-    model = algoswap.swap_backend(module.cuda(), sample_input_shape=tuple(x.shape), dtype=getattr(torch, dtype), capture=False)
+    model = algoswap.swap_backend(module.cuda(), "cuda:default", tuple(x.shape), dtype=getattr(torch, dtype), capture=False)
     assert model.backends() == ["cuda"], model.explain()
     model(x.cuda())  # plans, and the NHWC copies of the weights
     copies: list[str] = []
