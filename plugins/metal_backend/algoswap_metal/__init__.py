@@ -24,7 +24,7 @@ MPS = MemorySpace("mps", f"{__name__}.MpsArray", to_host=f"{__name__}._device:to
                   description="contiguous torch tensors on the mps device (MpsArray)")
 probe_mps = _probe.mps
 probe_metal = _probe.metal
-HALF = ("float16", "float32")  # what MPS computes in (no float64 on Apple GPUs)
+MPS_DTYPES = ("float16", "float32")  # what MPS computes in (no float64 on Apple GPUs)
 ANY = ("bool", "float16", "float32", "int8", "int16", "int32", "int64", "uint8")
 MPS_FAMILIES = ("conv", "linear", "pool", "activation", "elementwise", "norm", "softmax", "shape")
 KERNELS = {"direct": "conv2d_direct (kernels/conv.metal): one thread per output, every padding mode read in place",
@@ -60,7 +60,7 @@ def _register_mps(registry: Any) -> None:
     overrides["conv2d"] = {"kernel": "F.pad where padded, then F.conv2d on the mps device (MPSGraph)"}
     overrides["conv2d_fused"] = {"kernel": "F.pad where padded, then F.conv2d, residual and activation on the mps device"}
     for family in MPS_FAMILIES:
-        registry.add_family(f"{__name__}.mps.{family}", "mps", algorithm="mpsgraph", dtypes=HALF,
+        registry.add_family(f"{__name__}.mps.{family}", "mps", algorithm="mpsgraph", dtypes=MPS_DTYPES,
                             kernel="torch on the mps device (MPSGraph)", overrides=overrides)
 
 

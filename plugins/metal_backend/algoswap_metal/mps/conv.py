@@ -37,7 +37,7 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, **attrs: An
 @on_tensors
 def conv2d_fused(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, residual: torch.Tensor | None, *,
                  activation: str, **attrs: Any) -> torch.Tensor:
-    """The convolution, then the residual and the activation (torch ops: MPSGraph fuses nothing across them)."""
+    """The convolution, then the residual and the activation: three torch ops, each run on its own."""
     y = _conv(x, w, b, **attrs)
     if residual is not None:
         y = y + residual
