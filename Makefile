@@ -14,9 +14,11 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 # torch is pinned to the CPU wheel this machine keeps; a bare `torch` would pull a CUDA build.
 TORCH := torch==2.13.0
 # Every backend plugin, installed editable (a change to its Python needs no reinstall). The CUDA backend without
-# its GPU libraries: it loads, says why it is unavailable and is never chosen. On a machine with an NVIDIA GPU:
-# .venv/bin/python -m pip install -e "plugins/cuda_backend[cu12]" (or [cu13]).
-BACKENDS := numpy_backend dnnl_backend sycl_backend cuda_backend
+# its GPU libraries and the Metal one off a Mac: each loads, says why it is unavailable and is never chosen (their
+# kernels are checked on the host by the tests). On a machine with an NVIDIA GPU:
+# .venv/bin/python -m pip install -e "plugins/cuda_backend[cu12]" (or [cu13]); on a Mac:
+# plugins/metal_backend/verify_on_mac.sh.
+BACKENDS := numpy_backend dnnl_backend sycl_backend cuda_backend metal_backend
 # What the scripts in examples/ need beyond the core and torch (examples/train_digits.py: scikit-learn's digits).
 EXAMPLE_DEPS := "scikit-learn>=1.3"
 # The test suite's own requirements.

@@ -53,7 +53,8 @@ class MemorySpace:
     ``name`` is "host" for host memory; a memory space whose arrays live on a torch device is
     named after that device type ("cuda", "xpu", "mps"), so torch tensors find their backends.
     ``from_dlpack`` makes a backend array from any DLPack-capable object (a torch tensor) without
-    copying; results go back to torch through their own ``__dlpack__``. ``accepts_host``: host
+    copying; results go back to torch through their own ``__dlpack__``, or, for arrays that wrap a torch
+    tensor (``as_torch()``, the mps space's: torch's DLPack has no Metal device), as that tensor. ``accepts_host``: host
     inputs are served without being asked for transfers (the caller uploads them), as for a device
     the host reaches cheaply (SYCL USM on a CPU device); a GPU's memory leaves it False.
     ``capture`` (optional): records a program's device work once and replays it (a CUDA graph):

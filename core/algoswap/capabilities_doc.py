@@ -4,10 +4,10 @@
     python -m algoswap.capabilities_doc --check docs/capabilities.md    # exit 1 if it is stale
 
 The page is the same on every machine that has the repository's plugins installed: the registry is
-built afresh from their four distributions alone (``ALGOSWAP_PLUGINS``; a user's other plugins, the
+built afresh from their five distributions alone (``ALGOSWAP_PLUGINS``; a user's other plugins, the
 environment's plugin filters and remembered plugin faults play no part), and the tables come from
 ``build(..., declared=True)``: no backend is probed and nothing is checked for import problems, so a
-machine without CUDA, or a CPU that oneDNN runs no bfloat16 on, changes nothing.
+machine without CUDA or a Mac, or a CPU that oneDNN runs no bfloat16 on, changes nothing.
 tests/test_capabilities_doc.py fails when the committed page is stale.
 """
 
@@ -24,7 +24,7 @@ from ._errors import AlgoswapError
 from ._registry import Registry
 from ._settings import ENV_ALLOW, ENV_STATE, ENV_STRICT
 
-PLUGIN_DISTRIBUTIONS = ("algoswap-numpy", "algoswap-dnnl", "algoswap-sycl", "algoswap-cuda")
+PLUGIN_DISTRIBUTIONS = ("algoswap-numpy", "algoswap-dnnl", "algoswap-sycl", "algoswap-cuda", "algoswap-metal")
 COMMAND = "python -m algoswap.capabilities_doc docs/capabilities.md"
 
 
@@ -79,8 +79,9 @@ def render(registry: Registry | None = None) -> str:
         "infinity, its priority (the highest that serves a call is chosen by default) and its description (where",
         "it gives none, in italics the kernel name it reports), then the algorithms a backend declares it does not",
         "offer, with the reason. Whether a backend can run on a given machine is not shown: that is",
-        "`algoswap caps --available` there (without an NVIDIA GPU the CUDA backend is unavailable; a CPU",
-        "without bfloat16 instructions refuses the oneDNN bfloat16 calls at run time).",
+        "`algoswap caps --available` there (without an NVIDIA GPU the CUDA backend is unavailable, off a Mac",
+        "the mps and metal backends; a CPU without bfloat16 instructions refuses the oneDNN bfloat16 calls at",
+        "run time).",
         "",
         "- layout: `contiguous` (C-contiguous arrays; others are copied first), `any` (any strides),",
         "  `channels_last` (like `any`, and 4-D activations preferred in NHWC order).",

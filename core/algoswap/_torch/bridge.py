@@ -18,7 +18,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.utils.dlpack
 
 from .._core_caches import TORCH_CALLS
 from .._errors import NoImplementationError
@@ -31,7 +30,7 @@ from .._select import Selection, select
 from .._spec import FLOAT_DTYPES, GradRule, OpCall
 from ..graph._place import first_serving
 from .switches import torch_wishes
-from .tensors import array_to_tensor, tensor_to_array
+from .tensors import array_to_tensor, device_tensor, tensor_to_array
 
 _TORCH_DTYPES = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
@@ -173,7 +172,7 @@ def _to_backend(tensor: torch.Tensor, prepared: Prepared) -> Any:
 
 def _to_torch(result: Any, space: MemorySpace, like: torch.Tensor) -> torch.Tensor:
     if space.from_dlpack is not None and memory_of(like) == space.name:
-        return torch.utils.dlpack.from_dlpack(result)
+        return device_tensor(result)
     return _from_host(space.download(result), [], like)
 
 

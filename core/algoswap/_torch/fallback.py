@@ -15,14 +15,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.utils.dlpack
 from torch import nn
 
 from .._records import MemorySpace
 from .._ref import resolve_ref
 from ..graph._node import Call, GraphError, Node, Shaped
 from .bridge import _DTYPE_NAMES, _TORCH_DTYPES
-from .tensors import array_to_tensor, tensor_to_array
+from .tensors import array_to_tensor, device_tensor, tensor_to_array
 
 TORCH_DEVICES = ("cuda", "xpu", "mps")  # memory spaces named after the torch device their arrays live on
 
@@ -110,7 +109,7 @@ def _tensors(value: Any, space: MemorySpace) -> Any:
         return array_to_tensor(value if value.flags.writeable else value.copy())
     if not space.is_host and hasattr(value, "shape") and hasattr(value, "dtype"):
         if reaches(space):
-            return torch.utils.dlpack.from_dlpack(value)
+            return device_tensor(value)
         return array_to_tensor(space.download(value))
     return _map(value, lambda v: _tensors(v, space))
 

@@ -8,7 +8,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.utils.dlpack
 
 from .._errors import OpArgumentError
 from .._frozen import freeze
@@ -29,7 +28,7 @@ from .switches import following_torch
 from .explain import REQUESTED, Explanation, Row
 from .fallback import TorchRunner, reaches
 from .modules import batched_ranks
-from .tensors import array_to_tensor, tensor_to_array
+from .tensors import array_to_tensor, device_tensor, tensor_to_array
 
 SUBGRAPH = "forward"
 WAITING = "not run yet: call the model or pass sample_input_shape"
@@ -349,6 +348,6 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
     space = space_of(value) if hasattr(value, "shape") and hasattr(value, "dtype") else None
     if space is None or space.is_host:
         return value
-    if like is not None and like.device.type == space.name and hasattr(value, "__dlpack__"):
-        return torch.utils.dlpack.from_dlpack(value)
+    if like is not None and like.device.type == space.name and (hasattr(value, "__dlpack__") or hasattr(value, "as_torch")):
+        return device_tensor(value)
     return _wrap(space.download(value), like)

@@ -1,5 +1,5 @@
-"""Tensors and arrays: numpy views of CPU tensors and back (bfloat16 through int16 views), and
-torch functions stored by import path."""
+"""Tensors and arrays: numpy views of CPU tensors and back (bfloat16 through int16 views), device arrays as
+tensors, and torch functions stored by import path."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils.dlpack
 
 from .._runner import bfloat16
 
@@ -31,6 +32,16 @@ def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
         return tensor.view(torch.int16).numpy().view(bfloat16())
     array: np.ndarray = tensor.numpy()
     return array
+
+
+def device_tensor(value: Any) -> torch.Tensor:
+    """A backend's device array as a torch tensor sharing its memory: the tensor it wraps where it has
+    ``as_torch()`` (the mps space's arrays: torch's DLPack export knows no Metal device), else through DLPack."""
+    as_torch = getattr(value, "as_torch", None)
+    if as_torch is not None:
+        tensor: torch.Tensor = as_torch()
+        return tensor
+    return torch.utils.dlpack.from_dlpack(value)
 
 
 @dataclass(frozen=True)
