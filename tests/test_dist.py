@@ -14,14 +14,15 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
 import algoswap
 from algoswap import graph as g
-from algoswap._groups import Group, add_group, clear_groups
+import algoswap._groups
+from algoswap._groups import Group
 
 ROOT = Path(__file__).resolve().parent
 WORKER = ROOT / "dist_worker.py"
@@ -142,16 +143,15 @@ def test_alone_a_process_is_a_world_of_one_and_imports_no_torch() -> None:
 
 def test_launched_by_torchrun_without_init_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(algoswap._groups, "_GROUPS", {})  # no group set up (the conformance kit may have made a world of one)
     with pytest.raises(algoswap.OpArgumentError, match=r"algoswap.dist.init\(\) first: WORLD_SIZE=2"):
         algoswap.ops.allreduce(np.ones(3))
 
 
 @pytest.fixture
-def four_ranks() -> Iterator[None]:
+def four_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process pretends to be rank 2 of a group "four" of four ranks (shapes only: nothing communicates)."""
-    add_group(Group("four", (0, 1, 2, 3), 2))
-    yield
-    clear_groups()
+    monkeypatch.setitem(algoswap._groups._GROUPS, "four", Group("four", (0, 1, 2, 3), 2))
 
 
 @pytest.mark.parametrize("op, shape, attrs, expected", [
@@ -294,3 +294,53 @@ def test_an_executor_program_as_a_torch_module_gives_the_graph_gradients() -> No
     assert reference.shape == (3, 2) and [n for n, _ in module.named_parameters()] == ["layer_w", "layer_b"]
     for got, expected in [(module.layer_w.grad, weights[0].grad), (module.layer_b.grad, weights[1].grad), (data.grad, inputs.grad)]:
         assert torch.allclose(got, expected, rtol=1e-13, atol=0)
+
+
+# ------------------------------------------------------------------------------------- on a GPU (the H200)
+
+
+def _no_nccl() -> str:
+    """Why NCCL on CuPy memory cannot be tried here ("" if it can)."""
+    backends = algoswap.registry().backends
+    for name in ("cuda", "nccl"):
+        if name not in backends:
+            return f"the {name} backend is not installed"
+        available = backends[name].availability()
+        if available is not True:
+            return f"{name} unavailable: {available}"
+    return ""
+
+
+@pytest.mark.skipif(bool(_no_nccl()), reason=_no_nccl() or "nccl")
+def test_nccl_reduces_cupy_memory_in_place_at_world_size_one() -> None:
+    """A world of one on the GPU: comm nodes fed CuPy arrays run on nccl, with no transfer of their inputs
+    (only the outputs come home); a data-parallel step runs every op on the GPU and matches NumPy's."""
+    code = '''
+import numpy as np, cupy
+from algoswap import dist, graph as g
+print(dist.init().backend)
+x = g.placeholder("x", (4, 6), "float32")
+total, gathered = g.allreduce(x, name="total"), g.allgather(x, axis=1, name="gathered")
+executor = g.Executor([total, gathered])
+out = executor.run(feed={x: cupy.arange(24, dtype=cupy.float32).reshape(4, 6)})
+steps = executor.last.steps
+print(sorted({s.backend for s in steps if s.op in ("allreduce", "allgather")}), sorted(s.name for s in executor.last.transfers))
+print(bool(np.array_equal(out[0], np.arange(24).reshape(4, 6))), out[1].shape)
+def step(backends, data):
+    rng = np.random.default_rng(0)
+    w = g.parameter("w", rng.standard_normal((3, 6)).astype(np.float32))
+    labels = g.placeholder("labels", (4,), "int64")
+    loss = g.softmax_cross_entropy(g.linear(x, w), labels)
+    ex = g.Executor([loss, dist.DataParallel(g.Momentum(0.1)).minimize(loss)], backends=backends)
+    losses = [float(ex.run(feed={x: data, labels: np.arange(4) % 3})[0]) for _ in range(3)]
+    return losses, ex
+data = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
+gpu, ex = step(["cuda", "nccl"], cupy.asarray(data))
+host, _ = step(["numpy"], data)
+print(sorted({s.backend for s in ex.last.steps if s.kind == "op"}), max(abs(a - b) for a, b in zip(gpu, host)) < 1e-5)
+'''
+    lines = _python(code).splitlines()
+    assert lines[0] == "cpu:gloo,cuda:nccl", lines
+    assert lines[1] == "['nccl'] ['gathered->host', 'total->host']", lines
+    assert lines[2] == "True (4, 12)", lines
+    assert lines[3] == "['cuda', 'nccl'] True", lines

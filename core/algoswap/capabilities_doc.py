@@ -4,7 +4,7 @@
     python -m algoswap.capabilities_doc --check docs/capabilities.md    # exit 1 if it is stale
 
 The page is the same on every machine that has the repository's plugins installed: the registry is
-built afresh from their four distributions alone (``ALGOSWAP_PLUGINS``; a user's other plugins, the
+built afresh from their five distributions alone (``ALGOSWAP_PLUGINS``; a user's other plugins, the
 environment's plugin filters and remembered plugin faults play no part), and the tables come from
 ``build(..., declared=True)``: no backend is probed and nothing is checked for import problems, so a
 machine without CUDA, or a CPU that oneDNN runs no bfloat16 on, changes nothing.
@@ -24,7 +24,7 @@ from ._errors import AlgoswapError
 from ._registry import Registry
 from ._settings import ENV_ALLOW, ENV_STATE, ENV_STRICT
 
-PLUGIN_DISTRIBUTIONS = ("algoswap-numpy", "algoswap-dnnl", "algoswap-sycl", "algoswap-cuda")
+PLUGIN_DISTRIBUTIONS = ("algoswap-numpy", "algoswap-dnnl", "algoswap-sycl", "algoswap-cuda", "algoswap-dist")
 COMMAND = "python -m algoswap.capabilities_doc docs/capabilities.md"
 
 

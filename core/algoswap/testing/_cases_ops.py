@@ -1,5 +1,5 @@
 """Cases of the operator set (arithmetic, matmul, reductions, slicing, indexing, instance norm,
-dropout, losses, CSR products, optimizer updates), merged into algoswap/testing/_cases.py."""
+dropout, losses, CSR products, optimizer updates) and of the comm family, merged into algoswap/testing/_cases.py."""
 
 from __future__ import annotations
 
@@ -186,7 +186,6 @@ OPS_FORWARD: dict[str, list[Case]] = {
     "csrmv": CSRMV,
     "csrmm": CSRMM,
     **OPTIMIZERS,
-    **COMM,
 }
 
 
@@ -224,6 +223,8 @@ OPS_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "softmax_cross_entropy_grad": ("softmax_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),
     "binary_cross_entropy_grad": ("binary_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),
     "csrmm_grad_dense": ("csrmm", lambda s, a, y: ((s[0], y), a)),
+}
+COMM_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "allreduce_grad": ("allreduce", lambda s, a, y: ((y, s[0], y), a)),
     "broadcast_grad": ("broadcast", lambda s, a, y: ((y,), a)),
 }
