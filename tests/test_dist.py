@@ -106,13 +106,12 @@ def test_crash_restart_resume_equals_an_uninterrupted_run(tmp_path: Path) -> Non
 @needs_launch
 def test_a_dead_and_a_stuck_peer_are_named(tmp_path: Path) -> None:
     """Three ranks started as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 hosts the
-    store): rank 1 exits and rank 2 sleeps before the second allreduce. Rank 0's allreduce fails within the
-    timeout (5 s), and the error names the graph node and both ranks (a roll call of 2 s)."""
+    store): rank 1 exits and rank 2 sleeps before the second allreduce of a group with a 5 s timeout. Rank 0's
+    allreduce fails within it, and the error names the graph node and both ranks (a roll call of 2 s)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    base = {**os.environ, **ENV, "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "ALGOSWAP_TEST_DIST_TIMEOUT": "5"}
+    base = {**os.environ, **ENV, "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     commands = [[sys.executable, str(WORKER), "failing", str(tmp_path)] for _ in range(3)]
     envs = [{**base, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(3)]
     result = _run(commands, envs)
@@ -120,7 +119,7 @@ def test_a_dead_and_a_stuck_peer_are_named(tmp_path: Path) -> None:
     assert error is not None, result.stdout[-6000:]
     message = error["message"]
     assert "node 'total_loss'" in message and "PeerError" in message, message
-    assert "rank 1 (host" in message and "rank 2 (host" in message, message
+    assert "rank 1 (host" in message and "rank 2 (host" in message and "group 'quick'" in message, message
     assert error["seconds"] < LAUNCH_SECONDS, error
 
 
@@ -139,6 +138,14 @@ def test_alone_a_process_is_a_world_of_one_and_imports_no_torch() -> None:
     code = ("import sys, numpy as np, algoswap\nfrom algoswap import dist\n"
             "print(algoswap.ops.allreduce(np.arange(3.0), reduction='mean').tolist(), dist.world().size, 'torch' in sys.modules)")
     assert _python(code) == "[0.0, 1.0, 2.0] 1 False"
+
+
+def test_a_default_group_the_program_set_up_is_adopted() -> None:
+    code = ("import numpy as np, torch.distributed as td, algoswap\nfrom algoswap import dist\n"
+            "td.init_process_group('gloo', store=td.HashStore(), rank=0, world_size=1)\n"
+            "here = dist.init()\nx = np.arange(3.0)\n"
+            "print(here.size, here.backend, algoswap.select('allreduce', [x.shape], 'float64').impl.qualified)")
+    assert _python(code) == "1 gloo gloo:direct"
 
 
 def test_launched_by_torchrun_without_init_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ the environment's (a ``tcp://`` init method hangs under torchrun, which sets TOR
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from dataclasses import dataclass
@@ -100,6 +101,7 @@ def _join(dist: Any, backend: str | None, timeout: float, failure_wait: float) -
     except Exception as exc:
         raise DistError(f"rank {rank} of {size} could not join ({chosen}, within {timeout:g} s): {exc}") from exc
     world = World(rank, size, int(env.get("LOCAL_RANK", "0") or "0"), attempt, chosen, socket.gethostname())
+    atexit.register(shutdown)  # torch's group torn down before the interpreter is, not by its static destructors
     return _State(world, prefixed, timeout, failure_wait, ours=True)
 
 
@@ -143,9 +145,10 @@ def state() -> _State:
     return _STATE
 
 
-def new_group(name: str, ranks: Sequence[int]) -> Group:
+def new_group(name: str, ranks: Sequence[int], timeout: float | None = None) -> Group:
     """A group of ``ranks`` (world ranks; rank i of the group is the i-th smallest) named ``name``, for the
-    ``group=`` attribute of communication ops. Every rank must call it, in the same order, members or not."""
+    ``group=`` attribute of communication ops, whose collectives fail after ``timeout`` seconds (default: the
+    world's). Every rank must call it, in the same order, members or not."""
     import torch.distributed as dist
 
     current = state()
@@ -154,7 +157,7 @@ def new_group(name: str, ranks: Sequence[int]) -> Group:
         raise DistError(f"new_group({name!r}): ranks {list(ranks)} must be distinct ranks of the world (0..{current.world.size - 1})")
     if name == WORLD or find_group(name) is not None:
         raise DistError(f"new_group: a group named {name!r} exists already")
-    handle = dist.new_group(list(members), timeout=timedelta(seconds=current.timeout))
+    handle = dist.new_group(list(members), timeout=timedelta(seconds=current.timeout if timeout is None else timeout))
     mine = members.index(current.world.rank) if current.world.rank in members else -1
     group = Group(name, members, mine, handle)
     add_group(group)
@@ -162,7 +165,8 @@ def new_group(name: str, ranks: Sequence[int]) -> Group:
 
 
 def shutdown() -> None:
-    """Leave the group of processes (torch's default group too, where ``init()`` set it up)."""
+    """Leave the group of processes (torch's default group too, where ``init()`` set it up; at exit, if the
+    program has not)."""
     global _STATE
     if _STATE is None:
         return
