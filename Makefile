@@ -18,8 +18,10 @@ TORCH := torch==2.13.0
 # kernels are checked on the host by the tests). On a machine with an NVIDIA GPU:
 # .venv/bin/python -m pip install -e "plugins/cuda_backend[cu12]" (or [cu13]); on a Mac:
 # plugins/metal_backend/verify_on_mac.sh.
-BACKENDS := numpy_backend dnnl_backend sycl_backend cuda_backend metal_backend
-# What the scripts in examples/ need beyond the core and torch (examples/train_digits.py: scikit-learn's digits).
+# The communication plugin (gloo; NCCL where the CUDA plugin has a GPU) uses the pinned torch.
+BACKENDS := numpy_backend dnnl_backend sycl_backend cuda_backend metal_backend dist_backend
+# What the scripts in examples/ need beyond the core and torch (examples/train_digits.py and
+# examples/train_distributed.py: scikit-learn's digits; its --plot needs matplotlib, which `make bench` installs).
 EXAMPLE_DEPS := "scikit-learn>=1.3"
 # The test suite's own requirements.
 TEST_DEPS := "pytest>=8" "mypy>=1.10" "scipy>=1.11" safetensors pyyaml huggingface_hub pillow

@@ -30,9 +30,11 @@ from torch_oracle import TORCH, to_torch  # noqa: E402
 REFERENCE_ORACLE = {
     **{f"{name}_update{kind}": "an optimizer step updates its state in place (torch.optim keeps its own)"
        for kind in ("", "_sparse") for name in ("sgd", "momentum", "nesterov", "adagrad", "adam")},
+    **{op: "communication, checked in a group of one rank, where torch.distributed has nothing to compare with"
+       for op in algoswap.FAMILIES["comm"]},
 }
 # Ops none of whose cases has a floating input to plant into.
-NO_FLOAT_INPUT = {"one_hot": "its only input is integer indices"}
+NO_FLOAT_INPUT = {"one_hot": "its only input is integer indices", "shard_indices": "its only input is integer indices"}
 
 # The algorithms that may mix many inputs into each intermediate, and so may declare nan="spreads".
 SPREADING_ALGORITHMS = ("fft", "fft_tiling", "winograd", "winograd_nonfused", "guess", "find")

@@ -21,9 +21,9 @@ from helpers import HANG_SECONDS
 REPO = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = {"": "algoswap", "plugins/numpy_backend": "algoswap-numpy", "plugins/dnnl_backend": "algoswap-dnnl",
                  "plugins/sycl_backend": "algoswap-sycl", "plugins/cuda_backend": "algoswap-cuda",
-                 "plugins/metal_backend": "algoswap-metal"}
-STEPS = ["torch", "core", "numpy_backend", "dnnl_backend", "sycl_backend", "cuda_backend", "metal_backend", "examples",
-         "test-deps", "cupy", "cpp_plugin", "bench-deps", "docs-deps"]
+                 "plugins/metal_backend": "algoswap-metal", "plugins/dist_backend": "algoswap-dist"}
+STEPS = ["torch", "core", "numpy_backend", "dnnl_backend", "sycl_backend", "cuda_backend", "metal_backend", "dist_backend",
+         "examples", "test-deps", "cupy", "cpp_plugin", "bench-deps", "docs-deps"]
 ASAN_STEPS = ["venv", "package", "extension"]  # `make asan`'s, stamped in its build folder (ASAN=...)
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 

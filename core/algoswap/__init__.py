@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ._wishes import benchmark_wish, tf32_wish, tf32_wishes
     from ._widen import in_float32
     from .hookspecs import hookimpl
-    from . import graph, zoo
+    from . import dist, graph, zoo
     from ._errors import SelectorError
     from ._requests import prefer
     from ._torch import Explanation, swap_conv2d, swap_operation
@@ -118,6 +118,7 @@ _LAZY = {
     "SelectorError": ("._errors", "SelectorError"),
     "zoo": (".zoo", None),
     "graph": (".graph", None),
+    "dist": (".dist", None),
     "AlgoswapError": ("._errors", "AlgoswapError"),
     "OpArgumentError": ("._errors", "OpArgumentError"),
     "OpDtypeError": ("._errors", "OpDtypeError"),

@@ -24,7 +24,7 @@ from ._errors import AlgoswapError
 from ._registry import Registry
 from ._settings import ENV_ALLOW, ENV_STATE, ENV_STRICT
 
-PLUGIN_DISTRIBUTIONS = ("algoswap-numpy", "algoswap-dnnl", "algoswap-sycl", "algoswap-cuda", "algoswap-metal")
+PLUGIN_DISTRIBUTIONS = ("algoswap-numpy", "algoswap-dnnl", "algoswap-sycl", "algoswap-cuda", "algoswap-metal", "algoswap-dist")
 COMMAND = "python -m algoswap.capabilities_doc docs/capabilities.md"
 
 

@@ -12,13 +12,13 @@ from typing import Mapping
 
 from .._spec import OpSpec
 from . import (
-    activation, arith, attention, conv, dropout, elementwise, indexing, linear, loss, matmul, norm, optim, pool, reduce,
+    activation, arith, attention, comm, conv, dropout, elementwise, indexing, linear, loss, matmul, norm, optim, pool, reduce,
     resample, shape, slicing, softmax, sparse,
 )
 
 # In the order ops are listed (the capability matrix's)
 _MODULES = (conv, linear, pool, resample, activation, shape, elementwise, norm, softmax, arith, matmul, attention, reduce,
-            slicing, indexing, dropout, loss, sparse, optim)
+            slicing, indexing, dropout, loss, sparse, optim, comm)
 
 FAMILIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {module.__name__.rpartition(".")[2]: tuple(spec.name for spec in module.SPECS) for module in _MODULES})

@@ -30,7 +30,7 @@ from .._select import Selection, select
 from .._spec import FLOAT_DTYPES, GradRule, OpCall
 from ..graph._place import first_serving
 from .switches import torch_wishes
-from .tensors import array_to_tensor, device_tensor, tensor_to_array
+from .tensors import array_to_tensor, device_tensor, resizable_array, tensor_to_array
 
 _TORCH_DTYPES = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
@@ -152,9 +152,10 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _host_view(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor (kept for parameters), else a copy."""
+    """A numpy view of a contiguous CPU tensor (kept for parameters, whose storage it leaves resizable for
+    FSDP: ``_aliasing_view`` drops it when their memory moves), else a copy."""
     if tensor.is_cpu and tensor.is_contiguous():
-        view: np.ndarray = _aliasing_view(tensor, _numpy)
+        view: np.ndarray = _aliasing_view(tensor, resizable_array if type(tensor) is torch.nn.Parameter else _numpy)
         return view
     return _host_array(tensor)
 

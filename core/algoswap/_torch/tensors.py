@@ -44,6 +44,16 @@ def device_tensor(value: Any) -> torch.Tensor:
     return torch.utils.dlpack.from_dlpack(value)
 
 
+def resizable_array(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a numpy array sharing its memory, through DLPack: unlike ``tensor.numpy()`` this
+    leaves its storage resizable, which FSDP needs of parameters (it frees their unsharded storage after
+    each use). The array dangles once that happens: keep it only while the tensor's ``data_ptr`` is its own."""
+    if tensor.dtype == torch.bfloat16:
+        return np.from_dlpack(tensor.view(torch.int16)).view(bfloat16())
+    array: np.ndarray = np.from_dlpack(tensor)
+    return array
+
+
 @dataclass(frozen=True)
 class NamedFunction:
     """A torch function of a fallback node stored by its import path (some, like F.max_pool2d, do not pickle)."""

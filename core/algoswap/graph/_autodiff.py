@@ -10,28 +10,32 @@ from ._node import GraphError, Node, op, topological
 
 
 def gradients(loss: Node, params: Sequence[Node]) -> list[Node]:
-    """Nodes computing d(loss)/d(param) for every param (the loss summed first if it is not a scalar).
+    """Nodes computing d(loss)/d(param) for every param (the loss summed first if it is not a scalar);
+    a "param" may be any node the loss depends on (the gradient of an op node's output too).
 
     The backward graph calls the gradient ops each forward op's spec declares; the gradients of a
     node used several times are added. A param the loss does not depend on is an error.
     """
     order = topological([loss])
     needs = _depends_on(order, params)
+    wanted = {id(p) for p in params}
+    found: dict[int, Node] = {}
     pending: dict[int, list[Node]] = {id(loss): [op("ones_like", loss, name=f"grad_{loss.name}")]}
     for node in reversed(order):
         contributions = pending.pop(id(node), None)
         if contributions is None:
             continue
         total = _sum(node, contributions)
+        if id(node) in wanted:  # a parameter, or any node whose gradient is asked for (a received activation)
+            found[id(node)] = total
         if node.kind != "op":
-            pending[id(node)] = [total]
             continue
         for name, item, source in _differentiable_inputs(node, needs):
             pending.setdefault(id(source), []).append(_gradient(node, name, item, source, total))
-    missing = [p.name for p in params if id(p) not in pending]
+    missing = [p.name for p in params if id(p) not in found]
     if missing:
         raise GraphError(f"gradients: the loss {loss.name!r} does not depend on {', '.join(missing)}")
-    return [pending[id(p)][0] for p in params]
+    return [found[id(p)] for p in params]
 
 
 def _depends_on(order: list[Node], params: Sequence[Node]) -> set[int]:

@@ -37,6 +37,18 @@ class DataLoader:
         full, rest = divmod(self.rows, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: its position in the epoch, the epoch's order and its generator's state."""
+        return {"position": self.position, "order": self.order.copy(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (from ``state_dict``): the next batch is the one that would have come next."""
+        order = np.asarray(state["order"])
+        if order.shape != (self.rows,):
+            raise GraphError(f"DataLoader.load_state_dict: the state is of a loader of {order.size} rows; this one has {self.rows}")
+        self.position, self.order = int(state["position"]), order.copy()
+        self.rng.bit_generator.state = state["rng"]
+
     def next_batch(self) -> tuple[np.ndarray, ...]:
         """The next minibatch of every array (a new epoch, reshuffled, once one is used up)."""
         end = self.position + self.batch_size
@@ -45,10 +57,21 @@ class DataLoader:
                 self.order = self.rng.permutation(self.rows)
             self.position, end = 0, self.batch_size
         start, self.position = self.position, min(end, self.rows)
+        first, last = self.part(start, self.position)
         if not self.shuffle:
-            return tuple(a[start:self.position] for a in self.arrays)
-        picked = self.order[start:self.position]
+            return tuple(a[first:last] for a in self.arrays)
+        picked = self.order[first:last]
         return tuple(a[picked] for a in self.arrays)
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows of each batch it gives (data nodes have this many)."""
+        return self.batch_size
+
+    def part(self, start: int, end: int) -> tuple[int, int]:
+        """The rows [start, end) of the epoch's order that make the batch given (all of them; a loader giving
+        one rank's share of each batch narrows them)."""
+        return start, end
 
 
 def dataloader_op(loaders: Mapping[str, DataLoader], name: str | None = None) -> tuple[Node, ...]:
@@ -62,6 +85,6 @@ def dataloader_op(loaders: Mapping[str, DataLoader], name: str | None = None) ->
         raise GraphError("dataloader_op: every loader must hold the same number of arrays")
     base = name or unique_name("data")
     return tuple(
-        Node(f"{base}_{index}", "data", (first.batch_size,) + array.shape[1:], str(array.dtype), loaders=dict(loaders), component=index)
+        Node(f"{base}_{index}", "data", (first.batch_rows,) + array.shape[1:], str(array.dtype), loaders=dict(loaders), component=index)
         for index, array in enumerate(first.arrays)
     )

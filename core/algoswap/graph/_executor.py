@@ -64,6 +64,8 @@ class Executor:
         self.residence = Residence()
         self.captures = Captures(capture)
         self._homes: dict[int, Any] | None = None
+        self._setups: dict[str, list[Node]] = {}  # per subgraph: its nodes with a setup
+        self._set_up: set[int] = set()  # the nodes whose setup ran
         self._requests = self._assign_requests()
 
     def _assign_requests(self) -> dict[int, str]:
@@ -138,6 +140,7 @@ class Executor:
         """Run one subgraph: placeholders from ``feed`` ({node or name: array}), data nodes from their
         loader for this subgraph (one batch). Returns the outputs' values (None for update groups)."""
         name = self._subgraph_name(subgraph)
+        self._run_setups(name)
         feed = dict(feed or {})
         batches = self._next_batches(name)
         program = self.last = self.plan(name, {**feed, **{k: v for k, v in batches.items()}})
@@ -148,6 +151,16 @@ class Executor:
         outputs = self.captures.run(program, values)
         self.residence.updated(program.updated_on_device)
         return outputs
+
+    def _run_setups(self, name: str) -> None:
+        """The ``setup`` of each node the subgraph reaches, once per Executor (at the first run reaching it)."""
+        nodes = self._setups.get(name)
+        if nodes is None:
+            nodes = self._setups[name] = [n for n in topological(self.subgraphs[name]) if n.setup is not None]
+        for node in nodes:
+            if id(node) not in self._set_up and node.setup is not None:
+                self._set_up.add(id(node))
+                node.setup()
 
     def _next_batches(self, name: str) -> dict[str, np.ndarray]:
         batches: dict[str, np.ndarray] = {}
@@ -179,6 +192,22 @@ class Executor:
             if node.kind == "data" and subgraph in node.loaders:
                 return len(node.loaders[subgraph])
         raise GraphError(f"Executor: subgraph {subgraph!r} reads no data loader")
+
+    # ------------------------------------------------------------------ training state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training state, as plain data (``graph._state``): parameters, optimizer variables, update step
+        counts and the data loaders' positions and random generators. A checkpoint saves it; a run that loads
+        it continues as the uninterrupted run would."""
+        from ._state import state_dict
+
+        return state_dict(self)
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+        """Load a ``state_dict()`` (values copied into the nodes' arrays); ``strict``: the names must match."""
+        from ._state import load_state_dict
+
+        load_state_dict(self, state, strict)
 
     # ------------------------------------------------------------------ reporting
 

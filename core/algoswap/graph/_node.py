@@ -70,7 +70,10 @@ class Node:
     """One value of a graph: a source (placeholder, parameter, variable, constant, data) or an op call.
 
     ``shape`` and ``dtype`` are known when the node is built. Parameters, variables (optimizer
-    state) and constants hold their host array in ``value``; in-place updates change it. An
+    state) and constants hold their host array in ``value``; in-place updates change it.
+    ``priority`` orders the steps ready to run (lower first; data-parallel training starts gradient
+    reductions as soon as it can, -1, and waits for them as late as it can, 1); ``setup`` runs once per
+    Executor before the first run that reaches the node (data-parallel training's first broadcast). An
     Executor may keep a parameter or variable in a device's memory between runs (where the op
     updating it runs): reading ``value`` brings that copy home first, and setting it replaces both.
     """
@@ -91,6 +94,8 @@ class Node:
     holder: Any = field(default=None, repr=False)  # the Executor residence keeping a device copy, if any
     source: Call | Origin | None = None  # a "torch" or "python" node's call; an imported op node's origin
     needs: tuple[Node, ...] = ()  # nodes whose Python values the attributes need (an imported reshape's sizes)
+    priority: int = 0  # among the steps ready to run, lower first (then graph order): see ``_plan.schedule``
+    setup: Callable[[], None] | None = field(default=None, repr=False)  # run once per Executor, before its first run
 
     @property
     def value(self) -> Any:

@@ -6,7 +6,6 @@ looked up change), from the pair (indices, grad_output) instead of a dense gradi
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,7 +27,11 @@ class Optimizer:
     def minimize(self, loss: Node, params: Sequence[Node] | None = None, name: str | None = None) -> Node:
         """The update subgraph: a group node running one update per parameter (all of them by default)."""
         params = list(params) if params is not None else parameters_of([loss])
-        grads = gradients(loss, params)
+        return self.apply_gradients(params, gradients(loss, params), name=name)
+
+    def apply_gradients(self, params: Sequence[Node], grads: Sequence[Node], name: str | None = None) -> Node:
+        """A group node running one update per (parameter, gradient); an ``embedding_grad`` node stands for
+        its sparse pair (only its inputs are read: the rows, then the indices)."""
         updates = [self._update(param, grad) for param, grad in zip(params, grads)]
         return group(updates, name=name or f"{type(self).__name__.lower()}_minimize")
 
@@ -96,5 +99,15 @@ class Adam(Optimizer):
         return {**super()._attrs(), "step": 1}
 
     def _prepare(self, node: Node) -> None:
-        steps = itertools.count(1)
-        node.dynamic = lambda: {"step": next(steps)}
+        node.dynamic = StepCount()
+
+
+class StepCount:
+    """An update's step count (Adam's), advanced each time the update runs; ``Executor.state_dict`` keeps it."""
+
+    def __init__(self, step: int = 0) -> None:
+        self.step = step
+
+    def __call__(self) -> dict[str, Any]:
+        self.step += 1
+        return {"step": self.step}

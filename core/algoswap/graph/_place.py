@@ -9,6 +9,8 @@
   names it. Where nothing there serves the node, it runs in PyTorch on the same device when the
   front end allows it (``fallback="torch"``) and has a torch twin for it; otherwise it is an error
   that names the node and every rejected candidate.
+- A communication op (the ``comm`` family) that nothing serves in its inputs' device memory (a GPU host
+  without NCCL) runs in host memory (gloo), its inputs moved there: it has no torch twin to fall back on.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .._global import get_registry
 from .._records import HOST, MemorySpace
 from .._registry import Registry
 from .._select import Selection, select
+from .._specs import FAMILIES
 from ._node import GraphError, Node
 
 TORCH = "torch"  # a placement: the node runs in PyTorch, on the device of its inputs
@@ -43,6 +46,10 @@ def place(node: Node, requests: Sequence[str], shapes: list[Any], dtypes: list[A
         raise GraphError(f"node {node.name!r} ({node.op}): {exc}") from None
     if not isinstance(served, list):
         return served[1]
+    if not where.is_host and str(node.op) in FAMILIES["comm"]:
+        on_host = first_serving(get_registry(), str(node.op), requests, [HOST.name] * len(requests), shapes, dtypes, attrs)
+        if not isinstance(on_host, list):
+            return on_host[1]
     if torch_allowed:
         return TORCH
     hint = ""

@@ -56,7 +56,8 @@ class Arg:
 
 
 def schedule(outputs: Sequence[Node]) -> list[Node]:
-    """Topological order in which an in-place update runs after every other reader of what it updates."""
+    """Topological order in which an in-place update runs after every other reader of what it updates; of
+    the nodes ready to run, the lowest ``priority`` first, then the first in graph order."""
     order = topological(outputs)
     index = {id(n): i for i, n in enumerate(order)}
     after: dict[int, set[int]] = {id(n): {id(i) for i in (*n.inputs, *n.needs) if i is not None} for n in order}
@@ -68,7 +69,7 @@ def schedule(outputs: Sequence[Node]) -> list[Node]:
                         after[id(node)].add(id(reader))
     by_id = {id(n): n for n in order}
     waiting = {key: set(deps) for key, deps in after.items()}
-    ready = [(index[key], key) for key, deps in waiting.items() if not deps]
+    ready = [(by_id[key].priority, index[key], key) for key, deps in waiting.items() if not deps]
     heapq.heapify(ready)
     result: list[Node] = []
     users: dict[int, list[int]] = {}
@@ -76,12 +77,12 @@ def schedule(outputs: Sequence[Node]) -> list[Node]:
         for dep in deps:
             users.setdefault(dep, []).append(key)
     while ready:
-        _, key = heapq.heappop(ready)
+        _, _, key = heapq.heappop(ready)
         result.append(by_id[key])
         for user in users.get(key, ()):
             waiting[user].discard(key)
             if not waiting[user]:
-                heapq.heappush(ready, (index[user], user))
+                heapq.heappush(ready, (by_id[user].priority, index[user], user))
     return result
 
 

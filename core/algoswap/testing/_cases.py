@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from algoswap import FUSED_ACTIVATIONS
-from ._cases_ops import GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
+from ._cases_ops import COMM, COMM_GRADIENT_BUILDERS, GEMM_OPS, OPS_FORWARD, OPS_GRADIENT_BUILDERS, OPTIMIZER_ATTRS  # noqa: F401
 from ._inputs import Arg, bind, draw, dtype_of, shape_of  # noqa: F401 (the harness imports them from here)
 
 Case = tuple[tuple[Any, ...], dict[str, Any]]
@@ -208,6 +208,7 @@ FORWARD: dict[str, list[Case]] = {
     "interpolate": INTERPOLATE,
     "scaled_dot_product_attention": ATTENTION,
     **OPS_FORWARD,
+    **COMM,
 }
 
 
@@ -249,6 +250,7 @@ GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "batch_norm_train_grad_weight": ("batch_norm_train", lambda s, a, y: ((y, s[0]), a)),
     "batch_norm_train_grad_bias": ("batch_norm_train", lambda s, a, y: ((y,), {})),
     **OPS_GRADIENT_BUILDERS,
+    **COMM_GRADIENT_BUILDERS,
 }
 
 

@@ -1,5 +1,5 @@
 """Cases of the operator set (arithmetic, matmul, reductions, slicing, indexing, instance norm,
-dropout, losses, CSR products, optimizer updates), merged into algoswap/testing/_cases.py."""
+dropout, losses, CSR products, optimizer updates) and of the comm family, merged into algoswap/testing/_cases.py."""
 
 from __future__ import annotations
 
@@ -134,6 +134,21 @@ for _name, _state in OPTIMIZER_STATE.items():
     OPTIMIZERS[f"{_name}_update"] = [((_P, _P) + _state, a) for a in OPTIMIZER_ATTRS[_name]]
     OPTIMIZERS[f"{_name}_update_sparse"] = [(_SPARSE_GRAD + _state, a) for a in OPTIMIZER_ATTRS[_name]]
 
+# Communication in a group of one rank (the reference's; tests/test_dist.py checks groups of 2 and 4 under torchrun)
+_ONE = {"size": 1}
+COMM: dict[str, list[Case]] = {
+    "allreduce": [(((3, 4),), _ONE), (((2, 3, 5),), {"reduction": "mean", **_ONE}), (((5,),), {"reduction": "max", **_ONE}),
+                  (((2, 2),), {"reduction": "min", **_ONE})],
+    "allreduce_start": [(((3, 4),), _ONE), (((6,),), {"reduction": "mean", **_ONE})],
+    "comm_wait": [(((3, 4),), {}), (((5,),), {})],
+    "allgather": [(((3, 4),), _ONE), (((2, 3, 4),), {"axis": -1, **_ONE})],
+    "reduce_scatter": [(((3, 4),), _ONE), (((2, 3, 4),), {"axis": 1, **_ONE})],
+    "broadcast": [(((3, 4),), _ONE), (((5,),), {"root": 0, **_ONE})],
+    "all_to_all": [(((4, 3),), _ONE), (((2, 6),), {"axis": 1, **_ONE})],
+    "sendrecv": [(((3, 4),), {"send_to": 0, "recv_from": 0, **_ONE}), (((5,),), _ONE)],
+    "shard_indices": [((Arg((6,), "int", 10),), {"rows": 10, "shards": 1}), ((Arg((2, 5), "int", 12),), {"rows": 4, "shards": 3})],
+}
+
 
 OPS_FORWARD: dict[str, list[Case]] = {
     "sub": BROADCAST,
@@ -208,6 +223,10 @@ OPS_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "softmax_cross_entropy_grad": ("softmax_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),
     "binary_cross_entropy_grad": ("binary_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),
     "csrmm_grad_dense": ("csrmm", lambda s, a, y: ((s[0], y), a)),
+}
+COMM_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
+    "allreduce_grad": ("allreduce", lambda s, a, y: ((y, s[0], y), a)),
+    "broadcast_grad": ("broadcast", lambda s, a, y: ((y,), a)),
 }
 
 GEMM_OPS = tuple(f"{op}{grad}" for op in ("matmul", "batch_matmul") for grad in ("", "_grad_a", "_grad_b"))

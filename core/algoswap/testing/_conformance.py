@@ -10,7 +10,7 @@ import numpy as np
 import algoswap
 
 from ._cases import cases_for, reference_name
-from ._inputs import bind, draw
+from ._inputs import bind, draw, set_up_for
 from ._scales import op_scale, update_scale
 from ._tolerance import UNIT_ROUNDOFF, mismatch
 
@@ -21,6 +21,7 @@ def check_conformance(impl: algoswap.ImplRecord, dtype: str, rng: np.random.Gene
     Inputs the op updates in place (``OpSpec.in_place``) are compared with the reference's updates. Results are
     compared by ``mismatch`` (algoswap/testing/_tolerance.py) with the scale and reduction length
     algoswap/testing/_scales.py gives each op."""
+    set_up_for(impl)
     cases = cases_for(impl.op)
     spec = algoswap.registry().spec(impl.op)
     updated = [spec.input_names.index(name) for name in spec.in_place]

@@ -63,3 +63,19 @@ def draw(rng: np.random.Generator, entry: Any, dtype: str) -> Any:
     import scipy.sparse  # type: ignore[import-untyped]
 
     return scipy.sparse.random(*entry.shape, density=0.4, format="csr", dtype=dtype, rng=rng, data_rvs=rng.standard_normal)
+
+
+def set_up_for(impl: algoswap.ImplRecord) -> None:
+    """What checking ``impl`` needs beyond its inputs: a communication op of a backend other than the reference
+    runs in a world of this process alone, which ``algoswap.dist.init()`` sets up (with torch.distributed);
+    the cases' groups have one rank."""
+    if impl.op in algoswap.FAMILIES["comm"] and impl.backend != reference_backend():
+        from algoswap import dist
+
+        dist.init()
+
+
+def reference_backend() -> str | None:
+    reference = algoswap.registry().reference
+    return None if reference is None else reference.name
+

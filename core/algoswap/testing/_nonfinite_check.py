@@ -21,7 +21,7 @@ import numpy as np
 import algoswap
 
 from ._cases import cases_for, reference_name
-from ._inputs import bind, draw
+from ._inputs import bind, draw, set_up_for
 from ._nonfinite import Trial, compare, plantable, trials
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-11}
@@ -94,6 +94,7 @@ def _prepare(op: str, index: int, dtype: str, rng: np.random.Generator, oracle: 
 
 def check_nonfinite(impl: algoswap.ImplRecord, dtype: str, seed: int, oracle: Oracle = reference_oracle) -> tuple[int, list[str]]:
     """Run ``impl`` on every trial of every case it supports; return how many cases ran and what went wrong."""
+    set_up_for(impl)
     ran, failures = 0, []
     for index, (shapes, attrs) in enumerate(cases_for(impl.op)):
         if impl.check(bind(impl.op, shapes, dtype, attrs)) is not True:

@@ -45,6 +45,9 @@ ELEMENTWISE = {
     "one_hot", "zeros_like", "ones_like", "where", "embedding", "maxpool2d", "dropout", "dropout2d", "dropout_grad",
     "dropout2d_grad", "hardtanh", "hardtanh_grad", "hardsigmoid_grad", "silu", "mish", "elu_grad",
     "reduce_max", "reduce_max_grad",
+    # communication, which the kit checks in a group of one rank, where it moves data
+    "allreduce", "allreduce_grad", "allreduce_start", "comm_wait", "allgather", "reduce_scatter", "broadcast",
+    "broadcast_grad", "all_to_all", "sendrecv", "shard_indices",
 }
 
 

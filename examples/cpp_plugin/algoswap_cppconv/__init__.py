@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 
 def algoswap_api_version() -> str:
-    return ">=1.1,<2"  # the core plugin-API versions this plugin is written for (algoswap.API_VERSION)
+    return ">=1.2,<2"  # the core plugin-API versions this plugin is written for (algoswap.API_VERSION)
 
 
 def probe() -> bool | str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from algoswap import ALL_DTYPES, FAMILIES, FLOAT_DTYPES, INT_DTYPES, in_float32
 
-from . import conv
+from . import comm, conv
 from ._half import widened_family
 
 __version__ = "0.1.0"
@@ -31,6 +31,10 @@ _OPS: dict[str, dict[str, Any]] = {
     "conv2d_grad_weight": {"kernel": "numpy tap-by-tap tensordot"},
     "conv2d_grad_bias": {"kernel": "numpy sum"},
     "csrmv": _CSR, "csrmm": _CSR, "csrmm_grad_dense": _CSR,
+    # communication in a group of one rank (comm.alone): data movement, floats and integers; its gradients compute
+    **{op: {"dtypes": FLOAT_DTYPES + INT_DTYPES, "supports": comm.alone} for op in FAMILIES["comm"]},
+    "allreduce_grad": {"supports": comm.alone}, "broadcast_grad": {"supports": comm.alone},
+    "shard_indices": {"dtypes": INT_DTYPES}, "comm_wait": {"dtypes": FLOAT_DTYPES + INT_DTYPES},
 }
 
 
