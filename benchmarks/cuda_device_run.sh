@@ -5,7 +5,7 @@
 # layer, then whole-model inference: eager, swap_conv2d, swap_backend) and the per-call overhead.
 #
 #   bash benchmarks/cuda_device_run.sh [all|tests|layers|model] [OUTDIR]
-#     tests:  the conformance suites (finite, and NaN / inf) for every CUDA implementation, tests/test_cuda.py, tests/test_cuda_graphs.py,
+#     tests:  the conformance suites (finite, and NaN / inf) for every CUDA implementation (and NCCL at world size 1: tests/test_dist.py -k nccl), tests/test_cuda.py, tests/test_cuda_graphs.py,
 #             the half-precision and channels-last tests (tests/test_cuda_half*.py, tests/test_cuda_nhwc.py, tests/test_cuda_transformer.py) and the executor's GPU training test
 #     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
 #     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend), the per-call overhead and the cost of the padding NaN pass
@@ -26,13 +26,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/algoswap-site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/algoswap-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/numpy_backend -e plugins/cuda_backend || exit 1
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . -e plugins/numpy_backend -e plugins/cuda_backend -e plugins/dist_backend || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import algoswap; r = algoswap.registry(); print('cuda backend:', r.backends['cuda'].availability())"
 
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
     echo "== tests (conformance of every CUDA implementation, with NaN and inf too; tests/test_cuda.py)"
-    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_cuda_graphs.py tests/test_cuda_half.py tests/test_cuda_half_conv.py tests/test_cuda_nhwc.py tests/test_cuda_transformer.py tests/test_cuda_benchmark.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py -k "cuda or gpu or half or tf32" \
+    timeout 540 python3 -m pytest tests/test_cuda.py tests/test_cuda_graphs.py tests/test_cuda_half.py tests/test_cuda_half_conv.py tests/test_cuda_nhwc.py tests/test_cuda_transformer.py tests/test_cuda_benchmark.py tests/test_conformance.py tests/test_nonfinite.py tests/test_graph_executor.py tests/test_dist.py -k "cuda or gpu or half or tf32 or nccl" \
         -q -rfEs -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/tests.log" | grep -v "^SKIPPED"
 fi
 if [ "$PART" = all ] || [ "$PART" = layers ]; then
