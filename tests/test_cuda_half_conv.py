@@ -105,15 +105,19 @@ def test_fused_half_precision_convolutions(dtype: str, activation: str, residual
     print(selection.kernel)
 
 
-@pytest.mark.parametrize("dtype", sorted(HALF))
+TENSOR_CORES = {**HALF, "float32": np.dtype(np.float32)}  # float32 with TF32: NHWC fused graphs as the half precisions
+
+
+@pytest.mark.parametrize("dtype", sorted(TENSOR_CORES))
 def test_fused_graphs_keep_nan_and_inf_as_torch_does(dtype: str) -> None:
     rng = _rng(11, len(dtype))
-    x, w = _rounded(rng, (2, 16, 8, 8), HALF[dtype]), _rounded(rng, (16, 16, 3, 3), HALF[dtype], 0.1)
-    b = _rounded(rng, (16,), HALF[dtype])
+    x, w = _rounded(rng, (2, 16, 8, 8), TENSOR_CORES[dtype]), _rounded(rng, (16, 16, 3, 3), TENSOR_CORES[dtype], 0.1)
+    b = _rounded(rng, (16,), TENSOR_CORES[dtype])
     x[0, 3, 2, 2], x[1, 5, 6, 1] = np.nan, np.inf
     for activation in ("relu", "relu6", "silu", "gelu", "hardswish", "none"):
-        out = algoswap.ops.call("conv2d_fused", x.astype(HALF[dtype]), w.astype(HALF[dtype]), b.astype(HALF[dtype]), None,
-                                algorithm="cuda:guess", transfer=True, padding=1, activation=activation).astype(np.float64)
+        with algoswap.tf32_wishes(conv=True, matmul=True):
+            out = algoswap.ops.call("conv2d_fused", *(a.astype(TENSOR_CORES[dtype]) for a in (x, w, b)), None,
+                                    algorithm="cuda:guess", transfer=True, padding=1, activation=activation).astype(np.float64)
         ref = _activation(activation, _reference_conv(x, w, b))
         assert np.array_equal(np.isnan(out), np.isnan(ref)), f"{dtype} {activation}: NaN where torch has none, or lost"
         assert np.array_equal(np.isinf(out), np.isinf(ref)), f"{dtype} {activation}: inf differs"

@@ -153,6 +153,40 @@ def test_float16_convolutions_are_made_exact_where_an_operand_is_not_finite(exac
     assert np.allclose(got[finite], ref[finite], rtol=2e-3, atol=2e-3 * np.abs(ref[finite]).max())
 
 
+
+def test_a_convolution_output_flag_is_read_by_the_next_convolution(exact_on_the_host: None, rng: np.random.Generator,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """_exact's remembered flags: the kernel after a float16 convolution flags the output it leaves (an overflow to
+    infinity is flagged, finite values are not); the next convolution reads that flag instead of scanning its input,
+    and is made exact through it; the flag belongs to that array object only, and goes with it."""
+    import gc
+
+    from algoswap_cuda import _exact
+
+    attrs = ((1, 1), ((1, 1), (1, 1)), (1, 1), 1)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float16)
+    w1, w2 = ((rng.standard_normal(shape) * 0.3).astype(np.float16) for shape in ((4, 3, 3, 3), (5, 4, 3, 3)))
+    y1 = np.full((2, 4, 6, 6), 7.0, np.float16)
+    _exact.repair(x, w1, y1, True, *attrs, remember=True)
+    assert _exact.recorded(y1) is not None and not _exact.recorded(y1).any(), "finite output: its flag stays down"
+    assert _exact.recorded(y1.copy()) is None and _exact.recorded(y1[:1]) is None, "a flag is its array's alone"
+    y1[1, 2, 3, 4] = np.inf  # what an engine leaves where a sum overflows float16
+    _exact.repair(x, w1, y1, True, *attrs, remember=True)
+    assert (y1 != 7.0).sum() == 1 and _exact.recorded(y1).any(), "finite operands: y1 kept as written, its inf flagged"
+    scans = []
+    monkeypatch.setattr(_exact, "flag_nonfinite", lambda arrays: scans.append(arrays) or np.zeros(_exact.SLOTS, np.int32))
+    y2 = np.full((2, 5, 6, 6), 7.0, np.float16)
+    _exact.repair(y1, w2, y2, False, *attrs, known=(_exact.recorded(y1), None), remember=True)
+    assert not scans, "the input's flag was remembered: nothing is scanned"
+    ref = algoswap.ops.call("conv2d", y1.astype(np.float64), w2.astype(np.float64), None, algorithm="numpy:default", padding=1)
+    got = y2.astype(np.float64)
+    assert np.isinf(ref).any() and np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))
+    assert _exact.recorded(y2).any(), "recomputed from a non-finite input: the output's flag is raised"
+    remembered = len(_exact._flags)
+    del y1
+    gc.collect()
+    assert len(_exact._flags) == remembered - 1, "a dead array's flag is forgotten"
+
 def _aligned(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, offset: int = 0) -> np.ndarray:
     """Standard normal values of ``dtype`` whose data starts ``offset`` bytes past a 16-byte boundary."""
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize

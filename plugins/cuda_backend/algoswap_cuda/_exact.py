@@ -1,35 +1,46 @@
 """float16 convolutions exact on NaN and infinity, as in PyTorch.
 
 cuDNN's float16 engines lose infinities (H200, cuDNN 9.19: an output whose window holds +inf or -inf came out
-finite, where torch's float64 convolution has -inf), which bfloat16 and float32 do not. After each float16
-forward convolution one kernel scans the input, a weight not known to be finite, the bias and the residual
-(one launch, 16-byte loads, an exponent test on the bit patterns) and raises a flag on the device; a second
-kernel, which exits at once unless the flag is raised, then recomputes every output directly in float32
-(conv, bias, residual, activation: what the call computes), multiplying zero padding like any input. Neither
-reads anything back on the host, so CUDA graphs still record them; on finite data they cost one read of the
-scanned arrays and an empty launch.
+finite, where torch's float64 convolution has -inf), which bfloat16 and float32 do not. So every float16
+forward convolution is followed by one kernel which, where any operand held NaN or infinity, recomputes every
+output directly in float32 (conv, bias, residual, activation: what the call computes; zero padding multiplied
+like any input), and otherwise reads the output it leaves and says whether that holds NaN or infinity.
+
+Whether an array holds NaN or infinity is a *flag*: SLOTS int32 on the device, one per block of the launch
+that wrote it (each block writes its own slot, so nothing is zeroed first); raised where any slot is. A
+convolution's output flag is remembered while the output lives (a weak reference), so the next convolution
+that reads it, as its input or its residual, reads that flag instead of the array: each activation of a
+network is read once, by the kernel after the convolution that made it. Arrays without a remembered flag (a
+model's input, a pooling's output, a weight not known to be finite, a bias) are scanned by one launch before.
+Nothing is read back on the host, so CUDA graphs record it all; on finite data each convolution costs one
+read of its output. Only convolutions write these outputs, never in place afterwards (the only in-place ops
+are optimizer updates, of parameters), so a remembered flag stays true while its array lives.
 """
 
 from __future__ import annotations
 
+import weakref
 from functools import lru_cache
 from typing import Any
 
 import cupy as cp
 import numpy as np
+from algoswap import LRUCache, declare_cache
 
 from ._epilogue import ACTIVATIONS
+from ._runtime import known_finite
 from ._types import prelude
 
-_THREADS, _MOST_BLOCKS = 256, 4096
+LOSING_INFINITIES = ("float16",)  # the dtypes whose cuDNN engines lose infinities: their convolutions come here
+SLOTS, _THREADS = 512, 256  # the blocks of every flagging launch (each writes its slot) and their threads
 SCANNED = 4  # the most arrays one scan launch reads
 # dtype -> (the unsigned C type of its bit patterns, the exponent mask: all its bits set means inf or NaN)
 BITS = {"float16": ("unsigned short", "0x7C00u"), "bfloat16": ("unsigned short", "0x7F80u"),
         "float32": ("unsigned int", "0x7F800000u"), "float64": ("unsigned long long", "0x7FF0000000000000ull")}
 
-# Every thread ORs the exponent test of its share of each array (16-byte loads between a scalar head, up to
-# the first 16-byte boundary, and a scalar tail) into a register; a block that saw any stores the flag once.
-_SCAN = r"""
+# A thread's share of an array in memory order: 16-byte loads between a scalar head (up to the first 16-byte
+# boundary) and a scalar tail, the exponent test of each lane ORed into a register.
+_NONFINITE = r"""
 typedef BITS U;
 __device__ inline int nonfinite(U u) { return (u & MASK) == MASK; }
 __device__ inline int nonfinite_in(const U* p, long long n, long long thread, long long threads) {
@@ -40,6 +51,7 @@ __device__ inline int nonfinite_in(const U* p, long long n, long long thread, lo
     int found = 0;
     for (long long i = thread; i < head; i += threads) found |= nonfinite(p[i]);
     const uint4* body = reinterpret_cast<const uint4*>(p + head);
+    #pragma unroll 4
     for (long long i = thread; i < vectors; i += threads) {
         const uint4 v = body[i];
         const U* lanes = reinterpret_cast<const U*>(&v);
@@ -48,21 +60,27 @@ __device__ inline int nonfinite_in(const U* p, long long n, long long thread, lo
     for (long long i = head + vectors * per + thread; i < n; i += threads) found |= nonfinite(p[i]);
     return found;
 }
+"""
 
+_SCAN = r"""
 extern "C" __global__ void flag_nonfinite(const U* a, long long na, const U* b, long long nb, const U* c, long long nc,
         const U* d, long long nd, int* flag) {
     const long long thread = blockIdx.x * (long long)blockDim.x + threadIdx.x, threads = (long long)blockDim.x * gridDim.x;
-    int found = nonfinite_in(a, na, thread, threads) | nonfinite_in(b, nb, thread, threads)
-        | nonfinite_in(c, nc, thread, threads) | nonfinite_in(d, nd, thread, threads);
-    if (__syncthreads_or(found) && threadIdx.x == 0) *flag = 1;
+    const int found = __syncthreads_or(nonfinite_in(a, na, thread, threads) | nonfinite_in(b, nb, thread, threads)
+        | nonfinite_in(c, nc, thread, threads) | nonfinite_in(d, nd, thread, threads));
+    if (threadIdx.x == 0) flag[blockIdx.x] = found;
 }
 """
 
 
-def scan_source(dtype: str) -> str:
-    """The scan kernel flag_nonfinite for arrays of ``dtype``."""
+def _nonfinite_source(dtype: str) -> str:
     bits, mask = BITS[dtype]
-    return _SCAN.replace("BITS", bits).replace("MASK", mask)
+    return _NONFINITE.replace("BITS", bits).replace("MASK", mask)
+
+
+def scan_source(dtype: str) -> str:
+    """The scan kernel flag_nonfinite for arrays of ``dtype``: block b writes slot b."""
+    return _nonfinite_source(dtype) + _SCAN
 
 
 @lru_cache(maxsize=8)
@@ -78,34 +96,55 @@ def _memory(array: Any) -> Any:
     return view.reshape(-1) if view.flags.c_contiguous else cp.ascontiguousarray(array).reshape(-1)
 
 
-def flag_nonfinite(arrays: tuple[Any, ...], flag: Any = None) -> Any:
-    """A device int32 of one element (``flag``, else a new one, zeroed) set to 1 where any of ``arrays`` (up to
-    SCANNED, of one float dtype, in any memory order) holds NaN or infinity: one launch, nothing read back."""
-    if flag is None:
-        flag = cp.zeros(1, cp.int32)
+def flag_nonfinite(arrays: tuple[Any, ...]) -> Any:
+    """The flag (SLOTS device int32, any raised: ``bool(flag.any())``) of whether any of ``arrays`` (up to SCANNED,
+    of one float dtype, in any memory order) holds NaN or infinity: one launch, nothing read back."""
+    flag = cp.empty(SLOTS, cp.int32)
     scanned = [_memory(a) for a in arrays if a.size]
     if not scanned:
+        flag[...] = 0
         return flag
-    assert len(scanned) <= SCANNED and len({a.dtype for a in scanned}) == 1, [(a.shape, a.dtype) for a in arrays]
-    per = 16 // scanned[0].itemsize
-    blocks = max(1, min(-(-max(a.size for a in scanned) // (per * _THREADS)), _MOST_BLOCKS))
+    if len(scanned) > SCANNED or len({a.dtype for a in scanned}) > 1:
+        raise ValueError(f"flag_nonfinite scans up to {SCANNED} arrays of one dtype, not {[(a.shape, a.dtype) for a in arrays]}")
     absent = SCANNED - len(scanned)
     args = [value for a, n in zip(scanned + [scanned[0]] * absent, [a.size for a in scanned] + [0] * absent)
             for value in (a, np.int64(n))]
-    _scan(scanned[0].dtype.name)((blocks,), (_THREADS,), (*args, flag))
+    _scan(scanned[0].dtype.name)((SLOTS,), (_THREADS,), (*args, flag))
     return flag
 
 
-# One thread per output (grid-stride), any memory order (element strides of x, w, y and the residual as y's).
+# id -> (weak reference of a convolution's output, its flag), while the output lives
+FLAGS = declare_cache("cuda_nonfinite_flags", 4096, "CUDA float16 conv2d: the non-finite flag of each live output, "
+                      "read by the next convolution instead of its input")
+_flags: LRUCache[tuple[weakref.ref[Any], Any]] = LRUCache(FLAGS)
+
+
+def recorded(array: Any) -> Any:
+    """The flag of ``array`` if a convolution wrote it (this very object, still alive), else None."""
+    entry = _flags.get(id(array)) if array is not None else None
+    return entry[1] if entry is not None and entry[0]() is array else None
+
+
+def _record(array: Any, flag: Any) -> None:
+    key = id(array)
+    _flags.put(key, (weakref.ref(array, lambda ref: _flags.pop(key) if _flags.get(key, (None,))[0] is ref else None), flag))
+
+
+# One thread per output (grid-stride), any memory order (element strides of x, w, y and the residual as y's);
+# where no operand's flag is raised, each thread reads its share of y (in memory order: ``written``) instead.
 _DIRECT = r"""
-extern "C" __global__ void conv2d_exact_if_flagged(const int* flag, const S* x, const S* w, const S* b, const S* r, S* y,
+extern "C" __global__ void conv2d_exact_if_flagged(const int* fa, const int* fb, const int* fc, const S* x, const S* w,
+        const S* b, const S* r, S* y, const U* written, long long size, int* flag,
         int n, int c, int h, int wd, int o, int kh, int kw, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw,
         int groups, long long xn, long long xc, long long xh, long long xw, long long wo, long long wc, long long wh,
         long long ww, long long yn, long long yc, long long yh, long long yw) {
-    if (!*flag) return;
-    long long total = (long long)n * o * oh * ow;
-    for (long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x; index < total;
-         index += (long long)blockDim.x * gridDim.x) {
+    int raised = 0;
+    for (int i = threadIdx.x; i < SLOTS; i += blockDim.x) raised |= fa[i] | fb[i] | fc[i];
+    raised = __syncthreads_or(raised);
+    const long long thread = blockIdx.x * (long long)blockDim.x + threadIdx.x, threads = (long long)blockDim.x * gridDim.x;
+    int found = raised;
+    if (!raised) found = nonfinite_in(written, size, thread, threads);
+    else for (long long index = thread, total = (long long)n * o * oh * ow; index < total; index += threads) {
         int xo = index % ow, yo = (index / ow) % oh, oc = (index / ((long long)ow * oh)) % o;
         int batch = index / ((long long)ow * oh * o);
         int cg = c / groups, first = (oc / (o / groups)) * cg;
@@ -124,6 +163,8 @@ extern "C" __global__ void conv2d_exact_if_flagged(const int* flag, const S* x, 
         BODY
         y[at] = (S)v;
     }
+    found = __syncthreads_or(found);
+    if (threadIdx.x == 0) flag[blockIdx.x] = found;
 }
 """
 
@@ -132,7 +173,8 @@ def direct_source(dtype: str, bias: bool, residual: bool, activation: str) -> tu
     """The recomputing kernel of a call with these parts, for ``dtype``, and its name."""
     body = ("v += (T)b[oc]; " if bias else "") + ("v += (T)r[at]; " if residual else "") + ACTIVATIONS[activation]
     name = f"conv2d_exact_if_flagged{'_bias' * bias}{'_residual' * residual}_{activation}"
-    return prelude(dtype) + _DIRECT.replace("BODY", body).replace("conv2d_exact_if_flagged", name), name
+    kernel = _DIRECT.replace("BODY", body).replace("conv2d_exact_if_flagged", name).replace("SLOTS", str(SLOTS))
+    return prelude(dtype) + _nonfinite_source(dtype) + kernel, name
 
 
 @lru_cache(maxsize=32)
@@ -144,20 +186,37 @@ def _elements(array: Any) -> list[np.int64]:
     return [np.int64(s // array.itemsize) for s in array.strides]
 
 
+def operand_flags(x: Any, w: Any, scan_weight: bool, bias: Any = None, residual: Any = None,
+                  known: tuple[Any, Any] = (None, None)) -> list[Any]:
+    """The flags that say whether a call's operands hold NaN or infinity: ``known`` (the remembered flags of x and
+    the residual, or None), and one scan of the rest (a weight only where ``scan_weight``, a bias not known to be
+    finite)."""
+    flags = [flag for flag in known if flag is not None]
+    unread = [a for a, flag in ((x, known[0]), (residual, known[1])) if a is not None and flag is None]
+    unread += [w] * scan_weight + [bias] * (bias is not None and not known_finite(bias))
+    if unread or not flags:
+        flags.append(flag_nonfinite(tuple(unread)))
+    return flags
+
+
 def repair(x: Any, w: Any, y: Any, scan_weight: bool, stride: tuple[int, int], padding: Any, dilation: Any, groups: int,
-           bias: Any = None, residual: Any = None, activation: str = "none") -> None:
-    """Where ``x`` (or ``w``, when ``scan_weight``), ``bias`` or ``residual`` holds NaN or infinity, ``y`` becomes
-    the call's exact result: conv(x, w) + bias + residual, then ``activation``. ``residual`` is in ``y``'s memory
-    order."""
+           bias: Any = None, residual: Any = None, activation: str = "none", known: tuple[Any, Any] = (None, None),
+           remember: bool = False) -> None:
+    """Where ``x`` (or ``w``, when ``scan_weight``), ``bias`` or ``residual`` holds NaN or infinity (``known``: the
+    flags of x and the residual already written), ``y`` becomes the call's exact result: conv(x, w) + bias +
+    residual, then ``activation``. ``residual`` is in ``y``'s memory order. Where ``remember``, y's own flag is
+    kept for the next convolution that reads y (the caller writes y no more)."""
     if y.size == 0:
         return
-    scanned = (x, w) if scan_weight else (x,)
-    flag = flag_nonfinite(scanned + tuple(a for a in (bias, residual) if a is not None))  # the fused graph loses their inf too
+    flags = operand_flags(x, w, scan_weight, bias, residual, known)  # the fused graph loses the bias's and residual's inf too
+    flags += flags[:1] * (3 - len(flags))
+    out = cp.empty(SLOTS, cp.int32)
     (top, _), (left, _) = padding
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
-    blocks = min(-(-y.size // _THREADS), _MOST_BLOCKS)
-    args = (flag, x, w, y if bias is None else bias, y if residual is None else residual, y,
+    args = (*flags, x, w, y if bias is None else bias, y if residual is None else residual, y, _memory(y), np.int64(y.size), out,
             *map(np.int32, (n, c, h, wd, o, kh, kw, y.shape[2], y.shape[3], *stride, top, left, *dilation, groups)),
             *_elements(x), *_elements(w), *_elements(y))
-    _direct(y.dtype.name, bias is not None, residual is not None, activation)((blocks,), (_THREADS,), args)
+    _direct(y.dtype.name, bias is not None, residual is not None, activation)((SLOTS,), (_THREADS,), args)
+    if remember:
+        _record(y, out)

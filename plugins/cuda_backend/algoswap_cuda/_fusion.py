@@ -1,4 +1,5 @@
-"""Which plan serves a half-precision forward convolution with something after it (bias, residual, activation):
+"""Which plan serves a forward convolution on tensor cores (half precision, float32 with TF32: conv.on_tensor_cores)
+with something after it (bias, residual, activation):
 its fused cuDNN graph (one kernel), or the plain convolution's plan followed by our epilogue pass (_epilogue).
 
 - ``guess`` takes the fused graph where one builds, except for grouped (depthwise) convolutions: for their fused
@@ -38,7 +39,7 @@ class Choice:
     note: str = ""
 
 
-CHOICES = declare_cache("cuda_fusion_choices", 1024, "CUDA: per half-precision forward convolution with an epilogue, "
+CHOICES = declare_cache("cuda_fusion_choices", 1024, "CUDA: per tensor-core forward convolution with an epilogue, "
                         "the fused cuDNN graph or the plain convolution and the epilogue pass (find: timed once)")
 _choices: LRUCache[Choice] = LRUCache(CHOICES)
 

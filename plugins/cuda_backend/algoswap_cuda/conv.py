@@ -39,15 +39,22 @@ def _cudnn_geometry(kind: str, g: ConvGeometry, dtype: str, channels_last: bool 
                              channels_last, epilogue)
 
 
+def on_tensor_cores(dtype: str) -> bool:
+    """Whether forward convolutions of ``dtype`` run on tensor cores: the half precisions, and float32 while TF32
+    is on (``_runtime.tf32``: as torch has it for a swapped model). Those run in NHWC and fuse what follows."""
+    return dtype in _runtime.HALF or (dtype == "float32" and _runtime.tf32("conv"))
+
+
 def runs_channels_last(dtype: str, x_channels_last: bool) -> bool:
-    """Whether a cuDNN forward convolution runs in NHWC: always in the half precisions, else where x is NHWC."""
-    return dtype in _runtime.HALF or x_channels_last
+    """Whether a cuDNN forward convolution runs in NHWC: on tensor cores (their engines are NHWC ones), else
+    where x is NHWC."""
+    return x_channels_last or on_tensor_cores(dtype)
 
 
 def _after(dtype: str, bias: bool, residual: bool, activation: str) -> Any:
-    """What follows a half-precision forward convolution (a _pointwise.Epilogue for _fusion.choose), else None
-    (nothing follows, or float32 and float64, whose fused graphs run in TF32 only: the epilogue pass)."""
-    if dtype not in _runtime.HALF or not (bias or residual or activation != "none"):
+    """What follows a forward convolution on tensor cores (a _pointwise.Epilogue for _fusion.choose), else None
+    (nothing follows, or float32 without TF32 and float64, whose fused graphs do not build: the epilogue pass)."""
+    if not on_tensor_cores(dtype) or not (bias or residual or activation != "none"):
         return None
     from ._pointwise import Epilogue
 
@@ -126,6 +133,8 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
              residual: Any = None, activation: str = "none") -> Any:
     """The convolution, then bias, residual and activation: in its cuDNN graph where _fusion chooses one,
     else in one epilogue pass."""
+    exact = x.dtype.name in _exact.LOSING_INFINITIES
+    known = (_exact.recorded(x), _exact.recorded(residual)) if exact else (None, None)  # before x and residual are copied
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
     algorithm = _by_timing(algorithm)[0]
@@ -141,18 +150,19 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
         found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, after))
     plan, shape = found
     y = _runtime.empty(shape, x.dtype, channels_last)
-    exact = x.dtype.name == "float16"  # cuDNN's float16 engines lose infinities: _exact
+    groups, scan_weight = x.shape[1] // w.shape[1], not _runtime.known_finite(weight)
+    final = not (scan_weight and any(map(any, padding)))  # y is final when the padding NaN pass does nothing
     if plan.geometry.epilogue is None:
         plan.run(x, w, y)
         if exact:
-            _exact.repair(x, w, y, not _runtime.known_finite(weight), stride, padding, dilation, x.shape[1] // w.shape[1])
+            plain = final and bias is None and residual is None and activation == "none"
+            _exact.repair(x, w, y, scan_weight, stride, padding, dilation, groups, known=(known[0], None), remember=plain)
         _padding_nan_forward(x, weight, y, stride, padding, dilation)
         return _epilogue.apply(y, bias, residual, activation)
     residual = None if residual is None else _epilogue.same_order(residual, y)
     plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
     if exact:
-        _exact.repair(x, w, y, not _runtime.known_finite(weight), stride, padding, dilation, x.shape[1] // w.shape[1],
-                      bias, residual, activation)
+        _exact.repair(x, w, y, scan_weight, stride, padding, dilation, groups, bias, residual, activation, known, final)
     _padding_nan_forward(x, weight, y, stride, padding, dilation)  # NaN stays NaN through bias, residual and activation
     return y
 
