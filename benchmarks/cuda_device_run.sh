@@ -4,12 +4,16 @@
 # swap_conv2d and swap_backend, training steps), the engine listing, the ResNet-50 benchmark (per
 # layer, then whole-model inference: eager, swap_conv2d, swap_backend) and the per-call overhead.
 #
-#   bash benchmarks/cuda_device_run.sh [all|tests|layers|model] [OUTDIR]
+#   bash benchmarks/cuda_device_run.sh [all|tests|layers|model|multi] [OUTDIR]
 #     tests:  the conformance suites (finite, and NaN / inf) for every CUDA implementation (and NCCL at world size 1: tests/test_dist.py -k nccl), tests/test_cuda.py, tests/test_cuda_graphs.py,
 #             the half-precision and channels-last tests (tests/test_cuda_half*.py, tests/test_cuda_nhwc.py, tests/test_cuda_transformer.py) and the executor's GPU training test
 #     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
 #     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend), the per-call overhead and the cost of the padding NaN pass
 #     all (default): the three in turn (about 12 minutes on an H200)
+#     multi:  several GPUs (issue 20; not part of all): tests/test_dist.py's launches on NCCL, one process per GPU, at
+#             2, 4 and 8 ranks as the GPUs allow (about 3.5 minutes at most), then benchmarks/dist_scaling.py on NCCL
+#             (all-reduce bus bandwidth against torch's, the executor's DataParallel and DDP over swapped ResNet-50,
+#             strong and weak scaling) within a 290 s budget: about 9 minutes in all. NVLink multicast stays off.
 #
 # Run from the repository root on a machine with an NVIDIA GPU, python3 with torch, CuPy and cuDNN.
 # Without internet there, first fetch the cuDNN frontend and its one needed dependency as wheels
@@ -18,7 +22,7 @@
 #       --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 -d .whl nvidia-cudnn-frontend apache-tvm-ffi
 set -uo pipefail
 PART=all
-case "${1:-}" in all|tests|layers|model) PART=$1; shift ;; esac
+case "${1:-}" in all|tests|layers|model|multi) PART=$1; shift ;; esac
 OUT=${1:-${OUT:-benchmarks/results}}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -48,4 +52,15 @@ if [ "$PART" = all ] || [ "$PART" = model ]; then
     timeout 60 python3 benchmarks/cuda_call_overhead.py 2>&1 | tee "$OUT/overhead.log"
     echo "== the padding NaN pass after cuDNN convolutions (with and without, in turns)"
     timeout 300 python3 benchmarks/cuda_padding_nan.py 2>&1 | tee "$OUT/padding_nan.log"
+fi
+if [ "$PART" = multi ]; then
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off, everywhere
+    echo "== tests/test_dist.py on NCCL, one process per GPU ($(python3 -c 'import torch; print(torch.cuda.device_count())') GPUs)"
+    TESTS="ALGOSWAP_DIST_TEST_BACKEND=nccl timeout 210 python3 -m pytest tests/test_dist.py -k 'two_ranks or four_ranks or eight_ranks or restart' -q -rfEs -p no:cacheprovider --durations=8"
+    echo "\$ $TESTS"
+    eval "$TESTS" 2>&1 | tee "$OUT/dist_tests.log"
+    echo "== scaling: all-reduce bus bandwidth, the executor's DataParallel, DDP over swapped ResNet-50"
+    SCALING="timeout 320 python3 benchmarks/dist_scaling.py --backend nccl --world-sizes 1 2 4 8 --budget 290 --json $OUT/scaling.json --plot $OUT/scaling.png"
+    echo "\$ $SCALING"
+    $SCALING 2>&1 | tee "$OUT/scaling.log"
 fi

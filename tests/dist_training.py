@@ -12,7 +12,7 @@ import numpy as np
 
 import algoswap
 from algoswap import dist, graph as g
-from dist_worker import Checks, close, record
+from dist_worker import BACKEND, BACKENDS, Checks, close, record
 
 ROWS, TABLE, BATCH, STEPS = 32, 12, 8, 5
 OPTIMIZERS: dict[str, Callable[[], g.Optimizer]] = {
@@ -51,7 +51,7 @@ class Net:
         chosen = OPTIMIZERS[optimizer]()
         wrapper = dist.DataParallel(chosen, bucket_bytes=200) if parallel else chosen
         self.train = wrapper.minimize(self.loss)
-        self.executor = g.Executor({"train": [self.loss, self.train]})
+        self.executor = g.Executor({"train": [self.loss, self.train]}, backends=BACKENDS)
 
     def step(self) -> float:
         value = np.asarray(self.executor.run("train")[0], np.float64)
@@ -91,8 +91,10 @@ def _overlap(world: dist.World) -> tuple[bool, str]:
     starts = [i for i, s in enumerate(steps) if s.op == "allreduce_start"]
     backward = [i for i, s in enumerate(steps) if s.op.endswith(("_grad_weight", "_grad_input", "_grad"))]
     waits = [i for i, s in enumerate(steps) if s.op == "comm_wait"]
-    ok = len(starts) >= 2 and starts[0] < backward[-1] and min(waits) > backward[-1]
-    return ok, f"{len(starts)} buckets; first start at step {starts[0]}, last gradient at {backward[-1]}, first wait at {min(waits)}"
+    served = sorted({steps[i].backend for i in starts})
+    ok = len(starts) >= 2 and starts[0] < backward[-1] and min(waits) > backward[-1] and served == [BACKEND]
+    return ok, (f"{len(starts)} buckets on {served}; first start at step {starts[0]}, last gradient at {backward[-1]}, "
+                f"first wait at {min(waits)}")
 
 
 def _round_trip(world: dist.World, out: Path) -> tuple[bool, str]:

@@ -3,6 +3,11 @@
 The launches run tests/dist_worker.py under ``torchrun --standalone`` with 2 and 4 processes on the loopback
 interface (GLOO_SOCKET_IFNAME=lo, OMP_NUM_THREADS=1), each rank running many checks; every launch has a
 bounded time and every collective a timeout, so nothing hangs. The rest runs in this process, in a world of one.
+
+``ALGOSWAP_DIST_TEST_BACKEND=nccl`` runs the launches' collectives, data-parallel equivalence, sparse embeddings
+and restart on GPUs with the nccl backend, one process per GPU, at 2, 4 and 8 ranks (each skipped where fewer
+GPUs are); the torch-model checks and the dead-peer test stay gloo's (the default). NVLink multicast is off in
+every launched process (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from algoswap._groups import Group
 ROOT = Path(__file__).resolve().parent
 WORKER = ROOT / "dist_worker.py"
 LAUNCH_SECONDS = 240  # a launch still running then is killed and fails
-ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+BACKEND = os.environ.get("ALGOSWAP_DIST_TEST_BACKEND", "gloo")
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "ALGOSWAP_DIST_TEST_BACKEND": BACKEND, **MULTICAST_OFF}
 
 
-def _launchable() -> str:
-    """Why the launches cannot run here ("" if they can)."""
+def _launchable(ranks: int) -> str:
+    """Why ``ranks`` processes cannot be launched here ("" if they can): on nccl, one GPU each."""
     try:
         import torch.distributed as torch_dist
     except ImportError:
@@ -40,10 +47,23 @@ def _launchable() -> str:
         return "this torch has no gloo"
     if "gloo" not in algoswap.registry().backends:
         return "algoswap-dist is not installed (pip install -e plugins/dist_backend)"
+    if BACKEND not in ("gloo", "nccl"):
+        return f"ALGOSWAP_DIST_TEST_BACKEND={BACKEND!r}: gloo or nccl"
+    if BACKEND == "nccl":
+        import torch
+
+        available = algoswap.registry().backends["nccl"].availability()
+        if available is not True:
+            return f"nccl unavailable: {available}"
+        if torch.cuda.device_count() < ranks:
+            return f"nccl: {ranks} ranks need {ranks} GPUs (one each); {torch.cuda.device_count()} here"
     return ""
 
 
-needs_launch = pytest.mark.skipif(bool(_launchable()), reason=_launchable() or "launchable")
+def needs(ranks: int, only: str | None = None) -> pytest.MarkDecorator:
+    """Skipped unless ``ranks`` processes can be launched here, and, given ``only``, unless its backend is tested."""
+    reason = f"{only} only (ALGOSWAP_DIST_TEST_BACKEND={only})" if only and only != BACKEND else _launchable(ranks)
+    return pytest.mark.skipif(bool(reason), reason=reason or "launchable")
 
 
 def _run(commands: list[list[str]], envs: list[dict[str, str]]) -> subprocess.CompletedProcess[str]:
@@ -80,21 +100,29 @@ def assert_checks(reports: list[dict[str, Any]], expected: int) -> None:
     assert len(reports[0]["checks"]) >= expected, [name for name, _, _ in reports[0]["checks"]]
 
 
-@needs_launch
+@needs(2)
 def test_two_ranks(tmp_path: Path) -> None:
     """Collectives against NumPy; data-parallel training = single-process (SGD, Momentum, Adam; replicated and
     row-sharded embeddings; float64 to 1e-12, float32 to 1e-6); gradient reductions overlapping the backward
-    pass; checkpoints; rank-0 logs; swapped torch models under DDP, FSDP and pipelining; executor programs as
-    pipeline stages."""
-    assert_checks(torchrun(2, "collectives+training+torch", tmp_path), expected=38)
+    pass; checkpoints; rank-0 logs; swapped torch models under DDP, FSDP and pipelining (gloo's run only);
+    executor programs as pipeline stages."""
+    if BACKEND == "gloo":
+        assert_checks(torchrun(2, "collectives+training+torch", tmp_path), expected=38)
+    else:
+        assert_checks(torchrun(2, "collectives+training", tmp_path), expected=32)
 
 
-@needs_launch
+@needs(4)
 def test_four_ranks(tmp_path: Path) -> None:
     assert_checks(torchrun(4, "collectives+training", tmp_path), expected=32)
 
 
-@needs_launch
+@needs(8, only="nccl")
+def test_eight_ranks(tmp_path: Path) -> None:
+    assert_checks(torchrun(8, "collectives+training", tmp_path), expected=32)
+
+
+@needs(2)
 def test_crash_restart_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     """Rank 1 dies after step 3 of the first attempt; torchrun restarts both ranks (a store key prefix per
     attempt), which resume from the checkpoint of step 2 and end where single-process training ends."""
@@ -103,7 +131,7 @@ def test_crash_restart_resume_equals_an_uninterrupted_run(tmp_path: Path) -> Non
     assert_checks(reports, expected=3)
 
 
-@needs_launch
+@needs(3, only="gloo")
 def test_a_dead_and_a_stuck_peer_are_named(tmp_path: Path) -> None:
     """Three ranks started as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 hosts the
     store): rank 1 exits and rank 2 sleeps before the second allreduce of a group with a 5 s timeout. Rank 0's

@@ -16,6 +16,11 @@ from ._types import accumulation, in_float32, rounded
 Axes = tuple[int, ...]
 
 
+def _whole(a: Any) -> Any:
+    """``a`` C-contiguous, with its shape: cupy.ascontiguousarray, as NumPy's, makes a 0-d array 1-d."""
+    return cp.ascontiguousarray(a).reshape(a.shape)
+
+
 def total(x: Any, axis: Any, keepdims: bool = False) -> Any:
     """x summed over ``axis`` in its accumulation dtype (float32 for the half types), in x's dtype."""
     return rounded(cp.sum(x, axis=axis, keepdims=keepdims, dtype=accumulation(x.dtype)), x.dtype)
@@ -38,7 +43,7 @@ def _spread(dy: Any, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) ->
     """dy with the reduced axes put back (size 1), broadcast to input_size (a copy)."""
     reduced = {a % len(input_size) for a in axes}
     kept = dy.reshape(tuple(1 if a in reduced else size for a, size in enumerate(input_size)))
-    return cp.ascontiguousarray(cp.broadcast_to(kept, input_size))
+    return _whole(cp.broadcast_to(kept, input_size))
 
 
 def reduce_sum_grad(dy: Any, *, axes: Axes, keepdims: bool, input_size: tuple[int, ...]) -> Any:
@@ -57,11 +62,11 @@ def reduce_max_grad(dy: Any, x: Any, *, axes: Axes, keepdims: bool) -> Any:
     is_max = (x == cp.max(x, axis=axes, keepdims=True)).astype(x.dtype)
     count = cp.sum(is_max, axis=axes, keepdims=True)
     kept = dy if keepdims else cp.expand_dims(dy, axes)
-    return cp.ascontiguousarray((kept / count) * is_max)
+    return _whole((kept / count) * is_max)
 
 
 def broadcast_to(x: Any, *, shape: tuple[int, ...]) -> Any:
-    return cp.ascontiguousarray(cp.broadcast_to(x, shape))
+    return _whole(cp.broadcast_to(x, shape))
 
 
 def sum_to_shape(x: Any, *, shape: tuple[int, ...]) -> Any:
@@ -69,5 +74,5 @@ def sum_to_shape(x: Any, *, shape: tuple[int, ...]) -> Any:
     lead = x.ndim - len(shape)
     stretched = tuple(lead + d for d, size in enumerate(shape) if size == 1 and x.shape[lead + d] != 1)
     if not (lead or stretched):
-        return cp.ascontiguousarray(x)
+        return _whole(x)
     return total(x, tuple(range(lead)) + stretched, keepdims=True).reshape(shape)
