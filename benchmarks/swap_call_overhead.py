@@ -122,7 +122,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     functions = register_trivial()
-    print(f"us per call (least of {args.repeats} rounds of {CALLS} calls; torch {torch.__version__}, one thread)")
+    print(f"us per call (least of {args.repeats} rounds of {CALLS} calls; torch {torch.__version__}, one thread; "
+          "inference calls inside one no_grad block)")
     print(f"{'layer':<8} {'way':<28} {'torch layer':>11} {'swapped':>9} {'core share':>11}")
     for op, (plain, swapped, x) in layers().items():
         torch_ways, swapped_ways = ways(plain, x), ways(swapped, x)

@@ -41,11 +41,17 @@ def binds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
-def own_plugins() -> Iterator[None]:
-    """Plugins a test registers, and torch's switches, are gone afterwards."""
+def switches() -> Iterator[None]:
+    """torch's TF32 and benchmark switches, put back afterwards."""
     flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark = flags
+
+
+@pytest.fixture
+def own_plugins(switches: None) -> Iterator[None]:
+    """Plugins a test registers (and torch's switches) are gone afterwards."""
+    yield
     algoswap.reload_plugins()
 
 
@@ -56,9 +62,9 @@ def _pair(request: str = "numpy:direct") -> tuple[nn.Conv2d, nn.Module, torch.Te
     return layer, algoswap.swap_conv2d(copy.deepcopy(layer), request), torch.randn(2, 3, 10, 10, dtype=torch.float64)
 
 
-def _same(swapped: nn.Module, layer: nn.Module, x: torch.Tensor) -> None:
+def _same(swapped: nn.Module, layer: nn.Module, x: torch.Tensor, **terms: Any) -> None:
     with torch.no_grad():
-        assert_close(swapped(x), layer(x), **network_terms(layer))
+        assert_close(swapped(x), layer(x), **{**network_terms(layer), **terms})
 
 
 def test_repeated_calls_reuse_the_bound_call_recording_autograd_or_not(binds: list[str]) -> None:
@@ -78,18 +84,19 @@ def _fresh_storage(module: nn.Module) -> None:
     storage = w.untyped_storage()
     nbytes = storage.nbytes()
     storage.resize_(0)
-    module.taken = torch.full((nbytes // 8,), 1e6, dtype=torch.float64)
+    module.taken = torch.full((nbytes // w.element_size(),), 1e6, dtype=w.dtype, device=w.device)
     storage.resize_(nbytes)
     w.data.copy_(values)
 
 
 def _same_storage_other_part(module: nn.Module) -> None:
-    shape, n = module.weight.shape, module.weight.numel()
+    w = module.weight
+    shape, n = w.shape, w.numel()
     torch.manual_seed(9)
-    both = torch.randn(2 * n, dtype=torch.float64)
-    module.weight.data = both[:n].view(shape)
-    module(torch.zeros(1, 3, 10, 10, dtype=torch.float64))  # bound to the first half
-    module.weight.data = both[n:].view(shape)  # same storage, another data pointer
+    both = torch.randn(2 * n, dtype=w.dtype, device=w.device)
+    w.data = both[:n].view(shape)
+    module(torch.zeros(1, 3, 10, 10, dtype=w.dtype, device=w.device))  # bound to the first half
+    w.data = both[n:].view(shape)  # same storage, another data pointer
 
 
 CHANGES = {  # name -> (change applied to each module, whether the call binds again: None where the data pointer moved)
@@ -104,11 +111,10 @@ CHANGES = {  # name -> (change applied to each module, whether the call binds ag
 }
 
 
-@pytest.mark.parametrize("name", list(CHANGES))
-def test_a_parameter_changed_between_calls_is_never_served_from_a_stale_view(binds: list[str], name: str) -> None:
+def _check_change(binds: list[str], name: str, layer: nn.Module, swapped: nn.Module, x: torch.Tensor, **terms: Any) -> None:
     change, rebinds = CHANGES[name]
-    layer, swapped, x = _pair()
-    _same(swapped, layer, x)
+    _same(swapped, layer, x, **terms)
+    assert type(swapped.algoswap_site.last.checks[1]).__name__ == "_Kept"  # the weight's view is kept
     pointer = swapped.weight.data_ptr()
     for module in (layer, swapped):
         with torch.no_grad():
@@ -116,9 +122,32 @@ def test_a_parameter_changed_between_calls_is_never_served_from_a_stale_view(bin
     if rebinds is None:
         rebinds = swapped.weight.data_ptr() != pointer
     bound = len(binds)
-    _same(swapped, layer, x)
-    _same(swapped, layer, x)
+    _same(swapped, layer, x, **terms)
+    _same(swapped, layer, x, **terms)
     assert len(binds) == bound + rebinds, binds
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_a_parameter_changed_between_calls_is_never_served_from_a_stale_view(binds: list[str], name: str) -> None:
+    _check_change(binds, name, *_pair())
+
+
+def _cuda_unavailable() -> str:
+    backend = algoswap.registry().backends.get("cuda")
+    available = backend.availability() if backend is not None else "algoswap-cuda is not installed"
+    return "" if available is True else f"cuda backend unavailable: {available}"
+
+
+@pytest.mark.skipif(bool(_cuda_unavailable()), reason=_cuda_unavailable())
+@pytest.mark.parametrize("name", list(CHANGES))
+def test_a_cuda_parameters_kept_dlpack_view_is_never_stale(binds: list[str], switches: None, name: str) -> None:
+    """The same on the GPU, where the kept views are the backend's DLPack imports of the parameters (TF32 off
+    on both sides, unless ALGOSWAP_CUDA_TF32 overrides: the TF32 bound)."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(5)
+    layer = nn.Conv2d(3, 2, 3, padding=1).cuda()
+    swapped = algoswap.swap_conv2d(copy.deepcopy(layer), "cuda:guess")
+    _check_change(binds, name, layer, swapped, torch.randn(2, 3, 10, 10, device="cuda"), dtype="tfloat32")
 
 
 def test_a_parameter_reinterpreted_as_another_dtype_is_checked_again() -> None:
@@ -196,17 +225,13 @@ def test_torchs_switches_flipped_between_calls_are_followed(binds: list[str], ow
     assert binds == ["conv2d"]
 
 
-def test_torchs_switches_give_each_wish() -> None:
-    flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark
-    try:
-        for conv in (False, True):
-            for matmul in (False, True):
-                for timed in (False, True):
-                    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, matmul
-                    torch.backends.cudnn.benchmark = timed
-                    assert torch_wishes() == Wishes(conv, matmul, timed)
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark = flags
+def test_torchs_switches_give_each_wish(switches: None) -> None:
+    for conv in (False, True):
+        for matmul in (False, True):
+            for timed in (False, True):
+                torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, matmul
+                torch.backends.cudnn.benchmark = timed
+                assert torch_wishes() == Wishes(conv, matmul, timed)
 
 
 def test_a_plugin_registered_between_calls_serves_the_next_call(own_plugins: None) -> None:
