@@ -9,7 +9,8 @@ training), and that forward plus its backward (torch.autograd.grad).
 
     python benchmarks/swap_call_overhead.py [--repeats 30] [--profile]
 
-Per call: the least over ``--repeats`` rounds of the mean of 300 calls (the machine's load only adds).
+Per call: the least over ``--repeats`` rounds of the mean of 300 calls (the machine's load only adds); the
+inference calls inside one ``torch.no_grad()`` block (before 2026-12-04 each call entered its own: 2-3 us more).
 ``--profile`` prints where a swapped conv2d call's time goes (cProfile, inference and with autograd).
 """
 
@@ -62,15 +63,17 @@ def register_trivial() -> dict[str, Callable[..., Any]]:
     return functions
 
 
-def per_call_us(fn: Callable[[], Any], repeats: int) -> float:
-    for _ in range(CALLS):
-        fn()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
+def per_call_us(fn: Callable[[], Any], repeats: int, grad: bool = True) -> float:
+    """The least over ``repeats`` rounds of the mean time of ``CALLS`` calls, grad mode ``grad`` around them."""
+    with torch.set_grad_enabled(grad):
         for _ in range(CALLS):
             fn()
-        best = min(best, (time.perf_counter() - started) / CALLS)
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(CALLS):
+                fn()
+            best = min(best, (time.perf_counter() - started) / CALLS)
     return best * 1e6
 
 
@@ -84,20 +87,18 @@ def layers() -> dict[str, tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]]
     }
 
 
-def ways(layer: torch.nn.Module, x: torch.Tensor) -> dict[str, Callable[[], Any]]:
+def ways(layer: torch.nn.Module, x: torch.Tensor) -> dict[str, tuple[Callable[[], Any], bool]]:
+    """way -> (one call, whether grad mode is on around the calls). Inference calls run inside one
+    ``torch.no_grad()`` block, as a model's layers do (entering the block costs 2-3 us, no part of a layer's call)."""
     params = list(layer.parameters())
     x_grad = x.clone().requires_grad_(True)
-
-    def inference() -> Any:
-        with torch.no_grad():
-            return layer(x)
 
     def backward() -> Any:
         out = layer(x_grad)
         return torch.autograd.grad(out, [x_grad, *params], torch.ones_like(out))
 
-    return {"inference (no_grad)": inference, "forward recording autograd": lambda: layer(x_grad),
-            "forward + backward": backward}
+    return {"inference (no_grad)": (lambda: layer(x), False), "forward recording autograd": (lambda: layer(x_grad), True),
+            "forward + backward": (backward, True)}
 
 
 def implementation_us(functions: dict[str, Callable[..., Any]], op: str, x: torch.Tensor, layer: torch.nn.Module,
@@ -121,22 +122,24 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     functions = register_trivial()
-    print(f"us per call (least of {args.repeats} rounds of {CALLS} calls; torch {torch.__version__}, one thread)")
+    print(f"us per call (least of {args.repeats} rounds of {CALLS} calls; torch {torch.__version__}, one thread; "
+          "inference calls inside one no_grad block)")
     print(f"{'layer':<8} {'way':<28} {'torch layer':>11} {'swapped':>9} {'core share':>11}")
     for op, (plain, swapped, x) in layers().items():
         torch_ways, swapped_ways = ways(plain, x), ways(swapped, x)
-        times = {way: (per_call_us(torch_ways[way], args.repeats), per_call_us(swapped_ways[way], args.repeats))
+        times = {way: [per_call_us(fn, args.repeats, grad) for fn, grad in (torch_ways[way], swapped_ways[way])]
                  for way in torch_ways}
         own = implementation_us(functions, op, x, swapped, args.repeats)
         for way, (reference, ours) in times.items():
             print(f"{op:<8} {way:<28} {reference:11.1f} {ours:9.1f} {ours - own[way]:11.1f}")
     if args.profile:
         _, conv, x = layers()["conv2d"]
-        for label, fn in ways(conv, x).items():
+        for label, (fn, grad) in ways(conv, x).items():
             if label != "forward + backward":
                 print(f"\n== profile: swapped conv2d, {label}")
                 profile = cProfile.Profile()
-                profile.runcall(lambda: [fn() for _ in range(3000)])
+                with torch.set_grad_enabled(grad):
+                    profile.runcall(lambda: [fn() for _ in range(3000)])
                 pstats.Stats(profile).sort_stats("tottime").print_stats(14)
 
 

@@ -200,9 +200,9 @@ def test_the_dtype_sets_are_core_constants() -> None:
 
 
 def test_all_dtypes_are_those_the_torch_front_ends_pass() -> None:
-    from algoswap._torch import bridge
+    from algoswap._torch.tensors import TORCH_DTYPES
 
-    assert set(bridge._TORCH_DTYPES) == set(ALL_DTYPES)
+    assert set(TORCH_DTYPES) == set(ALL_DTYPES)
 
 
 def test_the_plugins_declare_the_core_dtype_sets() -> None:

@@ -136,24 +136,24 @@ def test_parameter_views_are_kept_and_follow_the_parameter() -> None:
     ``.data`` gets a new view, and the view goes with the parameter."""
     import gc
 
-    from algoswap._torch import bridge
+    from algoswap._torch import transfer
 
     conv = nn.Conv2d(2, 3, 3, padding=1)
     swapped = algoswap.swap_conv2d(copy.deepcopy(conv), "numpy:smm")
     x = torch.randn(1, 2, 5, 5)
     with torch.no_grad():
         swapped(x)
-        view = bridge._VIEWS[id(swapped.weight)][2]
+        view = transfer._VIEWS[id(swapped.weight)][2]
         swapped(x)
-        assert bridge._VIEWS[id(swapped.weight)][2] is view  # made once
+        assert transfer._VIEWS[id(swapped.weight)][2] is view  # made once
         swapped.weight.mul_(2)
         conv.weight.mul_(2)
         assert_close(swapped(x), conv(x), **network_terms(conv))
         swapped.weight.data = torch.randn(3, 2, 3, 3)
         conv.weight.data = swapped.weight.data.clone()
         assert_close(swapped(x), conv(x), **network_terms(conv))
-        assert bridge._VIEWS[id(swapped.weight)][2] is not view
+        assert transfer._VIEWS[id(swapped.weight)][2] is not view
     key = id(swapped.weight)
     del swapped
     gc.collect()
-    assert key not in bridge._VIEWS
+    assert key not in transfer._VIEWS

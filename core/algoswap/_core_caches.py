@@ -38,13 +38,14 @@ class SelectionCache(LRUCache["Selection"]):
     """Selection's cache: the implementation chosen for each call, under the call's typed key (written
     by ``_select.select`` alone), and, beside it, one cache per front end of what that front end
     prepares from selections (``prepared(kind)``). Each evicts its own least recently used entries
-    when full; ``clear()`` (when a plugin registers) empties them all."""
+    when full; ``clear()`` (when a plugin registers) empties them all and renews ``epoch``."""
 
-    __slots__ = ("_prepared",)
+    __slots__ = ("_prepared", "epoch")
 
     def __init__(self) -> None:
         super().__init__(SELECTIONS)
         self._prepared: dict[str, LRUCache[Any]] = {}
+        self.epoch = object()  # renewed by clear(): what was bound under another epoch may be stale
 
     def prepared(self, kind: CacheKind) -> LRUCache[Any]:
         """The cache of front-end calls of ``kind``, made on first use."""
@@ -57,3 +58,4 @@ class SelectionCache(LRUCache["Selection"]):
         super().clear()
         for cache in list(self._prepared.values()):
             cache.clear()
+        self.epoch = object()  # after: a call bound under the new epoch was prepared from the emptied caches

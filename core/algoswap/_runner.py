@@ -54,13 +54,15 @@ class Runner:
         self.layout = selection.impl.layout if selection.impl.layout != "any" else None
         self.weights = tuple(i for i, name in enumerate(call.input_names) if name == "weight")
 
-    def run(self, arrays: Sequence[Any], attrs: dict[str, Any] | None = None) -> Any:
+    def run(self, arrays: Sequence[Any], attrs: dict[str, Any] | None = None, contiguous: bool = False) -> Any:
         """The checked result of the implementation on ``arrays`` (in its memory space), with its
-        canonical attributes or ``attrs`` (a graph node's, updated at each run)."""
+        canonical attributes or ``attrs`` (a graph node's, updated at each run). ``contiguous``: the
+        caller vouches that every array is C-contiguous (then only a "channels_last" layout arranges them)."""
         if self.empty:
             return self._nothing_to_compute(arrays)
-        if self.layout is not None:
-            arrays = arrange(arrays, self.layout, self.weights)
+        layout = self.layout
+        if layout is not None and (not contiguous or layout == "channels_last"):
+            arrays = arrange(arrays, layout, self.weights)
         try:
             result = self.fn(*arrays, **(self.attrs if attrs is None else attrs))
         except MemoryError as exc:

@@ -6,191 +6,58 @@ trace swapped layers without graph breaks; its autograd formula calls the op's g
 (declared by the spec) on the forward backend where it has them, as ``run`` runs any call.
 Eager calls skip the dispatcher (over 100 us a call in torch.library's argument handling): those
 that need no autograd run the implementation directly, those that record it go through
-``EagerCall``, a plain autograd Function with the custom op's forward and backward.
+``EagerCall``, a plain autograd Function with the custom op's forward and backward. A swapped
+layer's calls, and each gradient op of a call, are made from a ``CallSite`` (``prepared``): a call
+like the last one there reuses what was bound for it.
 """
 
 from __future__ import annotations
 
-import json
-import weakref
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
-import numpy as np
 import torch
 
-from .._core_caches import TORCH_CALLS
 from .._errors import NoImplementationError
 from .._global import get_registry
 from .._wishes import WISHES
-from .._ref import resolve_ref
-from .._records import MemorySpace
-from .._runner import Runner
-from .._select import Selection, select
+from .._select import Selection
 from .._spec import FLOAT_DTYPES, GradRule, OpCall
 from ..graph._place import first_serving
+from .prepared import CallSite, Prepared, bind, decode_attrs, encode_attrs, plan
 from .switches import torch_wishes
-from .tensors import array_to_tensor, device_tensor, resizable_array, tensor_to_array
+from .tensors import DTYPE_NAMES, TORCH_DTYPES
+from .transfer import from_host, to_torch
 
-_TORCH_DTYPES = {
-    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
-    "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
-    "bool": torch.bool,
-}
-_DTYPE_NAMES = {v: k for k, v in _TORCH_DTYPES.items()}
 # The dtypes a swap_backend Model computes in (its weights and floating activations): every float dtype.
-COMPUTE_DTYPES = {name: _TORCH_DTYPES[name] for name in FLOAT_DTYPES}
+COMPUTE_DTYPES = {name: TORCH_DTYPES[name] for name in FLOAT_DTYPES}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def encode_attrs(attrs: dict[str, Any]) -> str:
-    """Attributes as the custom op's string argument (canonical JSON: tuples become lists)."""
-    return json.dumps(attrs, sort_keys=True)
-
-
-def decode_attrs(text: str) -> dict[str, Any]:
-    """The attributes back from their JSON (lists as the tuples they were)."""
-    return {name: _tuples(value) for name, value in json.loads(text).items()}
-
-
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-def memory_of(tensor: torch.Tensor) -> str:
-    """The memory-space name of a tensor's device: "host" for the CPU, else the device type."""
-    return "host" if tensor.is_cpu else tensor.device.type
-
-
-def _first(inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
-    for tensor in inputs:
-        if tensor is not None:
-            return tensor
-    raise ValueError("a swapped call without any input tensor")
 
 
 def selection_for(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Selection:
     """The (cached) selection serving these tensors: ``auto`` may pick a backend in other memory."""
-    return _plan(op, request, attrs, inputs).runner.selection
+    return plan(op, request, attrs, inputs).runner.selection
 
 
-@dataclass(slots=True)
-class Prepared:
-    """A swapped layer's call ready to run: the runner of its selection, the backend's memory space
-    (``host``: whether it is host memory), its DLPack import (None where it has none), and, once a
-    backward pass asked, how each input's gradient is computed (with the gradient op's encoded attributes)."""
-
-    runner: Runner
-    space: MemorySpace
-    host: bool
-    enter: Any
-    gradients: list[tuple[GradChoice, str]] | None = None
-
-
-def _plan(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> Prepared:
-    """The call prepared from its selection, cached per op, request, attrs, memory, shapes, dtypes:
-    nothing is resolved again on later calls."""
-    memory = None if request == "auto" else memory_of(_first(inputs))
-    key: tuple[Any, ...] = (op, request, attrs, memory)  # attrs is canonical JSON (1, 1.0 and true differ): cheap to hash
-    for t in inputs:
-        key += (None,) if t is None else (t.shape, t.dtype)
-    cache = get_registry().selection_cache.prepared(TORCH_CALLS)
-    prepared: Prepared | None = cache.get(key)
-    if prepared is None:
-        names = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
-        shapes = [None if t is None else tuple(t.shape) for t in inputs]
-        selection = select(get_registry(), op, shapes, names, decode_attrs(attrs), request, memory)
-        space = selection.backend.memory
-        enter = None if space.from_dlpack is None else resolve_ref(space.from_dlpack)
-        prepared = cache.put(key, Prepared(Runner(selection), space, space.is_host, enter))
-    return prepared
-
-
-def _host_array(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of the tensor (a copy only when it is not a contiguous CPU tensor)."""
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    if not tensor.is_cpu:
-        tensor = tensor.cpu()
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    return tensor_to_array(tensor)
-
-
-def _from_host(array: np.ndarray, arrays: list[Any], like: torch.Tensor) -> torch.Tensor:
-    """A new tensor on ``like``'s device holding ``array`` (copied if it aliases an input)."""
-    aliases = array.base is not None and any(a is not None and np.may_share_memory(array, a) for a in arrays)
-    if aliases or not array.flags.writeable or not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array).copy()
-    tensor = array_to_tensor(array)
-    return tensor if like.is_cpu else tensor.to(like.device)
-
-
-# Backend views of parameters, made once: id(parameter) -> (weak reference, where its memory is, view).
-# Only views that alias the parameter's memory are kept (a numpy view of a CPU tensor, a DLPack view
-# of a device tensor), so in-place updates show through them; copies (uploads to another memory
-# space) are never kept: ``p.data.copy_(...)`` changes a parameter without bumping its version.
-_VIEWS: dict[int, tuple[Any, tuple[Any, ...], Any]] = {}
-
-
-def _aliasing_view(tensor: torch.Tensor, make: Any) -> Any:
-    """``make(tensor)`` for a parameter, kept while the parameter's memory stays where it is."""
-    if type(tensor) is not torch.nn.Parameter:
-        return make(tensor.detach() if tensor.requires_grad else tensor)
-    where = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device, make)
-    entry = _VIEWS.get(id(tensor))
-    if entry is not None and entry[1] == where and entry[0]() is tensor:
-        return entry[2]
-    view = make(tensor.detach())  # the view holds the detached alias, never the parameter itself
-    key = id(tensor)
-    _VIEWS[key] = (weakref.ref(tensor, lambda _ref: _VIEWS.pop(key, None)), where, view)
-    return view
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor_to_array(tensor)  # bfloat16 too (an ml_dtypes view)
-
-
-def _host_view(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor (kept for parameters, whose storage it leaves resizable for
-    FSDP: ``_aliasing_view`` drops it when their memory moves), else a copy."""
-    if tensor.is_cpu and tensor.is_contiguous():
-        view: np.ndarray = _aliasing_view(tensor, resizable_array if type(tensor) is torch.nn.Parameter else _numpy)
-        return view
-    return _host_array(tensor)
-
-
-def _to_backend(tensor: torch.Tensor, prepared: Prepared) -> Any:
-    """The tensor in the backend's memory: through DLPack (zero-copy, kept for parameters) when it is
-    already there, else uploaded from a host copy."""
-    space = prepared.space
-    if prepared.enter is not None and memory_of(tensor) == space.name:
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()
-        return _aliasing_view(tensor, prepared.enter)
-    return space.upload(_host_array(tensor))
-
-
-def _to_torch(result: Any, space: MemorySpace, like: torch.Tensor) -> torch.Tensor:
-    if space.from_dlpack is not None and memory_of(like) == space.name:
-        return device_tensor(result)
-    return _from_host(space.download(result), [], like)
-
-
-def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
-    """Select (cached) and run the implementation on tensors, wishing what torch's switches say
-    (``algoswap.tf32_wish``, ``algoswap.benchmark_wish``); the result is a new tensor."""
-    prepared = _plan(op, request, attrs, inputs)
-    like = _first(inputs)
+def _execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]],
+             site: CallSite | None) -> tuple[torch.Tensor, Prepared]:
+    """The result of the call (a new tensor) and the call prepared: bound to its inputs at ``site``
+    (the last call there where it still holds) or anew, run wishing what torch's switches say."""
+    bound, arrays = bind(op, request, attrs, inputs) if site is None else site.bound(op, request, attrs, inputs)
+    prepared = bound.prepared
     token = WISHES.set(torch_wishes())
     try:
-        if prepared.host:
-            arrays = [None if t is None else _host_view(t) for t in inputs]
-            return _from_host(prepared.runner.run(arrays), arrays, like)
-        moved = [None if t is None else _to_backend(t, prepared) for t in inputs]
-        return _to_torch(prepared.runner.run(moved), prepared.space, like)
+        result = prepared.runner.run(arrays, contiguous=prepared.host)  # as transfer's numpy views and copies are
     finally:
         WISHES.reset(token)
+    like = cast(torch.Tensor, inputs[bound.first])
+    return (from_host(result, arrays, like) if prepared.host else to_torch(result, prepared.space, like)), prepared
+
+
+def execute(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]], site: CallSite | None = None) -> torch.Tensor:
+    """Select (cached) and run the implementation on tensors, wishing what torch's switches say
+    (``algoswap.tf32_wish``, ``algoswap.benchmark_wish``); the result is a new tensor."""
+    return _execute(op, request, attrs, inputs, site)[0]
 
 
 def _with_absent(tensors: list[torch.Tensor], absent: str) -> list[Optional[torch.Tensor]]:
@@ -217,18 +84,24 @@ def _fake(op: str, request: str, attrs: str, tensors: list[torch.Tensor], absent
     inputs = _with_absent(tensors, absent)
     spec = get_registry().spec(op)
     shapes = [None if t is None else tuple(t.shape) for t in inputs]
-    dtypes = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
+    dtypes = [None if t is None else DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in inputs]
     call = spec.bind(shapes, dtypes, decode_attrs(attrs))
     like = next(t for t in inputs if t is not None)
-    return like.new_empty(call.out_shape, dtype=_TORCH_DTYPES[call.out_dtype])
+    return like.new_empty(call.out_shape, dtype=TORCH_DTYPES[call.out_dtype])
 
 
-def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]]) -> torch.Tensor:
+def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]], site: CallSite | None = None) -> torch.Tensor:
     """Run ``op`` on tensors: straight to the implementation when no autograd is involved, through
     ``EagerCall`` when an eager call records it, through the ``algoswap::call`` custom op when torch
-    traces (torch.compile, torch.export: tensor subclasses such as fake tensors) or for meta tensors."""
+    traces (torch.compile, torch.export: tensor subclasses such as fake tensors) or for meta tensors.
+    ``site``: where the call is made from (its last call bound to its inputs is used again where it holds)."""
     if torch.compiler.is_compiling():
         return call_custom_op(op, request, attrs, inputs)
+    return run_eager(op, request, attrs, inputs, site)
+
+
+def run_eager(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]], site: CallSite | None = None) -> torch.Tensor:
+    """``run`` outside torch's tracing (``torch.compiler.is_compiling()`` is False)."""
     recording = torch.is_grad_enabled()
     graph = False
     for tensor in inputs:
@@ -237,12 +110,15 @@ def run(op: str, request: str, attrs: str, inputs: list[Optional[torch.Tensor]])
                 return call_custom_op(op, request, attrs, inputs)
             graph = graph or (recording and tensor.requires_grad)
     if not graph:
-        return execute(op, request, attrs, inputs)
-    tensors, absent = _split_absent(inputs)
-    if any(t.is_meta for t in tensors):  # the custom op's meta kernel: shapes only
-        return call_custom_op(op, request, attrs, inputs)
-    result: torch.Tensor = EagerCall.apply(op, request, attrs, absent, *tensors)  # type: ignore[no-untyped-call]
-    return result
+        return _execute(op, request, attrs, inputs, site)[0]
+    for tensor in inputs:
+        if tensor is not None and tensor.is_meta:  # the custom op's meta kernel: shapes only
+            return call_custom_op(op, request, attrs, inputs)
+    call = (op, request, attrs, site)
+    if torch._C._are_functorch_transforms_active():  # torch's own route (which refuses: EagerCall has no setup_context)
+        return EagerCall.apply(call, *inputs)  # type: ignore[no-untyped-call,no-any-return]
+    unwrapped = [None if t is None else _unwrap_if_dead(t) for t in inputs]  # as Function.apply does
+    return _APPLY(call, *unwrapped)  # type: ignore[no-untyped-call,no-any-return]
 
 
 def call_custom_op(op: str, request: str, attrs: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
@@ -311,59 +187,96 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
     ctx.save_for_backward(*tensors, output)
 
 
-def _gradient_plan(prepared: Prepared) -> list[tuple[GradChoice, str]]:
-    """The call's gradient choices with their ops' encoded attributes, worked out at its first backward pass."""
-    if prepared.gradients is None:
-        call = prepared.runner.selection.call
-        prepared.gradients = [(c, encode_attrs(c.rule.attrs(call)) if c.rule.op and c.rule.item_attrs is None else "")
-                              for c in gradient_choices(prepared.runner.selection)]
-    return prepared.gradients
-
-
-def _gradients(ctx: Any, grad_output: torch.Tensor) -> list[Optional[torch.Tensor]]:
-    """The gradient of each present input (None where it needs none), each by its gradient op run as
-    ``run`` does (straight to the implementation unless the backward pass itself records autograd)."""
-    *saved, output = ctx.saved_tensors
-    tensors = _with_absent(list(saved), ctx.absent)
-    names = get_registry().spec(ctx.op).input_names
-    grads: list[Optional[torch.Tensor]] = [None] * len(tensors)
-    for choice, attrs in _gradient_plan(_plan(ctx.op, ctx.request, ctx.attrs, tensors)):
-        index = names.index(choice.rule.wrt)
-        if not ctx.needs[index]:
-            continue
-        original = tensors[index]
-        if choice.rule.op is None and original is not None:
-            grads[index] = grad_output.reshape(original.shape)
-            continue
-        if choice.request is None or choice.rule.op is None:
-            raise NoImplementationError(f"{ctx.op}: no implementation of {choice.rule.op} for the gradient: {choice.note}")
-        if choice.rule.item_attrs is not None:  # no module lowers to an op with a variadic input
-            raise NoImplementationError(f"{ctx.op}: gradients of a variadic input through a swapped layer are not supported")
-        by_name = dict(zip(names, tensors), grad_output=grad_output.contiguous(), output=output)
-        grad_inputs = [by_name[name] for name in choice.rule.inputs]
-        grads[index] = run(choice.rule.op, choice.request, attrs, grad_inputs)
-    return [g for g, t in zip(grads, tensors) if t is not None]
-
-
 def _backward(ctx: Any, grad_output: torch.Tensor) -> tuple[None, None, None, list[Optional[torch.Tensor]], None]:
-    return None, None, None, _gradients(ctx, grad_output), None
+    *saved, output = ctx.saved_tensors
+    inputs = _with_absent(saved, ctx.absent)
+    grads = _gradients(plan(ctx.op, ctx.request, ctx.attrs, inputs), inputs, output, ctx.needs, grad_output)
+    return None, None, None, [g for g, t in zip(grads, inputs) if t is not None], None
 
 
 call_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+@dataclass(frozen=True)
+class GradStep:
+    """How one input's gradient is computed for a prepared call: the choice, its op's encoded attributes,
+    the input's position, the positions of the gradient op's inputs among the call's inputs followed by
+    grad_output and output, and the call site of the gradient op."""
+
+    choice: GradChoice
+    attrs: str
+    index: int
+    sources: tuple[int, ...]
+    site: CallSite
+
+
+def _gradient_plan(prepared: Prepared) -> list[GradStep]:
+    """The call's gradient steps, worked out at its first backward pass."""
+    if prepared.gradients is None:
+        selection = prepared.runner.selection
+        call = selection.call
+        names = [*get_registry().spec(call.op).input_names, "grad_output", "output"]
+        prepared.gradients = [_step(choice, call, names) for choice in gradient_choices(selection)]
+    return prepared.gradients
+
+
+def _step(choice: GradChoice, call: OpCall, names: list[str]) -> GradStep:
+    rule = choice.rule
+    runs = bool(rule.op) and rule.item_attrs is None
+    attrs = encode_attrs(rule.attrs(call)) if runs else ""
+    sources = tuple(names.index(name) for name in rule.inputs) if runs else ()
+    return GradStep(choice, attrs, names.index(rule.wrt), sources, CallSite())
+
+
+def _gradients(prepared: Prepared, inputs: Sequence[Optional[torch.Tensor]], output: torch.Tensor, needs: Sequence[bool],
+               grad_output: torch.Tensor, direct: bool = False) -> list[Optional[torch.Tensor]]:
+    """The gradient of each input (None where it needs none), each by its gradient op run as ``run``
+    does (straight to the implementation unless the backward pass itself records autograd), or straight
+    to it where the caller knows ``run`` would go there (``direct``)."""
+    grads: list[Optional[torch.Tensor]] = [None] * len(inputs)
+    pool: list[Optional[torch.Tensor]] | None = None
+    for step in _gradient_plan(prepared):
+        choice, index = step.choice, step.index
+        if not needs[index]:
+            continue
+        original = inputs[index]
+        if choice.rule.op is None and original is not None:
+            grads[index] = grad_output.reshape(original.shape)
+            continue
+        op = prepared.runner.selection.call.op
+        if choice.request is None or choice.rule.op is None:
+            raise NoImplementationError(f"{op}: no implementation of {choice.rule.op} for the gradient: {choice.note}")
+        if choice.rule.item_attrs is not None:  # no module lowers to an op with a variadic input
+            raise NoImplementationError(f"{op}: gradients of a variadic input through a swapped layer are not supported")
+        if pool is None:
+            pool = [*inputs, grad_output.contiguous(), output]
+        grad_inputs = [pool[i] for i in step.sources]
+        if direct:
+            grads[index] = _execute(choice.rule.op, choice.request, step.attrs, grad_inputs, step.site)[0]
+        else:
+            grads[index] = run(choice.rule.op, choice.request, step.attrs, grad_inputs, step.site)
+    return grads
+
+
 class EagerCall(torch.autograd.Function):
     """The custom op's forward and backward for eager calls that record autograd, without the
     dispatcher's cost (torch.library's argument handling: over 100 us a call). Inputs:
-    ``(op, request, attrs, absent, *tensors)``. (A ``forward`` that takes ``ctx`` is applied without
-    the signature binding that a ``setup_context`` costs at every call.)"""
+    ``((op, request, attrs, site), *inputs)``, absent inputs as None. (A ``forward`` that takes ``ctx``
+    is applied without the signature binding that a ``setup_context`` costs at every call.)"""
 
     @staticmethod
-    def forward(ctx: Any, op: str, request: str, attrs: str, absent: str, *tensors: torch.Tensor) -> torch.Tensor:
-        output = execute(op, request, attrs, _with_absent(list(tensors), absent))
-        _setup_context(ctx, (op, request, attrs, tensors, absent), output)
+    def forward(ctx: Any, call: tuple[str, str, str, CallSite | None], *inputs: Optional[torch.Tensor]) -> torch.Tensor:
+        output, ctx.prepared = _execute(*call[:3], inputs, call[3])
+        ctx.save_for_backward(*inputs, output)
         return output
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
-        return (None, None, None, None, *_gradients(ctx, grad_output))
+        *inputs, output = ctx.saved_tensors  # plain tensors, as the forward's (else it ran the custom op)
+        direct = type(grad_output) in _PLAIN and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        return (None, *_gradients(ctx.prepared, inputs, output, ctx.needs_input_grad[1:], grad_output, direct))
+
+
+# Function.apply's C part: what ``EagerCall.apply`` calls after its checks for functorch (``run`` makes them)
+_APPLY = super(torch.autograd.Function, EagerCall).apply
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead

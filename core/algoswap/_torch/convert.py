@@ -28,7 +28,8 @@ from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
 from .modules import SwappedModule, batched, binding_for
-from .bridge import _DTYPE_NAMES, COMPUTE_DTYPES
+from .bridge import COMPUTE_DTYPES
+from .tensors import DTYPE_NAMES
 
 CALLER = "swap_backend"
 _DTYPES: dict[torch.dtype | str, str] = {**{name: name for name in COMPUTE_DTYPES}, **{t: name for name, t in COMPUTE_DTYPES.items()}}
@@ -253,7 +254,7 @@ def _known_inputs(node: Node, metas: dict[str, Any], compute: str) -> list[tuple
         meta = metas.get(source.name)
         if meta is None:
             return None
-        dtype = compute if meta.dtype.is_floating_point else _DTYPE_NAMES.get(meta.dtype, str(meta.dtype))
+        dtype = compute if meta.dtype.is_floating_point else DTYPE_NAMES.get(meta.dtype, str(meta.dtype))
         known.append((tuple(int(d) for d in meta.shape), dtype))
     return known
 

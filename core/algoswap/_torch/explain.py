@@ -123,7 +123,7 @@ def _module_row(name: str, module: SwappedModule) -> Row:
     last = module.__dict__.get("algoswap_last_input")
     if last is None:
         return Row(name, binding.op, None, module.algoswap_request, note="not run yet: call the model or pass sample_input_shape")
-    shape, dtype = last
+    shape, dtype = tuple(last[0]), last[1]
     try:
         selection = _select_for(binding.op, Layer(name, module, shape, dtype), module.algoswap_request, binding.attrs(module))
     except AlgoswapError as exc:

@@ -20,8 +20,7 @@ from torch import nn
 from .._records import MemorySpace
 from .._ref import resolve_ref
 from ..graph._node import Call, GraphError, Node, Shaped
-from .bridge import _DTYPE_NAMES, _TORCH_DTYPES
-from .tensors import array_to_tensor, device_tensor, tensor_to_array
+from .tensors import DTYPE_NAMES, TORCH_DTYPES, array_to_tensor, device_tensor, tensor_to_array
 
 TORCH_DEVICES = ("cuda", "xpu", "mps")  # memory spaces named after the torch device their arrays live on
 
@@ -85,19 +84,19 @@ class TorchRunner:
 
 def _meta(value: Any) -> Any:
     if isinstance(value, Shaped):
-        return torch.empty(value.shape, dtype=_TORCH_DTYPES[value.dtype], device="meta")
+        return torch.empty(value.shape, dtype=TORCH_DTYPES[value.dtype], device="meta")
     return _map(value, _meta)
 
 
 def _zeros(value: Any) -> Any:
     if isinstance(value, Shaped):
-        return torch.zeros(value.shape, dtype=_TORCH_DTYPES[value.dtype])
+        return torch.zeros(value.shape, dtype=TORCH_DTYPES[value.dtype])
     return _map(value, _zeros)
 
 
 def _known(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return Shaped(tuple(int(s) for s in value.shape), _DTYPE_NAMES.get(value.dtype, str(value.dtype)))
+        return Shaped(tuple(int(s) for s in value.shape), DTYPE_NAMES.get(value.dtype, str(value.dtype)))
     if isinstance(value, torch.Size):
         return tuple(int(s) for s in value)
     return _map(value, _known)

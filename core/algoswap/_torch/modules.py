@@ -18,7 +18,8 @@ from .._errors import OpArgumentError
 from .._global import get_registry
 from .._requests import IN_TORCH
 from .._spec import Shape
-from .bridge import encode_attrs, run
+from .bridge import call_custom_op, run_eager
+from .prepared import CallSite, encode_attrs
 
 LEFT_IN_TORCH = "algoswap_left_in_torch"  # marks a module a selector left in PyTorch (for explain)
 
@@ -79,23 +80,30 @@ class SwappedModule(nn.Module):
     algoswap_request: str = "default"
     algoswap_attrs: str = "{}"  # the attributes encoded for the bridge, as of algoswap_attr_values
     algoswap_attr_values: dict[str, Any] | None = None
-    algoswap_last_input: tuple[tuple[int, ...], torch.dtype] | None = None
+    algoswap_last_input: tuple[Shape, torch.dtype] | None = None
+    algoswap_site: CallSite | None = None  # its calls' site (the last call bound to its inputs), made at the first
 
     @property
     def algoswap_binding(self) -> ModuleBinding:
         return BINDINGS[self.algoswap_base]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        binding = self.algoswap_binding
+        binding = BINDINGS[self.algoswap_base]
         unbatched = binding.batched_rank is not None and x.dim() == binding.batched_rank - 1
         if unbatched:
             x = x.unsqueeze(0)
-        if not torch.compiler.is_compiling():
-            self.__dict__["algoswap_last_input"] = (tuple(x.shape), x.dtype)
+        compiling = torch.compiler.is_compiling()
+        if not compiling:
+            self.__dict__["algoswap_last_input"] = (x.shape, x.dtype)
         attrs = binding.attrs(self)
         if attrs != self.algoswap_attr_values:  # changed since the last call (or set by hand): checked again
             set_attrs(self, binding.op, attrs)
-        out = run(binding.op, self.algoswap_request, self.algoswap_attrs, binding.inputs(self, x))
+        inputs = binding.inputs(self, x)
+        if compiling:
+            out = call_custom_op(binding.op, self.algoswap_request, self.algoswap_attrs, inputs)
+        else:
+            site = self.algoswap_site or self.__dict__.setdefault("algoswap_site", CallSite())
+            out = run_eager(binding.op, self.algoswap_request, self.algoswap_attrs, inputs, site)
         return out.squeeze(0) if unbatched else out
 
     def extra_repr(self) -> str:
@@ -116,6 +124,7 @@ def swap_in(module: nn.Module, request: str, attrs: dict[str, Any]) -> nn.Module
     twin: SwappedModule = cls.__new__(cls)
     twin.__dict__.update(module.__dict__)
     twin.__dict__.pop(LEFT_IN_TORCH, None)
+    twin.__dict__.pop("algoswap_site", None)
     twin.__dict__.update(algoswap_request=request, algoswap_attrs=encode_attrs(attrs), algoswap_attr_values=attrs)
     return twin
 

@@ -18,7 +18,8 @@ from .._global import get_registry
 from .._requests import Selector, Subject, assign, prefer
 from .._select import Selection, select
 from .._spec import Shape
-from .bridge import _DTYPE_NAMES, memory_of
+from .tensors import DTYPE_NAMES
+from .transfer import memory_of
 from .modules import batched, binding_for, require_binding
 
 __all__ = ["Layer", "Selector", "SelectorError", "find_layers", "prefer", "resolve"]
@@ -98,7 +99,7 @@ def _select_for(op: str, layer: Layer, request: str, attrs: dict[str, Any]) -> S
     shape = batched(binding, layer.input_shape or ())
     tensors = binding.inputs(layer.module, torch.empty(shape, dtype=layer.input_dtype, device="meta"))
     shapes = [None if t is None else tuple(t.shape) for t in tensors]
-    dtypes = [None if t is None else _DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in tensors]
+    dtypes = [None if t is None else DTYPE_NAMES.get(t.dtype, str(t.dtype)) for t in tensors]
     device_of = next((t for t in tensors[1:] if t is not None), None)
     memory = None if request == "auto" else (memory_of(device_of) if device_of is not None else "host")
     return select(get_registry(), op, shapes, dtypes, attrs, request, memory)

@@ -30,10 +30,15 @@ def _fp32_precision(op: str) -> str:
     return "none"
 
 
+# Every Wishes torch's switches can make, by [conv TF32][matmul TF32][benchmark]: made once, not at each call
+_ALL = [[[Wishes(conv, matmul, timed) for timed in (False, True)] for matmul in (False, True)] for conv in (False, True)]
+
+
 def torch_wishes() -> Wishes:
     """The wishes torch's switches make now: TF32 as ``torch_tf32`` reads it, and timed engine choice as
     ``torch.backends.cudnn.benchmark`` says."""
-    return Wishes(*torch_tf32(), torch._C._get_cudnn_benchmark())
+    conv, matmul = torch_tf32()
+    return _ALL[conv][matmul][torch._C._get_cudnn_benchmark()]
 
 
 @contextmanager

@@ -1,5 +1,5 @@
-"""Tensors and arrays: numpy views of CPU tensors and back (bfloat16 through int16 views), device arrays as
-tensors, and torch functions stored by import path."""
+"""Tensors and arrays: torch's dtypes by name, numpy views of CPU tensors and back (bfloat16 through int16
+views), device arrays as tensors, and torch functions stored by import path."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ import torch.utils.dlpack
 
 from .._runner import bfloat16
 
+
+TORCH_DTYPES = {
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+    "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 # The dtypes torch.from_numpy takes as they are (a set look-up: ``dtype.name`` costs about 3 us)
 _NATIVE = frozenset(np.dtype(name) for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
@@ -28,7 +35,7 @@ def array_to_tensor(array: np.ndarray) -> torch.Tensor:
 
 def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
     """A CPU tensor as a numpy array sharing its memory (bfloat16 through an int16 view)."""
-    if tensor.dtype == torch.bfloat16:
+    if tensor.dtype is torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(bfloat16())
     array: np.ndarray = tensor.numpy()
     return array
