@@ -166,3 +166,25 @@ def test_an_activation_no_graph_computes_runs_in_the_epilogue(modules: Any, monk
     _install(monkeypatch, m)
     choice = m.fusion.choose(_geometry(m.cudnn, 16), m.pointwise.Epilogue(False, False, "mish"), "guess")
     assert choice.plan.geometry.epilogue is None and choice.note == "no cuDNN graph node computes mish"
+
+
+def test_float32_runs_on_tensor_cores_nhwc_and_fused_only_with_tf32_and_an_engine_cudnn_picks(modules: types.SimpleNamespace) -> None:
+    """float32 forward convolutions run NHWC and fuse what follows where TF32 is wished and cuDNN picks the engine
+    (guess, find); a named legacy engine (winograd_nonfused: no NHWC form) and float32 without TF32 run as the
+    input is, with the epilogue pass; the half precisions run NHWC and fuse whatever the algorithm."""
+    import algoswap
+    from algoswap_cuda import conv
+
+    def rule(dtype: str, algorithm: str) -> tuple[bool, bool]:
+        nhwc = conv.runs_channels_last(dtype, False, algorithm)
+        return nhwc, conv._after(dtype, True, False, "relu", nhwc) is not None
+
+    with algoswap.tf32_wishes(conv=False, matmul=False):
+        assert rule("float32", "guess") == (False, False)
+    with algoswap.tf32_wishes(conv=True, matmul=False):
+        assert rule("float32", "guess") == rule("float32", "find") == (True, True)
+        assert rule("float32", "winograd_nonfused") == (False, False)
+        assert rule("float64", "guess") == (False, False)
+    for dtype in ("float16", "bfloat16"):
+        assert rule(dtype, "winograd_nonfused") == rule(dtype, "guess") == (True, True)
+    assert conv.runs_channels_last("float32", True, "winograd_nonfused"), "an NHWC input stays NHWC"

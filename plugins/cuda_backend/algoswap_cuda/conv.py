@@ -45,26 +45,31 @@ def on_tensor_cores(dtype: str) -> bool:
     return dtype in _runtime.HALF or (dtype == "float32" and _runtime.tf32("conv"))
 
 
-def runs_channels_last(dtype: str, x_channels_last: bool) -> bool:
-    """Whether a cuDNN forward convolution runs in NHWC: on tensor cores (their engines are NHWC ones), else
-    where x is NHWC."""
-    return x_channels_last or on_tensor_cores(dtype)
+def runs_channels_last(dtype: str, x_channels_last: bool, algorithm: str = "guess") -> bool:
+    """Whether a cuDNN forward convolution runs in NHWC: where x is NHWC, in the half precisions, and in float32 on
+    TF32 tensor cores where cuDNN picks the engine (``guess``, ``find``: a named legacy engine such as
+    winograd_nonfused has no NHWC form, so it runs as the layer's input is)."""
+    if x_channels_last or dtype in _runtime.HALF:
+        return True
+    return on_tensor_cores(dtype) and algorithm in ("guess", "find")
 
 
-def _after(dtype: str, bias: bool, residual: bool, activation: str) -> Any:
+def _after(dtype: str, bias: bool, residual: bool, activation: str, nhwc: bool = True) -> Any:
     """What follows a forward convolution on tensor cores (a _pointwise.Epilogue for _fusion.choose), else None
-    (nothing follows, or float32 without TF32 and float64, whose fused graphs do not build: the epilogue pass)."""
-    if not on_tensor_cores(dtype) or not (bias or residual or activation != "none"):
+    (nothing follows, or float64, float32 without TF32 or in NCHW, whose fused graphs do not build: the epilogue
+    pass)."""
+    fuses = dtype in _runtime.HALF or (nhwc and on_tensor_cores(dtype))
+    if not fuses or not (bias or residual or activation != "none"):
         return None
     from ._pointwise import Epilogue
 
     return Epilogue(bias, residual, activation)
 
 
-def _call_after(call: Any) -> Any:
+def _call_after(call: Any, nhwc: bool) -> Any:
     """_after of a conv2d or conv2d_fused call."""
     found = _epilogue.parts(call)
-    return _after(call.dtype, "+ bias" in found, "+ residual" in found, call.attrs.get("activation", "none"))
+    return _after(call.dtype, "+ bias" in found, "+ residual" in found, call.attrs.get("activation", "none"), nhwc)
 
 
 def _fusion() -> Any:
@@ -96,8 +101,8 @@ def _plan_of(call: Any, algorithm: str) -> Any:
     g = _zero_padded(call.geometry)
     if kind != "fprop":
         return _fusion().Choice(_cudnn().plan(_cudnn_geometry(kind, g, call.dtype), algorithm))
-    geometry = _cudnn_geometry(kind, g, call.dtype, runs_channels_last(call.dtype, False))
-    return _fusion().choose(geometry, _call_after(call), algorithm)
+    nhwc = runs_channels_last(call.dtype, False, algorithm)
+    return _fusion().choose(_cudnn_geometry(kind, g, call.dtype, nhwc), _call_after(call, nhwc), algorithm)
 
 
 def supports_cudnn(call: Any, algorithm: str = "guess") -> bool | str:
@@ -140,7 +145,7 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     algorithm = _by_timing(algorithm)[0]
     if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
         stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
-    channels_last = runs_channels_last(x.dtype.name, is_channels_last(x))
+    channels_last = runs_channels_last(x.dtype.name, is_channels_last(x), algorithm)
     weight = w  # (K, C, R, S) as given: the padding NaN pass reads it in KCRS order
     x, w = (_runtime.channels_last(x), _runtime.channels_last_weight(w)) if channels_last else (_runtime.contiguous(x), _runtime.contiguous(w))
     after = (bias is not None, residual is not None, activation)
@@ -172,7 +177,7 @@ def _forward_plan(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, 
     """The plan of a forward call (its fused graph or the plain convolution: _fusion.choose) and the output shape."""
     g = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation)
     geometry = _cudnn_geometry("fprop", g, x.dtype.name, channels_last)
-    return _fusion().choose(geometry, _after(x.dtype.name, *after), algorithm).plan, g.output
+    return _fusion().choose(geometry, _after(x.dtype.name, *after, channels_last), algorithm).plan, g.output
 
 
 def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
