@@ -123,3 +123,17 @@ def test_weights_changed_in_place_or_replaced_are_seen_at_the_next_call(op: str)
         assert_close(swapped(x), plain(x), **terms)
     for got, expected in zip(_gradients(swapped, x), _gradients(plain, x)):
         assert_close(got, expected, **terms)
+
+
+@pytest.mark.parametrize("op", ["conv2d", "linear"])
+def test_a_gradient_of_a_gradient_is_an_error_naming_the_op_never_zero(op: str) -> None:
+    """The gradient ops declare no gradients of their own: differentiating a swapped layer's gradient again (after
+    backward with create_graph=True) raises an error naming the gradient op and its input, where autograd would
+    otherwise take that gradient as zero; a first-order gradient with create_graph=True still matches torch's."""
+    layer, swapped, x = _pair(op)
+    x = x.clone().requires_grad_(True)
+    (first,) = torch.autograd.grad((swapped(x) ** 2).sum(), [x], create_graph=True)
+    (expected,) = torch.autograd.grad((layer(x) ** 2).sum(), [x], create_graph=True)
+    assert_close(first.detach(), expected.detach(), **network_terms(layer))
+    with pytest.raises(algoswap.NoImplementationError, match=rf"{op}_grad_\w+: no gradient with respect to '\w+'"):
+        torch.autograd.grad(first.sum(), [swapped.weight])

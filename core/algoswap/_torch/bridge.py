@@ -235,7 +235,9 @@ def _gradients(prepared: Prepared, inputs: Sequence[Optional[torch.Tensor]], out
     to it where the caller knows ``run`` would go there (``direct``)."""
     grads: list[Optional[torch.Tensor]] = [None] * len(inputs)
     pool: list[Optional[torch.Tensor]] | None = None
-    for step in _gradient_plan(prepared):
+    steps = _gradient_plan(prepared)
+    _check_differentiable(prepared, {step.index for step in steps}, needs)
+    for step in steps:
         choice, index = step.choice, step.index
         if not needs[index]:
             continue
@@ -256,6 +258,18 @@ def _gradients(prepared: Prepared, inputs: Sequence[Optional[torch.Tensor]], out
         else:
             grads[index] = run(choice.rule.op, choice.request, step.attrs, grad_inputs, step.site)
     return grads
+
+
+def _check_differentiable(prepared: Prepared, covered: set[int], needs: Sequence[bool]) -> None:
+    """An error naming the op and the input where a gradient is asked of an input its spec declares none for
+    (autograd would take it as zero: a silent wrong answer). A second-order gradient through a swapped layer
+    asks this of the first-order gradient ops, which declare no gradients of their own."""
+    call = prepared.runner.selection.call
+    missing = [name for i, name in enumerate(call.input_names) if i < len(needs) and needs[i] and i not in covered]
+    if missing:
+        raise NoImplementationError(
+            f"{call.op}: no gradient with respect to {', '.join(repr(n) for n in missing)}: the op declares none "
+            f"(a gradient of a gradient of a swapped layer, after backward(create_graph=True), is not supported)")
 
 
 class EagerCall(torch.autograd.Function):
