@@ -195,22 +195,26 @@ def _finish(g: Geometry, graph: Any, tensors: tuple[Any, ...], index: int, engin
     if lowered is not None and cpp_index is not None and hasattr(lowered, "_execute_plan_at_index"):
         # the frontend's own backend call without its per-call argument normalisation (~25 us less)
         def run(*arrays: Any) -> None:
-            pack = {uid: aligned(array).data.ptr for uid, array in zip(uids, arrays)}
+            pack = {uid: aligned(array, i).data.ptr for i, (uid, array) in enumerate(zip(uids, arrays))}
             lowered._execute_plan_at_index(pack, workspace(size), cpp_index, raw)
     else:
         def run(*arrays: Any) -> None:
-            pack = {tensor: aligned(array).data.ptr for tensor, array in zip(tensors, arrays)}
+            pack = {tensor: aligned(array, i).data.ptr for i, (tensor, array) in enumerate(zip(tensors, arrays))}
             graph.execute_plan_at_index(pack, workspace(size), index, handle())
 
     run = _exact_on_non_finite(g, run) if engine in SATURATING_ENGINES else run
     return Plan(g, engine, name, size, run, tf32)
 
 
-def aligned(array: Any) -> Any:
-    """``array``, or a copy in its memory order where it does not start on a 16-byte boundary (a view at an
-    offset, such as a parameter sliced from a larger storage): cuDNN's engines refuse such pointers
-    (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER). Outputs are our own allocations, always aligned."""
-    return array if array.data.ptr % 16 == 0 else array.copy(order="K")
+OUTPUT = 2  # the position of a plan's output among its arrays: (x, w, y), (dy, w, dx), (x, dy, dw), then extras
+
+
+def aligned(array: Any, position: int) -> Any:
+    """An input ``array``, or a copy in its memory order where it does not start on a 16-byte boundary (a view at
+    an offset, such as a parameter sliced from a larger storage): cuDNN's engines refuse such pointers
+    (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER). The output is passed as it is (our own allocation: a copy would
+    drop what cuDNN writes; were it misaligned, cuDNN's refusal is the error)."""
+    return array if position == OUTPUT or array.data.ptr % 16 == 0 else array.copy(order="K")
 
 
 def _exact_on_non_finite(g: Geometry, run: Callable[..., None]) -> Callable[..., None]:

@@ -186,7 +186,7 @@ def _elements(array: Any) -> list[np.int64]:
     return [np.int64(s // array.itemsize) for s in array.strides]
 
 
-def operand_flags(x: Any, w: Any, scan_weight: bool, bias: Any = None, residual: Any = None,
+def _operand_flags(x: Any, w: Any, scan_weight: bool, bias: Any = None, residual: Any = None,
                   known: tuple[Any, Any] = (None, None)) -> list[Any]:
     """The flags that say whether a call's operands hold NaN or infinity: ``known`` (the remembered flags of x and
     the residual, or None), and one scan of the rest (a weight only where ``scan_weight``, a bias not known to be
@@ -208,7 +208,7 @@ def repair(x: Any, w: Any, y: Any, scan_weight: bool, stride: tuple[int, int], p
     kept for the next convolution that reads y (the caller writes y no more)."""
     if y.size == 0:
         return
-    flags = operand_flags(x, w, scan_weight, bias, residual, known)  # the fused graph loses the bias's and residual's inf too
+    flags = _operand_flags(x, w, scan_weight, bias, residual, known)  # the fused graph loses the bias's and residual's inf too
     flags += flags[:1] * (3 - len(flags))
     out = cp.empty(SLOTS, cp.int32)
     (top, _), (left, _) = padding

@@ -156,7 +156,7 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     plan, shape = found
     y = _runtime.empty(shape, x.dtype, channels_last)
     groups, scan_weight = x.shape[1] // w.shape[1], not _runtime.known_finite(weight)
-    final = not (scan_weight and any(map(any, padding)))  # y is final when the padding NaN pass does nothing
+    final = not _padding_nan_runs(padding, weight)  # no later write to y: its flag may be remembered
     if plan.geometry.epilogue is None:
         plan.run(x, w, y)
         if exact:
@@ -180,12 +180,17 @@ def _forward_plan(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, 
     return _fusion().choose(geometry, _after(x.dtype.name, *after, channels_last), algorithm).plan, g.output
 
 
+def _padding_nan_runs(padding: PadHW, w: Any) -> bool:
+    """Whether _padding_nan_forward may write the output: some padding, and a weight not known to be finite."""
+    return any(map(any, padding)) and not _runtime.known_finite(w)
+
+
 def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
     """NaN where a zero-padding tap meets a non-finite weight, as in PyTorch (cuDNN skips those taps).
     Asynchronous: one thread per weight, which does nothing more when the weight is finite; not launched
     for the GPU copy of a frozen weight known to be finite (a swap_backend Model's)."""
-    (top, bottom), (left, right) = padding
-    if (top or bottom or left or right) and not _runtime.known_finite(w):
+    if _padding_nan_runs(padding, w):
+        (top, _), (left, _) = padding
         w = _runtime.contiguous(w)
         _kernels.launch(_kernels.PADDING_NAN, "padding_nan_forward", y.dtype.name, w.size, (w, y), None, y.shape[0],
                         *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation, not y.flags.c_contiguous)
