@@ -8,7 +8,8 @@
 #     tests:  the conformance suites (finite, and NaN / inf) for every CUDA implementation (and NCCL at world size 1: tests/test_dist.py -k nccl), tests/test_cuda.py, tests/test_cuda_graphs.py,
 #             the half-precision and channels-last tests (tests/test_cuda_half*.py, tests/test_cuda_nhwc.py, tests/test_cuda_transformer.py) and the executor's GPU training test
 #     layers: the cuDNN engine listing and the per-layer ResNet-50 table (TF32 off and on)
-#     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend), the per-call overhead and the cost of the padding NaN pass
+#     model:  whole ResNet-50 (eager, swap_conv2d, swap_backend), the per-call overhead, float16's infinities (torch and
+#             ours against float64: benchmarks/cuda_float16_infinities.py) and the cost of the padding NaN pass
 #     all (default): the three in turn (about 12 minutes on an H200)
 #     multi:  several GPUs (issue 20; not part of all): tests/test_dist.py's launches on NCCL, one process per GPU, at
 #             2, 4 and 8 ranks as the GPUs allow (about 3.5 minutes at most), then benchmarks/dist_scaling.py on NCCL
@@ -50,6 +51,8 @@ if [ "$PART" = all ] || [ "$PART" = model ]; then
     timeout 150 python3 benchmarks/cuda_conv_layers.py --model-only --algorithms guess find --out "$OUT/model.json" 2>&1 | tee "$OUT/model.log"
     echo "== per-call overhead of a swapped layer"
     timeout 60 python3 benchmarks/cuda_call_overhead.py 2>&1 | tee "$OUT/overhead.log"
+    echo "== where float16 convolutions should give infinity: torch eager and our probed plans against float64"
+    timeout 90 python3 benchmarks/cuda_float16_infinities.py --json "$OUT/float16_infinities.json" 2>&1 | tee "$OUT/float16_infinities.log"
     echo "== the padding NaN pass after cuDNN convolutions (with and without, in turns)"
     timeout 300 python3 benchmarks/cuda_padding_nan.py 2>&1 | tee "$OUT/padding_nan.log"
 fi

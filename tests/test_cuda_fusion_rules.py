@@ -6,6 +6,7 @@ evaluated by NumPy (relu's clips dropping NaN, as fmax and fmin do). tests/test_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import types
@@ -188,3 +189,26 @@ def test_float32_runs_on_tensor_cores_nhwc_and_fused_only_with_tf32_and_an_engin
     for dtype in ("float16", "bfloat16"):
         assert rule(dtype, "winograd_nonfused") == rule(dtype, "guess") == (True, True)
     assert conv.runs_channels_last("float32", True, "winograd_nonfused"), "an NHWC input stays NHWC"
+
+
+@pytest.mark.parametrize("keeping", ["second", "fallback", "none"])
+def test_guess_takes_the_first_float16_plan_that_keeps_infinities(modules: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                   keeping: str) -> None:
+    """_cudnn._guess on a float16 forward geometry: cuDNN's ranked plans, then the named fallbacks, probed in turn
+    (_exact.keeps_infinities); the first that keeps them is taken, else the first plan, marked as losing them
+    (conv2d then runs the repairing kernel after it). bfloat16 plans are not probed."""
+    m = modules.cudnn
+    probed: list[str] = []
+    keeps = {"second": "ranked 1", "fallback": "named implicit_gemm", "none": ""}[keeping]
+    monkeypatch.setattr(m, "_ranked", lambda g: (None, (), 3))
+    monkeypatch.setattr(m, "_candidates", lambda g, graph, count, tf32, limit: ((i, 40 + i) for i in range(min(count, limit))))
+    monkeypatch.setattr(m, "_finish", lambda g, graph, tensors, index, engine, tf32: m.Plan(g, engine, f"ranked {index}", 0, print))
+    monkeypatch.setattr(m, "_named", lambda g, name, probe=True: m.Plan(g, 0, f"named {name}", 0, print))
+    monkeypatch.setattr(m._exact, "keeps_infinities", lambda plan: probed.append(plan.name) or plan.name == keeps)
+    chosen = m._guess(_geometry(m), False)
+    assert chosen.name == (keeps or "ranked 0") and chosen.loses_infinities == (keeping == "none")
+    assert probed[-1] == chosen.name or keeping == "none"
+    assert probed[:3] == ["ranked 0", "ranked 1", "ranked 2"][:len(probed[:3])] and len(probed) <= 3 + len(m.SATURATION_FALLBACK)
+    probed.clear()
+    plain = m._guess(dataclasses.replace(_geometry(m), dtype="bfloat16"), False)
+    assert plain.name == "ranked 0" and not plain.loses_infinities and probed == [], "bfloat16 keeps them: not probed"

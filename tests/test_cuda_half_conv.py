@@ -123,6 +123,71 @@ def test_fused_graphs_keep_nan_and_inf_as_torch_does(dtype: str) -> None:
         assert np.array_equal(np.isinf(out), np.isinf(ref)), f"{dtype} {activation}: inf differs"
 
 
+def _float16_case(rng: np.random.Generator, shape: tuple[int, ...], weight: tuple[int, ...], case: str) -> tuple[np.ndarray, np.ndarray]:
+    """float16 operands: a +inf, a -inf and a NaN planted, or finite inputs scaled so that some outputs overflow."""
+    x = rng.standard_normal(shape)
+    w = (rng.standard_normal(weight) / np.sqrt(np.prod(weight[1:]))).astype(np.float16)
+    if case == "planted":
+        x[0, 0, shape[2] // 2, shape[3] // 2], x[0, -1, 0, 0], x[-1, 1, -1, shape[3] // 3] = np.inf, -np.inf, np.nan
+    else:
+        x = np.clip(x * 30000.0, -60000.0, 60000.0)
+    return x.astype(np.float16), w
+
+
+def _assert_float16_non_finite_exact(out: np.ndarray, x: np.ndarray, w: np.ndarray, window: dict[str, int], what: str,
+                                     edge_flips: float = 0.0) -> None:
+    """``out``'s NaN, +inf and -inf where the float64 convolution, rounded once to float16, has them, up to
+    ``edge_flips`` of its infinities rounded to a finite value at the range's edge (_exact.same_non_finite)."""
+    import cupy
+    from algoswap_cuda import _exact
+
+    ref = np.asarray(algoswap.ops.call("conv2d", x.astype(np.float64), w.astype(np.float64), None, algorithm="numpy:smm", **window))
+    with np.errstate(over="ignore"):
+        ref = ref.astype(np.float16)
+    out = np.asarray(out).astype(np.float16)
+    assert _exact.same_non_finite(cupy.asarray(out), cupy.asarray(ref), 65504.0, edge_flips), (
+        f"{what}: non-finite outputs differ from float64's ({int((np.isinf(out) != np.isinf(ref)).sum())} infinities, "
+        f"{int((np.isnan(out) != np.isnan(ref)).sum())} NaN; {int(np.isinf(ref).sum())} infinities in float64)")
+
+
+@pytest.mark.parametrize("algorithm", ["guess", "find"])
+@pytest.mark.parametrize("case", ["planted", "overflow"])
+def test_resnet50s_first_convolution_keeps_infinities_in_float16(algorithm: str, case: str) -> None:
+    """cuDNN's engines for 3 input channels lost infinities (an overflow or a planted inf came out as 0, in torch too:
+    benchmarks/cuda_float16_infinities.py): float16 forward plans are probed and one that keeps them is taken."""
+    from algoswap_cuda import _exact
+
+    window = {"stride": 2, "padding": 3}
+    x, w = _float16_case(_rng(13, len(case), len(algorithm)), (2, 3, 224, 224), (64, 3, 7, 7), case)
+    out = algoswap.ops.call("conv2d", x, w, None, algorithm=f"cuda:{algorithm}", transfer=True, **window)
+    print(algoswap.select("conv2d", [x.shape, w.shape, None], dtype="float16", algorithm=f"cuda:{algorithm}",
+                          memory="cuda", **window).kernel)
+    _assert_float16_non_finite_exact(out, x, w, window, f"conv1 float16 {case} cuda:{algorithm}",
+                                     _exact.EDGE_FLIPS if case == "overflow" else 0.0)
+
+
+def test_a_float16_plan_that_loses_infinities_is_passed_over_or_repaired(monkeypatch: pytest.MonkeyPatch) -> None:
+    """guess takes the first probed plan that keeps infinities; where none does, the first, marked, and the kernel
+    after each call gives the exact non-finite outputs (fresh geometries: plans are cached per geometry)."""
+    from algoswap_cuda import _exact
+
+    probed: list[Any] = []
+    monkeypatch.setattr(_exact, "keeps_infinities", lambda plan: probed.append(plan) or len(probed) > 1)
+    window = {"stride": 1, "padding": 1}
+    shapes = [(1, 8, 19, 23), (16, 8, 3, 3), None]
+    kernel = algoswap.select("conv2d", shapes, dtype="float16", algorithm="cuda:guess", memory="cuda", **window).kernel
+    assert len(probed) == 2 and "loses infinities" not in kernel, "the second plan, which keeps them, is taken"
+    assert probed[1].name in kernel and not probed[1].loses_infinities, kernel
+
+    monkeypatch.setattr(_exact, "keeps_infinities", lambda plan: False)
+    x, w = _float16_case(_rng(14), (2, 8, 17, 21), (16, 8, 3, 3), "planted")
+    kernel = algoswap.select("conv2d", [x.shape, w.shape, None], dtype="float16", algorithm="cuda:guess", memory="cuda",
+                             **window).kernel
+    assert "loses infinities: a kernel after each call recomputes" in kernel, kernel
+    out = algoswap.ops.call("conv2d", x, w, None, algorithm="cuda:guess", transfer=True, **window)
+    _assert_float16_non_finite_exact(out, x, w, window, "a plan marked as losing infinities, repaired")
+
+
 @pytest.mark.parametrize("dtype", sorted(HALF))
 def test_half_precision_convolution_gradients(dtype: str) -> None:
     rng = _rng(13, len(dtype))

@@ -187,6 +187,55 @@ def test_a_convolution_output_flag_is_read_by_the_next_convolution(exact_on_the_
     gc.collect()
     assert len(_exact._flags) == remembered - 1, "a dead array's flag is forgotten"
 
+def _probe_plan(loss: str, epilogue: Any = None) -> Any:
+    """A stand-in for a cuDNN float16 forward plan (NCHW, 3x3, padding 1): the float64 convolution (+ bias +
+    residual, relu), rounded once, then ``loss``: "none", "zero" (an infinity written as 0, as cuDNN's engine for 3
+    channels does), "saturate" (as +-65504), "last image" (zero, in the last image only), "bias" (the bias's
+    infinities dropped), "edge" (one overflowing output written as 65504: two sums rounding differently)."""
+    from types import SimpleNamespace
+
+    g = SimpleNamespace(kind="fprop", x=(3, 8, 12, 12), w=(16, 8, 3, 3), y=(3, 16, 12, 12), stride=(1, 1), pre=(1, 1),
+                        post=(1, 1), dilation=(1, 1), dtype="float16", channels_last=False, epilogue=epilogue)
+
+    def run(x: np.ndarray, w: np.ndarray, y: np.ndarray, *extra: np.ndarray) -> None:
+        bias = extra[0] if epilogue is not None and epilogue.bias else None
+        residual = extra[-1] if epilogue is not None and epilogue.residual else None
+        if loss == "bias" and bias is not None:
+            bias = np.where(np.isinf(bias), 0, bias)
+        with np.errstate(all="ignore"):
+            v = np.asarray(algoswap.ops.call("conv2d", x.astype(np.float64), w.astype(np.float64), None,
+                                             algorithm="numpy:default", padding=1))
+            v = v + (0 if bias is None else bias.astype(np.float64)[:, None, None]) + (0 if residual is None else residual)
+            v = np.where(np.isnan(v) | (v > 0), v, 0.0) if epilogue is not None else v
+            out = v.astype(np.float16)
+        infinite = np.isinf(out)
+        if loss in ("zero", "last image"):
+            out[infinite & (np.arange(3)[:, None, None, None] == 2 if loss == "last image" else infinite)] = 0
+        elif loss == "saturate":
+            out = np.clip(out, -65504, 65504)
+        elif loss == "edge" and infinite.any() and np.isfinite(x).all():  # an overflow only
+            out[tuple(np.argwhere(infinite)[0])] = np.copysign(65504, out[infinite][0])
+        y[...] = out
+
+    return SimpleNamespace(geometry=g, run=run)
+
+
+@pytest.mark.parametrize("loss, keeps", [("none", True), ("edge", True), ("zero", False), ("saturate", False),
+                                         ("last image", False), ("bias", False)])
+def test_the_float16_plan_probe_finds_every_kind_of_lost_infinity(exact_on_the_host: None, loss: str, keeps: bool) -> None:
+    """_exact.keeps_infinities against stand-in plans that lose infinities the ways cuDNN's engines did (0 for an
+    infinity, in any image; a fused graph dropping the bias's) or might (saturation), and two that keep them
+    (exactly, and with one output at the range's edge rounded the other way)."""
+    from types import SimpleNamespace
+
+    from algoswap_cuda import _exact
+
+    epilogue = SimpleNamespace(bias=True, residual=True, activation="relu") if loss == "bias" else None
+    assert _exact.keeps_infinities(_probe_plan(loss, epilogue)) is keeps
+    if loss == "none":
+        assert _exact.keeps_infinities(_probe_plan("none", SimpleNamespace(bias=True, residual=True, activation="relu")))
+
+
 def _aligned(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, offset: int = 0) -> np.ndarray:
     """Standard normal values of ``dtype`` whose data starts ``offset`` bytes past a 16-byte boundary."""
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize

@@ -21,7 +21,7 @@ import cupy as cp
 
 from algoswap import LRUCache, declare_cache
 
-from . import ENGINES, _pointwise, _runtime
+from . import ENGINES, _exact, _pointwise, _runtime
 from ._pointwise import GRAPH_ACTIVATIONS, Epilogue
 
 __all__ = ["GRAPH_ACTIVATIONS", "Epilogue", "Geometry", "NotServed", "Plan", "plan"]
@@ -33,6 +33,7 @@ Shape = tuple[int, ...]
 # operands first (one device reduction each, and a read back) and runs implicit_gemm on non-finite data.
 SATURATING_ENGINES = frozenset({ENGINES["winograd_nonfused"]})
 SATURATION_FALLBACK = ("implicit_gemm", "implicit_precomp_gemm", "gemm")
+PROBED = 8  # guess: how many of cuDNN's ranked plans are probed for the infinities they keep (float16 forward)
 # What an engine must carry (cuDNN numerical notes) to be the algorithm it is named for.
 EXPECTED_NOTE = {"fft": "FFT", "fft_tiling": "FFT", "winograd": "WINOGRAD", "winograd_nonfused": "WINOGRAD"}
 TF32_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS")
@@ -78,6 +79,7 @@ class Plan:
     workspace: int
     run: Callable[..., None]  # (a, b, out, then bias and residual where the epilogue has them)
     tf32_allowed: bool = False
+    loses_infinities: bool = False  # a float16 forward plan whose probe found infinities lost (_exact.keeps_infinities)
 
     @property
     def tf32(self) -> bool:
@@ -91,8 +93,9 @@ class Plan:
         g = self.geometry
         what = [g.dtype, "NHWC" if g.channels_last else "NCHW"] + (["TF32"] if self.tf32 else [])
         graph = f"one graph: conv + {g.epilogue.words}, " if g.epilogue else ""
+        lost = "; loses infinities: a kernel after each call recomputes where an operand holds NaN or inf" * self.loses_infinities
         return (f"cuDNN {cudnn.backend_version()} {self.name} ({graph}engine {self.engine}, {', '.join(what)}, "
-                f"workspace {self.workspace} B{scan})")
+                f"workspace {self.workspace} B{scan}{lost})")
 
 
 _lock = threading.RLock()  # find builds the legacy plans through plan() while holding it
@@ -242,7 +245,7 @@ def _engine_id(name: str) -> int:
     return int(head[3:]) if head.startswith("eng") and head[3:].isdigit() else -1
 
 
-def _named(g: Geometry, algorithm: str) -> Plan:
+def _named(g: Geometry, algorithm: str, probe: bool = True) -> Plan:
     engine = ENGINES[algorithm]
     try:
         graph, tensors = _graph(g)
@@ -254,6 +257,7 @@ def _named(g: Geometry, algorithm: str) -> Plan:
     plan = _finish(g, graph, tensors, index, engine)
     if _engine_id(plan.name) != engine:
         raise NotServed(f"cuDNN built {plan.name} when asked for engine {engine} ({algorithm})")
+    plan.loses_infinities = probe and _exact.probed(g) and not _exact.kept(plan)
     return plan
 
 
@@ -293,11 +297,28 @@ def _candidates(g: Geometry, graph: Any, count: int, tf32: bool, limit: int) -> 
 
 
 def _guess(g: Geometry, tf32: bool) -> Plan:
+    """cuDNN's first ranked plan that builds; for a probed geometry, the first of PROBED that keeps infinities,
+    else the first named fallback that does, else the first, marked."""
     graph, tensors, count = _ranked(g)
-    for index, engine in _candidates(g, graph, count, tf32, 1):
-        return _finish(g, graph, tensors, index, engine, tf32)
-    raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
-                    f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
+    ranked = (_finish(g, graph, tensors, index, engine, tf32)
+              for index, engine in _candidates(g, graph, count, tf32, PROBED if _exact.probed(g) else 1))
+    if not _exact.probed(g):
+        found = next(ranked, None)
+    else:
+        found = _exact.first_keeping(itertools.chain(ranked, _fallbacks(g)))
+    if found is None:
+        raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
+                        f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
+    return found
+
+
+def _fallbacks(g: Geometry) -> Iterator[Plan]:
+    """The named engines of SATURATION_FALLBACK that build for ``g``."""
+    for name in SATURATION_FALLBACK:
+        try:
+            yield _named(g, name, probe=False)
+        except NotServed:
+            continue
 
 
 def _legacy(g: Geometry) -> Iterator[Plan]:
@@ -313,7 +334,7 @@ def _legacy(g: Geometry) -> Iterator[Plan]:
 
 def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     """Time the first ``limit`` qualifying plans of cuDNN's ranking and the legacy FFT and Winograd
-    engines on random data; keep the fastest."""
+    engines on random data; keep the fastest (for a probed geometry, the fastest that keeps infinities)."""
     graph, tensors, count = _ranked(g)
     shapes: tuple[Shape, ...] = {"fprop": (g.x, g.w, g.y), "dgrad": (g.y, g.w, g.x), "wgrad": (g.x, g.y, g.w)}[g.kind]
     rng = cp.random.default_rng(0)
@@ -334,7 +355,8 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
     if not timings:
         raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
                         f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
-    return min(timings, key=lambda t: t[0])[2]
+    fastest = [plan for _, _, plan in sorted(timings, key=lambda t: t[0])]
+    return (_exact.first_keeping(fastest) or fastest[0]) if _exact.probed(g) else fastest[0]
 
 
 def random_array(rng: Any, shape: Shape, g: Geometry) -> Any:

@@ -1,10 +1,17 @@
-"""float16 convolutions exact on NaN and infinity, as in PyTorch.
+"""float16 convolutions exact on NaN and infinity, as in the float64 convolution rounded once.
 
-cuDNN's float16 engines lose infinities (H200, cuDNN 9.19: an output whose window holds +inf or -inf came out
-finite, where torch's float64 convolution has -inf), which bfloat16 and float32 do not. So every float16
-forward convolution is followed by one kernel which, where any operand held NaN or infinity, recomputes every
-output directly in float32 (conv, bias, residual, activation: what the call computes; zero padding multiplied
-like any input), and otherwise reads the output it leaves and says whether that holds NaN or infinity.
+Some of cuDNN's float16 engines lose infinities (H200, cuDNN 9.19; torch gets the same, it runs cuDNN):
+ResNet-50's first convolution (3 channels, 7x7, stride 2) gave 0 for 279 of 576 outputs that a planted +inf
+makes infinite, and 0 for 450 of 930 outputs that overflow float16 from finite inputs, while its 3x3 and 1x1
+layers kept every one (benchmarks/cuda_float16_infinities.py). So each float16 forward plan is *probed* once,
+when it is built (``keeps_infinities``): run on operands with NaN and infinities planted, and on finite
+operands scaled to overflow, its non-finite outputs are compared with those of the direct kernel below. The
+plan choosers (_cudnn) take the first candidate that keeps them; such a plan runs as it is. Only where no
+candidate does, the plan *loses infinities* and each call is followed by one kernel which, where any operand
+held NaN or infinity, recomputes every output directly in float32 (conv, bias, residual, activation: what the
+call computes; zero padding multiplied like any input), and otherwise reads the output it leaves and says
+whether that holds NaN or infinity (an overflow such an engine turns into a finite value is not seen: the
+kernel string says the plan loses infinities).
 
 Whether an array holds NaN or infinity is a *flag*: SLOTS int32 on the device, one per block of the launch
 that wrote it (each block writes its own slot, so nothing is zeroed first); raised where any slot is. A
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import weakref
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterable
 
 import cupy as cp
 import numpy as np
@@ -34,6 +41,8 @@ from ._types import prelude
 LOSING_INFINITIES = ("float16",)  # the dtypes whose cuDNN engines lose infinities: their convolutions come here
 SLOTS, _THREADS = 512, 256  # the blocks of every flagging launch (each writes its slot) and their threads
 SCANNED = 4  # the most arrays one scan launch reads
+EDGE_FLIPS = 0.01  # the share of an overflow probe's infinities that may round to the largest finite value instead
+LARGEST = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}  # largest finite
 # dtype -> (the unsigned C type of its bit patterns, the exponent mask: all its bits set means inf or NaN)
 BITS = {"float16": ("unsigned short", "0x7C00u"), "bfloat16": ("unsigned short", "0x7F80u"),
         "float32": ("unsigned int", "0x7F800000u"), "float64": ("unsigned long long", "0x7FF0000000000000ull")}
@@ -209,7 +218,21 @@ def repair(x: Any, w: Any, y: Any, scan_weight: bool, stride: tuple[int, int], p
     if y.size == 0:
         return
     flags = _operand_flags(x, w, scan_weight, bias, residual, known)  # the fused graph loses the bias's and residual's inf too
-    flags += flags[:1] * (3 - len(flags))
+    out = _launch(flags, x, w, y, stride, padding, dilation, groups, bias, residual, activation)
+    if remember:
+        _record(y, out)
+
+
+def exact_into(y: Any, x: Any, w: Any, stride: tuple[int, int], padding: Any, dilation: Any, groups: int, bias: Any = None,
+               residual: Any = None, activation: str = "none") -> None:
+    """``y`` becomes the call's exact result, whatever the operands hold."""
+    _launch([cp.ones(SLOTS, cp.int32)], x, w, y, stride, padding, dilation, groups, bias, residual, activation)
+
+
+def _launch(flags: list[Any], x: Any, w: Any, y: Any, stride: tuple[int, int], padding: Any, dilation: Any, groups: int,
+            bias: Any, residual: Any, activation: str) -> Any:
+    """The kernel after a call (up to three operand flags), and the flag of ``y`` it writes."""
+    flags = flags + flags[:1] * (3 - len(flags))
     out = cp.empty(SLOTS, cp.int32)
     (top, _), (left, _) = padding
     n, c, h, wd = x.shape
@@ -218,5 +241,108 @@ def repair(x: Any, w: Any, y: Any, scan_weight: bool, stride: tuple[int, int], p
             *map(np.int32, (n, c, h, wd, o, kh, kw, y.shape[2], y.shape[3], *stride, top, left, *dilation, groups)),
             *_elements(x), *_elements(w), *_elements(y))
     _direct(y.dtype.name, bias is not None, residual is not None, activation)((SLOTS,), (_THREADS,), args)
-    if remember:
-        _record(y, out)
+    return out
+
+
+def probed(g: Any) -> bool:
+    """Whether plans of the cuDNN geometry ``g`` are probed for the infinities they keep (forward, LOSING_INFINITIES)."""
+    return bool(g.kind == "fprop" and g.dtype in LOSING_INFINITIES)
+
+
+def kept(plan: Any) -> bool:
+    """keeps_infinities, False where the probe itself fails (the plan is then repaired after each call)."""
+    try:
+        return keeps_infinities(plan)
+    except Exception:  # noqa: BLE001 - no verdict: take the safe side
+        return False
+
+
+def first_keeping(plans: Iterable[Any]) -> Any:
+    """The first of ``plans`` that keeps infinities; else the first, marked as losing them; None if there is none."""
+    first = None
+    for plan in plans:
+        if kept(plan):
+            return plan
+        first = first or plan
+    if first is not None:
+        first.loses_infinities = True
+    return first
+
+
+def keeps_infinities(plan: Any) -> bool:
+    """Whether the forward ``plan`` (a _cudnn.Plan of a dtype in LOSING_INFINITIES) gives the non-finite outputs
+    the direct kernel gives (``same_non_finite``), in three rounds: +inf, -inf and NaN planted in the input's first
+    and last image; +inf, -inf and NaN in the bias and +inf in the residual (finite input: a NaN input can cover
+    every output); finite operands scaled so that some outputs overflow. Every output is compared (a lost infinity of
+    ResNet-50's first convolution showed in the second image only); in the overflow round up to EDGE_FLIPS of the
+    infinities may be edge flips. Run once per plan, when it is built; False if the plan fails to run."""
+    g = plan.geometry
+    after = g.epilogue
+    rng = cp.random.default_rng(0)
+    w = _probe_array(rng.standard_normal(g.w, dtype=cp.float32) / np.sqrt(int(np.prod(g.w[1:]))), g)
+    activation = after.activation if after is not None else "none"
+    top = LARGEST[g.dtype]
+    for round_ in ("input", "bias and residual", "overflow"):
+        x = cp.clip(rng.standard_normal(g.x, dtype=cp.float32) * (top / 2 if round_ == "overflow" else 1.0), -top * 0.9, top * 0.9)
+        bias = rng.standard_normal(g.y[1], dtype=cp.float32) if after is not None and after.bias else None
+        residual = rng.standard_normal(g.y, dtype=cp.float32) if after is not None and after.residual else None
+        if round_ == "input":
+            _plant(x)
+        elif round_ == "bias and residual" and not _plant_after(bias, residual):
+            continue
+        x, bias, residual = (None if a is None else _probe_array(a, g) for a in (x, bias, residual))
+        y, exact = (_probe_array(cp.zeros(g.y, cp.float32), g) for _ in range(2))
+        try:
+            plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
+        except Exception:  # noqa: BLE001 - a plan that does not run keeps nothing
+            return False
+        exact_into(exact, x, w, g.stride, tuple(zip(g.pre, g.post)), g.dilation, g.x[1] // g.w[1], bias, residual, activation)
+        if not same_non_finite(y, exact, top, EDGE_FLIPS if round_ == "overflow" else 0.0):
+            return False
+    return True
+
+
+def same_non_finite(got: Any, want: Any, top: float, edge_flips: float = 0.0) -> bool:
+    """Whether ``got`` has NaN, +inf and -inf where ``want`` has them, up to ``edge_flips`` (a share of want's
+    infinities) of *edge flips*: an infinity against a finite value of the same sign within 1/512 of ``top``
+    (the largest finite value), as two float32 sums of different order round an output at the range's edge. An
+    engine that saturates infinities to ``top`` flips them all."""
+    got, want = got.astype(cp.float32), want.astype(cp.float32)
+    if not bool(cp.array_equal(cp.isnan(got), cp.isnan(want))):
+        return False
+    edge = top * (1 - 2.0 ** -9)
+    flips = 0
+    for sign in (1, -1):
+        a, b = got * sign, want * sign
+        differ = (a == cp.inf) != (b == cp.inf)
+        near = cp.minimum(a, b) >= edge
+        if bool((differ & ~near).any()):
+            return False
+        flips += int(differ.sum())
+    return flips <= edge_flips * int(cp.isinf(want).sum())
+
+
+def _plant(x: Any) -> None:
+    """+inf, -inf and NaN in x's first and last image."""
+    n, c, h, w = x.shape
+    for image in {0, n - 1}:
+        x[image, 0, h // 2, w // 2], x[image, c - 1, 0, 0], x[image, c // 2, h - 1, w // 3] = cp.inf, -cp.inf, cp.nan
+
+
+def _plant_after(bias: Any, residual: Any) -> bool:
+    """+inf, -inf and NaN in the bias's first three channels (as many as it has; +inf first: relu hides a -inf),
+    +inf in the residual's last image; False where neither is there."""
+    if bias is not None:
+        for channel, value in zip(range(bias.size), (cp.inf, -cp.inf, cp.nan)):
+            bias[channel] = value
+    if residual is not None:
+        residual[-1, residual.shape[1] // 2, residual.shape[2] // 3, -1] = cp.inf
+    return bias is not None or residual is not None
+
+
+def _probe_array(values: Any, g: Any) -> Any:
+    """``values`` in ``g``'s dtype and memory order (NHWC where g is channels-last)."""
+    values = values.astype(g.dtype)
+    if not g.channels_last or values.ndim != 4:
+        return values
+    return cp.ascontiguousarray(values.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)

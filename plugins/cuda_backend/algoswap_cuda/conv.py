@@ -138,8 +138,8 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
              residual: Any = None, activation: str = "none") -> Any:
     """The convolution, then bias, residual and activation: in its cuDNN graph where _fusion chooses one,
     else in one epilogue pass."""
-    exact = x.dtype.name in _exact.LOSING_INFINITIES
-    known = (_exact.recorded(x), _exact.recorded(residual)) if exact else (None, None)  # before x and residual are copied
+    probed = x.dtype.name in _exact.LOSING_INFINITIES
+    known = (_exact.recorded(x), _exact.recorded(residual)) if probed else (None, None)  # before x and residual are copied
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
     algorithm = _by_timing(algorithm)[0]
@@ -154,6 +154,7 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     if found is None:
         found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, after))
     plan, shape = found
+    exact = plan.loses_infinities
     y = _runtime.empty(shape, x.dtype, channels_last)
     groups, scan_weight = x.shape[1] // w.shape[1], not _runtime.known_finite(weight)
     final = not _padding_nan_runs(padding, weight)  # no later write to y: its flag may be remembered
