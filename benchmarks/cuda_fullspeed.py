@@ -37,7 +37,10 @@ on), "pass (<= bound)" or "fail (<= bound)", as ``algoswap demo`` prints them.
 --layers: the bfloat16 matrix-product ceiling (8192^3 torch.matmul, random data, mean of 10 after 3
 warm-ups), then ResNet-50's --layers-top largest convolutions (FLOPs per call, 2*N*K*C*R*S*P*Q/groups)
 in bfloat16 channels_last: torch (F.conv2d through nn.Conv2d) and swap_conv2d on that one Conv2d with
-each of --layer-requests; TFLOP/s and the share of the ceiling (target: >= 50%).
+each of --layer-requests, each call timed (at batch 32 a swapped layer is host-bound: 11-23 TFLOP/s on the
+H200); then the same layer captured once as a CUDA graph and replayed, torch's module and each requested cuda
+implementation on CuPy views of the same tensors, which times the kernels alone; TFLOP/s and the share of
+the ceiling (target: >= 50%).
 
 A run fits a device command of 10 minutes: --budget SECONDS (default 450) skips a compile column
 whose expected compile time no longer fits and then whole configurations, and says which. Progress
