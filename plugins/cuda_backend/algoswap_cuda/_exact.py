@@ -291,7 +291,7 @@ def keeps_infinities(plan: Any) -> bool:
         elif round_ == "bias and residual" and not _plant_after(bias, residual):
             continue
         x, bias, residual = (None if a is None else _probe_array(a, g) for a in (x, bias, residual))
-        y, exact = (_probe_array(cp.zeros(g.y, cp.float32), g) for _ in range(2))
+        y, exact = (_probe_array(cp.zeros(g.y, g.dtype), g) for _ in range(2))
         try:
             plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
         except Exception:  # noqa: BLE001 - a plan that does not run keeps nothing
@@ -342,7 +342,7 @@ def _plant_after(bias: Any, residual: Any) -> bool:
 
 def _probe_array(values: Any, g: Any) -> Any:
     """``values`` in ``g``'s dtype and memory order (NHWC where g is channels-last)."""
-    values = values.astype(g.dtype)
+    values = values.astype(g.dtype, copy=False)
     if not g.channels_last or values.ndim != 4:
         return values
     return cp.ascontiguousarray(values.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
