@@ -362,9 +362,7 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
 def random_array(rng: Any, shape: Shape, g: Geometry) -> Any:
     """Standard normal values of ``g``'s dtype, in its memory order (for timing plans)."""
     values = rng.standard_normal(shape, dtype=cp.float64).astype(g.dtype)
-    if not g.channels_last or len(shape) != 4:
-        return values
-    return cp.ascontiguousarray(values.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return _runtime.channels_last(values) if g.channels_last and len(shape) == 4 else values
 
 
 def plan(g: Geometry, algorithm: str) -> Plan:

@@ -35,7 +35,7 @@ import numpy as np
 from algoswap import LRUCache, declare_cache
 
 from ._epilogue import ACTIVATIONS
-from ._runtime import known_finite
+from ._runtime import channels_last, known_finite
 from ._types import prelude
 
 LOSING_INFINITIES = ("float16",)  # the dtypes whose cuDNN engines lose infinities: their convolutions come here
@@ -343,6 +343,4 @@ def _plant_after(bias: Any, residual: Any) -> bool:
 def _probe_array(values: Any, g: Any) -> Any:
     """``values`` in ``g``'s dtype and memory order (NHWC where g is channels-last)."""
     values = values.astype(g.dtype, copy=False)
-    if not g.channels_last or values.ndim != 4:
-        return values
-    return cp.ascontiguousarray(values.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return channels_last(values) if g.channels_last and values.ndim == 4 else values

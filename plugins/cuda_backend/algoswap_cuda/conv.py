@@ -154,23 +154,20 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     if found is None:
         found = _forward_plans.put(key, _forward_plan(x, w, algorithm, stride, padding, dilation, channels_last, after))
     plan, shape = found
-    exact = plan.loses_infinities
     y = _runtime.empty(shape, x.dtype, channels_last)
-    groups, scan_weight = x.shape[1] // w.shape[1], not _runtime.known_finite(weight)
-    final = not _padding_nan_runs(padding, weight)  # no later write to y: its flag may be remembered
-    if plan.geometry.epilogue is None:
+    fused = plan.geometry.epilogue is not None
+    if fused:
+        residual = None if residual is None else _epilogue.same_order(residual, y)
+        plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
+    else:
         plan.run(x, w, y)
-        if exact:
-            plain = final and bias is None and residual is None and activation == "none"
-            _exact.repair(x, w, y, scan_weight, stride, padding, dilation, groups, known=(known[0], None), remember=plain)
-        _padding_nan_forward(x, weight, y, stride, padding, dilation)
-        return _epilogue.apply(y, bias, residual, activation)
-    residual = None if residual is None else _epilogue.same_order(residual, y)
-    plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
-    if exact:
-        _exact.repair(x, w, y, scan_weight, stride, padding, dilation, groups, bias, residual, activation, known, final)
+    if plan.loses_infinities:  # a float16 plan whose probe found infinities lost (_exact)
+        epilogue_pass = not fused and (bias is not None or residual is not None or activation != "none")  # it writes y later
+        _exact.repair(x, w, y, not _runtime.known_finite(weight), stride, padding, dilation, x.shape[1] // w.shape[1],
+                      bias if fused else None, residual if fused else None, activation if fused else "none",
+                      known if fused else (known[0], None), remember=not (epilogue_pass or _padding_nan_runs(padding, weight)))
     _padding_nan_forward(x, weight, y, stride, padding, dilation)  # NaN stays NaN through bias, residual and activation
-    return y
+    return y if fused else _epilogue.apply(y, bias, residual, activation)
 
 
 def _forward_plan(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilation: Pair, channels_last: bool,
