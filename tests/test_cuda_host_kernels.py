@@ -191,7 +191,9 @@ def _probe_plan(loss: str, epilogue: Any = None) -> Any:
     """A stand-in for a cuDNN float16 forward plan (NCHW, 3x3, padding 1): the float64 convolution (+ bias +
     residual, relu), rounded once, then ``loss``: "none", "zero" (an infinity written as 0, as cuDNN's engine for 3
     channels does), "saturate" (as +-65504), "last image" (zero, in the last image only), "bias" (the bias's
-    infinities dropped), "edge" (one overflowing output written as 65504: two sums rounding differently)."""
+    infinities dropped), "beside NaN" (a -inf written as 0 where the other channel of its pair is NaN, as a fused
+    float16 graph for 3 channels did with a bias of -inf beside one of NaN), "edge" (one overflowing output written as
+    65504: two sums rounding differently)."""
     from types import SimpleNamespace
 
     g = SimpleNamespace(kind="fprop", x=(3, 8, 12, 12), w=(16, 8, 3, 3), y=(3, 16, 12, 12), stride=(1, 1), pre=(1, 1),
@@ -206,13 +208,16 @@ def _probe_plan(loss: str, epilogue: Any = None) -> Any:
             v = np.asarray(algoswap.ops.call("conv2d", x.astype(np.float64), w.astype(np.float64), None,
                                              algorithm="numpy:default", padding=1))
             v = v + (0 if bias is None else bias.astype(np.float64)[:, None, None]) + (0 if residual is None else residual)
-            v = np.where(np.isnan(v) | (v > 0), v, 0.0) if epilogue is not None else v
+            v = np.where(np.isnan(v) | (v > 0), v, 0.0) if epilogue is not None and epilogue.activation == "relu" else v
             out = v.astype(np.float16)
         infinite = np.isinf(out)
         if loss in ("zero", "last image"):
             out[infinite & (np.arange(3)[:, None, None, None] == 2 if loss == "last image" else infinite)] = 0
         elif loss == "saturate":
             out = np.clip(out, -65504, 65504)
+        elif loss == "beside NaN":
+            paired = out[:, np.arange(out.shape[1]) ^ 1]
+            out[(out == -np.inf) & np.isnan(paired)] = 0
         elif loss == "edge" and infinite.any() and np.isfinite(x).all():  # an overflow only
             out[tuple(np.argwhere(infinite)[0])] = np.copysign(65504, out[infinite][0])
         y[...] = out
@@ -221,7 +226,8 @@ def _probe_plan(loss: str, epilogue: Any = None) -> Any:
 
 
 @pytest.mark.parametrize("loss, keeps", [("none", True), ("edge", True), ("zero", False), ("saturate", False),
-                                         ("last image", False), ("bias", False)])
+                                         ("last image", False), ("bias", False),
+                                         ("beside NaN", False)])
 def test_the_float16_plan_probe_finds_every_kind_of_lost_infinity(exact_on_the_host: None, loss: str, keeps: bool) -> None:
     """_exact.keeps_infinities against stand-in plans that lose infinities the ways cuDNN's engines did (0 for an
     infinity, in any image; a fused graph dropping the bias's) or might (saturation), and two that keep them
@@ -230,7 +236,8 @@ def test_the_float16_plan_probe_finds_every_kind_of_lost_infinity(exact_on_the_h
 
     from algoswap_cuda import _exact
 
-    epilogue = SimpleNamespace(bias=True, residual=True, activation="relu") if loss == "bias" else None
+    epilogue = {"bias": SimpleNamespace(bias=True, residual=True, activation="relu"),
+                "beside NaN": SimpleNamespace(bias=True, residual=False, activation="none")}.get(loss)
     assert _exact.keeps_infinities(_probe_plan(loss, epilogue)) is keeps
     if loss == "none":
         assert _exact.keeps_infinities(_probe_plan("none", SimpleNamespace(bias=True, residual=True, activation="relu")))

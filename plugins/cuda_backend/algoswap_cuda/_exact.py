@@ -26,6 +26,7 @@ are optimizer updates, of parameters), so a remembered flag stays true while its
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from functools import lru_cache
 from typing import Any, Iterable
@@ -271,35 +272,47 @@ def first_keeping(plans: Iterable[Any]) -> Any:
 
 def keeps_infinities(plan: Any) -> bool:
     """Whether the forward ``plan`` (a _cudnn.Plan of a dtype in LOSING_INFINITIES) gives the non-finite outputs
-    the direct kernel gives (``same_non_finite``), in three rounds: +inf, -inf and NaN planted in the input's first
-    and last image; +inf, -inf and NaN in the bias and +inf in the residual (finite input: a NaN input can cover
-    every output); finite operands scaled so that some outputs overflow. Every output is compared (a lost infinity of
-    ResNet-50's first convolution showed in the second image only); in the overflow round up to EDGE_FLIPS of the
-    infinities may be edge flips. Run once per plan, when it is built; False if the plan fails to run."""
+    the direct kernel gives (``same_non_finite``), in ``_rounds``: NaN and infinities planted in the input, in the
+    bias, in the residual, each order of +inf, -inf and NaN over the first channels (an engine lost a -inf bias
+    beside a NaN one and kept it beside a +inf); then finite operands scaled so that some outputs overflow. The
+    first and last images are compared (a lost infinity of ResNet-50's first convolution showed in the second image
+    only); in the overflow round up to EDGE_FLIPS of the infinities may be edge flips. Run once per plan, when it is
+    built; False if the plan fails to run."""
     g = plan.geometry
     after = g.epilogue
     rng = cp.random.default_rng(0)
     w = _probe_array(rng.standard_normal(g.w, dtype=cp.float32) / np.sqrt(int(np.prod(g.w[1:]))), g)
     activation = after.activation if after is not None else "none"
     top = LARGEST[g.dtype]
-    for round_ in ("input", "bias and residual", "overflow"):
+    images = sorted({0, g.x[0] - 1})
+    for round_, order in _rounds(after):
         x = cp.clip(rng.standard_normal(g.x, dtype=cp.float32) * (top / 2 if round_ == "overflow" else 1.0), -top * 0.9, top * 0.9)
         bias = rng.standard_normal(g.y[1], dtype=cp.float32) if after is not None and after.bias else None
         residual = rng.standard_normal(g.y, dtype=cp.float32) if after is not None and after.residual else None
-        if round_ == "input":
-            _plant(x)
-        elif round_ == "bias and residual" and not _plant_after(bias, residual):
-            continue
+        _plant({"input": x, "bias": bias, "residual": residual}.get(round_), order, images)
+        exact_residual = None if residual is None else _probe_array(residual[images], g)  # in exact's memory order
         x, bias, residual = (None if a is None else _probe_array(a, g) for a in (x, bias, residual))
-        y, exact = (_probe_array(cp.zeros(g.y, g.dtype), g) for _ in range(2))
+        y = _probe_array(cp.zeros(g.y, g.dtype), g)
         try:
             plan.run(x, w, y, *[a for a in (bias, residual) if a is not None])
         except Exception:  # noqa: BLE001 - a plan that does not run keeps nothing
             return False
-        exact_into(exact, x, w, g.stride, tuple(zip(g.pre, g.post)), g.dilation, g.x[1] // g.w[1], bias, residual, activation)
-        if not same_non_finite(y, exact, top, EDGE_FLIPS if round_ == "overflow" else 0.0):
+        exact = _probe_array(cp.zeros((len(images), *g.y[1:]), g.dtype), g)
+        exact_into(exact, x[images], w, g.stride, tuple(zip(g.pre, g.post)), g.dilation, g.x[1] // g.w[1], bias,
+                   exact_residual, activation)
+        if not same_non_finite(y[images], exact, top, EDGE_FLIPS if round_ == "overflow" else 0.0):
             return False
     return True
+
+
+_NON_FINITE = (cp.inf, -cp.inf, cp.nan)
+_ORDERS = tuple(itertools.permutations(_NON_FINITE))  # every order: each value beside each other one, on either side
+
+
+def _rounds(after: Any) -> list[tuple[str, tuple[float, ...]]]:
+    """The probe's rounds: (what is planted, the order of +inf, -inf and NaN over its first channels)."""
+    planted = ["input"] + ["bias"] * bool(after is not None and after.bias) + ["residual"] * bool(after is not None and after.residual)
+    return [(where, order) for where in planted for order in _ORDERS] + [("overflow", ())]
 
 
 def same_non_finite(got: Any, want: Any, top: float, edge_flips: float = 0.0) -> bool:
@@ -322,22 +335,18 @@ def same_non_finite(got: Any, want: Any, top: float, edge_flips: float = 0.0) ->
     return flips <= edge_flips * int(cp.isinf(want).sum())
 
 
-def _plant(x: Any) -> None:
-    """+inf, -inf and NaN in x's first and last image."""
-    n, c, h, w = x.shape
-    for image in {0, n - 1}:
-        x[image, 0, h // 2, w // 2], x[image, c - 1, 0, 0], x[image, c // 2, h - 1, w // 3] = cp.inf, -cp.inf, cp.nan
-
-
-def _plant_after(bias: Any, residual: Any) -> bool:
-    """+inf, -inf and NaN in the bias's first three channels (as many as it has; +inf first: relu hides a -inf),
-    +inf in the residual's last image; False where neither is there."""
-    if bias is not None:
-        for channel, value in zip(range(bias.size), (cp.inf, -cp.inf, cp.nan)):
-            bias[channel] = value
-    if residual is not None:
-        residual[-1, residual.shape[1] // 2, residual.shape[2] // 3, -1] = cp.inf
-    return bias is not None or residual is not None
+def _plant(array: Any, order: tuple[float, ...], images: list[int]) -> None:
+    """``order`` over the first channels of ``array`` (a bias, or an input or residual, in each of ``images`` at a
+    spatial position of its own for each channel); nothing where ``array`` is None."""
+    if array is None:
+        return
+    for channel, value in zip(range(array.shape[0] if array.ndim == 1 else array.shape[1]), order):
+        if array.ndim == 1:
+            array[channel] = value
+            continue
+        h, w = array.shape[2:]
+        for image in images:
+            array[image, channel, (h // 2 + channel) % h, (w // 3 + channel) % w] = value
 
 
 def _probe_array(values: Any, g: Any) -> Any:
