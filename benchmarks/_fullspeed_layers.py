@@ -97,6 +97,8 @@ def _layer_ways(layer: dict[str, Any], args: argparse.Namespace, ceiling: float)
                 result[way]["target"] = "met" if tflops / ceiling >= TARGET_OF_CEILING else "missed"
         for way, (run, out) in _graph_ways(conv, x, layer, args).items():  # the kernels' own time, no host cost
             try:
+                run()  # a captured graph's output holds nothing until it is replayed
+                torch.cuda.synchronize()
                 problem = mismatch(out(), expected, dtype="bfloat16", reduction_length=length, scale=scale)
                 ms = statistics.median(event_times(run, args.calls * 2, args.warmup))
             except Exception as exc:  # noqa: BLE001

@@ -164,11 +164,22 @@ class HostKernel:
         values: list[Any] = [ctypes.c_longlong(grid[0]), ctypes.c_longlong(1 if self.synchronised else block[0])]
         for arg, scalar in zip(args, self.scalars):
             if scalar is None:
-                assert isinstance(arg, np.ndarray) and arg.flags.c_contiguous, (self.name, type(arg))
+                assert isinstance(arg, np.ndarray) and _dense(arg), (self.name, type(arg))  # as CuPy, the data pointer
                 values.append(ctypes.c_void_p(arg.ctypes.data))
             else:
                 values.append(scalar(arg.item() if hasattr(arg, "item") else arg))
         getattr(self.library, f"{self.name}_host")(*values)
+
+
+def _dense(array: np.ndarray) -> bool:
+    """Whether ``array`` fills its memory without gaps in some order of its axes (C-contiguous, channels-last...):
+    a kernel given its data pointer indexes that memory itself."""
+    expected = array.itemsize
+    for size, stride in sorted(zip(array.shape, array.strides), key=lambda pair: pair[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def every_kernel_source(dtype: str) -> list[str]:

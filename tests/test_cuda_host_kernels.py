@@ -315,3 +315,33 @@ def test_warp_softmax_gives_a_row_of_minus_infinity_zeros_only_when_safe(on_the_
             got = _vectorised.softmax_rows(x, d, 1.0, safe).astype(np.float64)
             assert np.array_equal(got[0], np.full(d, first), equal_nan=True) and np.isnan(got[1]).all(), (d, safe, got)
             assert np.allclose(got[2], 1 / d, rtol=2.0**-7)  # rounded once to the half type
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_the_padding_nan_pass_reads_a_channels_last_weight_in_place(monkeypatch: pytest.MonkeyPatch, dtype: str,
+                                                                    rng: np.random.Generator) -> None:
+    """conv._padding_nan_forward: NaN where a zero-padding tap meets a non-finite weight, the same whether the
+    weight is KCRS or KRSC in memory (a channels-last torch model's weight crosses as it lies: no copy per call)."""
+    importlib.import_module("algoswap_cuda.conv")
+    for name in MODULES:
+        importlib.import_module(f"algoswap_cuda.{name}")
+    from algoswap_cuda import _runtime, conv
+
+    copies: list[tuple[int, ...]] = []
+    real = _runtime.contiguous
+    monkeypatch.setattr(_runtime, "contiguous", lambda a: copies.append(a.shape) if not a.flags.c_contiguous else None or real(a))
+    for _ in fake_cupy(monkeypatch):
+        w = rng.standard_normal((4, 3, 3, 3)).astype(dtype)
+        w[1, 2, 0, 1], w[3, 0, 2, 2] = np.inf, np.nan
+        krsc = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        assert algoswap.is_channels_last(krsc)
+        x = np.zeros((2, 3, 5, 5), dtype)
+        outputs = []
+        for weight in (w, krsc):
+            y = np.zeros((2, 4, 5, 5), dtype)
+            conv._padding_nan_forward(x, weight, y, (1, 1), ((1, 1), (1, 1)), (1, 1))
+            outputs.append(np.isnan(y))
+        assert outputs[0].any() and not outputs[0].all()
+        assert np.array_equal(outputs[0], outputs[1])
+        assert outputs[0][:, 1, 0, :].all() and not outputs[0][:, 0].any(), "channel 1's top row reads the padding at tap (0, 1)"
+        assert not copies, "the KRSC weight was copied"

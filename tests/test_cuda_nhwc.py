@@ -312,3 +312,44 @@ def test_a_float16_model_keeps_an_infinity_through_every_convolution_captured_or
         kept = torch.isfinite(expected)
         assert_close(got[kept], expected[kept], dtype="float16", **network_terms(module))
     assert "replayed" in str(model.explain()), model.explain()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_swapped_layers_of_a_channels_last_model_take_its_tensors_as_they_lie(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A half-precision torch model in channels-last memory, its convolutions swapped by swap_conv2d: activations and
+    weights reach cuDNN as they lie in torch's memory (not copied to NCHW by the bridge and back to NHWC by the
+    backend at every call), the padding NaN pass reads the KRSC weight in place, and the layers compute what the
+    float64 model does, an infinite weight's NaN at the padding included."""
+    torch = pytest.importorskip("torch")
+    from algoswap_cuda import _transpose
+
+    torch.manual_seed(derived_seed(16))
+    module = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1, bias=False))
+    with torch.no_grad():
+        module[2].weight[3, 5, 0, 1] = float("inf")
+    x = torch.randn(2, 8, 12, 12).to(getattr(torch, dtype)).double()
+    with torch.no_grad():
+        expected = copy.deepcopy(module).double()(x)
+    half = getattr(torch, dtype)
+    swapped = algoswap.swap_conv2d(copy.deepcopy(module).cuda().to(half, memory_format=torch.channels_last), "cuda:guess")
+    xc = x.cuda().to(half).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        swapped(xc)  # plans
+        copies: list[str] = []
+        cp = _cp()
+        real = (cp.ascontiguousarray, _transpose.to_channels_last, _transpose.to_contiguous)
+
+        def counted(name: str, function: Any) -> Any:
+            def call(array: Any, *args: Any, **kwargs: Any) -> Any:
+                copies.append(f"{name} {array.shape} {array.strides}")
+                return function(array, *args, **kwargs)
+            return call
+
+        monkeypatch.setattr(cp, "ascontiguousarray", counted("ascontiguousarray", real[0]))
+        monkeypatch.setattr(_transpose, "to_channels_last", counted("to_channels_last", real[1]))
+        monkeypatch.setattr(_transpose, "to_contiguous", counted("to_contiguous", real[2]))
+        got = swapped(xc)
+    assert not copies, copies
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert torch.isnan(expected).any(), "the infinite weight meets the padding: NaN there, as in torch"
+    assert_close(got.double().cpu().numpy(), expected.numpy(), dtype=dtype, **network_terms(module))

@@ -352,3 +352,15 @@ def test_a_backward_pass_that_records_autograd_records_its_gradient_ops() -> Non
     plain = torch.autograd.grad((swapped(x) ** 2).sum(), x)[0]
     assert plain.grad_fn is None
     assert_close(plain, expected, **network_terms(layer, backward_of=tuple(x.shape)))
+
+
+def test_dense_channels_last_tensors_cross_to_a_device_backend_as_they_lie() -> None:
+    """transfer.crosses_as_is: C-contiguous tensors always; channels-last ones only to implementations that take any
+    memory order (a "contiguous" one gets a C-contiguous copy); other strides never (a sliced or transposed view)."""
+    from algoswap._torch.transfer import crosses_as_is
+
+    nchw = torch.randn(2, 8, 5, 5)
+    nhwc = nchw.contiguous(memory_format=torch.channels_last)
+    assert crosses_as_is(nchw, False) and crosses_as_is(nchw, True)
+    assert crosses_as_is(nhwc, True) and not crosses_as_is(nhwc, False)
+    assert not crosses_as_is(nchw[:, ::2], True) and not crosses_as_is(nchw.transpose(2, 3), True)

@@ -21,7 +21,7 @@ from .._ref import resolve_ref
 from .._runner import Runner
 from .._select import select
 from .tensors import DTYPE_NAMES, resizable_array
-from .transfer import Parameter, aliasing_view, first, host_view, memory_of, to_backend, where
+from .transfer import Parameter, aliasing_view, crosses_as_is, first, host_view, memory_of, to_backend, where
 
 Inputs = Sequence[Optional[torch.Tensor]]
 
@@ -43,13 +43,15 @@ def _tuples(value: Any) -> Any:
 @dataclass(slots=True)
 class Prepared:
     """A swapped layer's call ready to run: the runner of its selection, the backend's memory space
-    (``host``: whether it is host memory), its DLPack import (None where it has none), and, once a
-    backward pass asked, how each input's gradient is computed (``bridge.GradStep``)."""
+    (``host``: whether it is host memory), its DLPack import (None where it has none), whether the
+    implementation takes arrays in any memory order (``any_order``: dense device tensors then cross as they
+    are laid out), and, once a backward pass asked, how each input's gradient is computed (``bridge.GradStep``)."""
 
     runner: Runner
     space: MemorySpace
     host: bool
     enter: Any
+    any_order: bool = False
     gradients: list[Any] | None = None
 
 
@@ -68,7 +70,8 @@ def plan(op: str, request: str, attrs: str, inputs: Inputs) -> Prepared:
         selection = select(get_registry(), op, shapes, names, decode_attrs(attrs), request, memory)
         space = selection.backend.memory
         enter = None if space.from_dlpack is None else resolve_ref(space.from_dlpack)
-        prepared = cache.put(key, Prepared(Runner(selection), space, space.is_host, enter))
+        runner = Runner(selection)
+        prepared = cache.put(key, Prepared(runner, space, space.is_host, enter, runner.layout is None))
     return prepared
 
 
@@ -115,7 +118,8 @@ class Bound:
                   or ("host" if tensor.is_cpu else tensor.device.type) != check[2]):  # memory_of, written out
                 return None
             else:
-                arrays.append(host_view(tensor) if host else to_backend(tensor, self.prepared.space, self.prepared.enter))
+                prepared = self.prepared
+                arrays.append(host_view(tensor) if host else to_backend(tensor, prepared.space, prepared.enter, prepared.any_order))
         return arrays
 
 
@@ -141,14 +145,14 @@ def bind(op: str, request: str, attrs: str, inputs: Inputs) -> tuple[Bound, list
             arrays.append(kept.view)
         else:
             checks.append((tensor.shape, tensor.dtype, memory_of(tensor)))
-            arrays.append(host_view(tensor) if prepared.host else to_backend(tensor, prepared.space, prepared.enter))
+            arrays.append(host_view(tensor) if prepared.host else to_backend(tensor, prepared.space, prepared.enter, prepared.any_order))
     return Bound(epoch, request, attrs, prepared, checks, first(inputs)), arrays
 
 
 def _kept_view_maker(tensor: torch.Tensor, prepared: Prepared) -> Callable[[torch.Tensor], Any] | None:
     """How the view of a parameter that aliases its memory is made (as ``host_view`` and ``to_backend``
     make it), or None where the tensor is no parameter or is copied at each call."""
-    if type(tensor) is not Parameter or not tensor.is_contiguous():
+    if type(tensor) is not Parameter or not crosses_as_is(tensor, prepared.any_order):
         return None
     if prepared.host:
         return resizable_array if tensor.is_cpu else None

@@ -99,11 +99,19 @@ def host_view(tensor: torch.Tensor) -> np.ndarray:
     return host_array(tensor)
 
 
-def to_backend(tensor: torch.Tensor, space: MemorySpace, enter: Any) -> Any:
+def crosses_as_is(tensor: torch.Tensor, any_order: bool) -> bool:
+    """Whether ``tensor`` goes to a device backend as it is laid out: C-contiguous, or channels-last where the
+    implementation takes any memory order (``any_order``); other layouts cross as C-contiguous copies."""
+    return tensor.is_contiguous() or any_order and tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last)
+
+
+def to_backend(tensor: torch.Tensor, space: MemorySpace, enter: Any, any_order: bool = False) -> Any:
     """The tensor in the backend's memory (``space``, whose DLPack import is ``enter``): through DLPack
-    (zero-copy, kept for parameters) when it is already there, else uploaded from a host copy."""
+    (zero-copy, kept for parameters) when it is already there, as it is laid out where ``crosses_as_is`` (a
+    channels-last activation of a half-precision model crosses without two transposing copies), else as a
+    C-contiguous copy; from anywhere else, uploaded from a host copy."""
     if enter is not None and memory_of(tensor) == space.name:
-        if not tensor.is_contiguous():
+        if not crosses_as_is(tensor, any_order):
             tensor = tensor.contiguous()
         return aliasing_view(tensor, enter)
     return space.upload(host_array(tensor))

@@ -13,6 +13,7 @@ import numpy as np
 from cupy._core import _routines_linalg as _linalg
 
 from . import _cublas, _runtime
+from ._runtime import dtype_name
 
 _set: dict[str, bool] = {}
 
@@ -35,7 +36,7 @@ def _float16_in_float32() -> None:
 def matmul(a: Any, b: Any) -> Any:
     """a @ b (batched, broadcasting) on cuBLAS: one strided-batched GEMM where each operand's batch
     dimensions fold into one stride (cupy.matmul otherwise, which a CUDA graph cannot record)."""
-    if a.dtype == b.dtype and a.dtype.name in DATA_TYPES and a.ndim >= 2 and b.ndim >= 2 and a.size and b.size:
+    if a.dtype == b.dtype and dtype_name(a.dtype) in DATA_TYPES and a.ndim >= 2 and b.ndim >= 2 and a.size and b.size:
         y = _strided_batched(a, b)
         if y is None:  # an operand whose batch axes do not fold (a head split's view): it alone made whole first
             y = _strided_batched(*_folding(a, b))
@@ -107,11 +108,11 @@ def _strided_batched(a: Any, b: Any) -> Any:
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
     if y.size == 0:
         return y
-    kind, one, zero = DATA_TYPES[a.dtype.name], *_SCALARS[a.dtype.name]
+    kind, one, zero = DATA_TYPES[dtype_name(a.dtype)], *_SCALARS[dtype_name(a.dtype)]
     # row-major y = a @ b is column-major y^T = b^T a^T: b's reading first
     _cublas.gemm_strided_batched_ex(read_b[0], read_a[0], n, m, k, one.ctypes.data, b.data.ptr, kind, read_b[1], stride_b,
                                     a.data.ptr, kind, read_a[1], stride_a, zero.ctypes.data, y.data.ptr, kind, n, m * n, count,
-                                    compute_type(a.dtype.name))
+                                    compute_type(dtype_name(a.dtype)))
     return y
 
 
@@ -144,7 +145,7 @@ def rows_times_transposed(x: Any, w: Any) -> Any:
     m, k = x.shape
     n = w.shape[0]
     y = cp.empty((m, n), x.dtype)
-    kind, one, zero = DATA_TYPES[x.dtype.name], *_SCALARS[x.dtype.name]
+    kind, one, zero = DATA_TYPES[dtype_name(x.dtype)], *_SCALARS[dtype_name(x.dtype)]
     _cublas.gemm_ex(_cublas.OP_T, _cublas.OP_N, n, m, k, one.ctypes.data, w.data.ptr, kind, k, x.data.ptr, kind, k,
-                    zero.ctypes.data, y.data.ptr, kind, n, compute_type(x.dtype.name))
+                    zero.ctypes.data, y.data.ptr, kind, n, compute_type(dtype_name(x.dtype)))
     return y

@@ -27,6 +27,7 @@ import numpy as np
 from algoswap import LRUCache, declare_cache
 
 from . import _blas, _cublas
+from ._runtime import dtype_name
 
 # cublasLtMatmulDescAttributes_t
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8
@@ -87,7 +88,7 @@ def plan(dtype: str, m: int, n: int, k: int, epilogue: str = "bias") -> Plan | s
 def linear(x: Any, w: Any, bias: Any, epilogue: str = "bias") -> Any | None:
     """x (M, K) @ w (N, K).T + bias (N) and the epilogue's activation as a new (M, N) array, both operands
     C-contiguous of one dtype of DTYPES, M, N, K > 0; None where cuBLASLt has no algorithm for it."""
-    found = plan(x.dtype.name, x.shape[0], w.shape[0], x.shape[1], epilogue)
+    found = plan(dtype_name(x.dtype), x.shape[0], w.shape[0], x.shape[1], epilogue)
     if isinstance(found, str):
         return None
     x, w = (a if a.data.ptr % OPERAND_ALIGN == 0 else a.copy() for a in (x, w))

@@ -13,7 +13,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from ._runtime import C_TYPES, INCLUDES, channels_last, contiguous
+from ._runtime import C_TYPES, INCLUDES, channels_last, contiguous, dtype_name
 from .activation import FORWARD
 
 # conv2d_fused's activation -> the C statements applying it to T v (activation.FORWARD's, relu6 as hardtanh(0, 6))
@@ -54,7 +54,7 @@ def apply(y: Any, bias: Any = None, residual: Any = None, activation: str = "non
     channels_last = not y.flags.c_contiguous
     if residual is not None and residual.strides != y.strides:
         residual = same_order(residual, y)
-    kernel = _kernel(y.dtype.name, channels_last, bias is not None, residual is not None, activation)
+    kernel = _kernel(dtype_name(y.dtype), channels_last, bias is not None, residual is not None, activation)
     blocks = min(-(-y.size // _THREADS), _MOST_BLOCKS)
     kernel((blocks,), (_THREADS,), (y, y if bias is None else bias, y if residual is None else residual,
                                     np.int64(y.size), np.int64(y.shape[2] * y.shape[3]), np.int32(y.shape[1])))

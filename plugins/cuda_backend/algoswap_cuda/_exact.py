@@ -36,7 +36,7 @@ import numpy as np
 from algoswap import LRUCache, declare_cache
 
 from ._epilogue import ACTIVATIONS
-from ._runtime import channels_last, known_finite
+from ._runtime import channels_last, dtype_name, known_finite
 from ._types import prelude
 
 LOSING_INFINITIES = ("float16",)  # the dtypes whose cuDNN engines lose infinities: their convolutions come here
@@ -119,7 +119,7 @@ def flag_nonfinite(arrays: tuple[Any, ...]) -> Any:
     absent = SCANNED - len(scanned)
     args = [value for a, n in zip(scanned + [scanned[0]] * absent, [a.size for a in scanned] + [0] * absent)
             for value in (a, np.int64(n))]
-    _scan(scanned[0].dtype.name)((SLOTS,), (_THREADS,), (*args, flag))
+    _scan(dtype_name(scanned[0].dtype))((SLOTS,), (_THREADS,), (*args, flag))
     return flag
 
 
@@ -241,7 +241,7 @@ def _launch(flags: list[Any], x: Any, w: Any, y: Any, stride: tuple[int, int], p
     args = (*flags, x, w, y if bias is None else bias, y if residual is None else residual, y, _memory(y), np.int64(y.size), out,
             *map(np.int32, (n, c, h, wd, o, kh, kw, y.shape[2], y.shape[3], *stride, top, left, *dilation, groups)),
             *_elements(x), *_elements(w), *_elements(y))
-    _direct(y.dtype.name, bias is not None, residual is not None, activation)((SLOTS,), (_THREADS,), args)
+    _direct(dtype_name(y.dtype), bias is not None, residual is not None, activation)((SLOTS,), (_THREADS,), args)
     return out
 
 

@@ -94,14 +94,18 @@ __device__ inline void reading_inside(int offset, int stride, int size, int outs
 
 // One thread per weight. A non-finite weight (the first along the input channels of its output channel
 // and tap, so that one thread per tap writes) makes NaN of every output where its tap reads the padding.
-// y is NCHW (channels_last 0) or NHWC (1) in memory.
+// y is NCHW (channels_last 0) or NHWC (1) in memory; w is KCRS (weight_channels_last 0) or KRSC (1).
 extern "C" __global__ void padding_nan_forward(const S* w, S* y, int n, int o, int cg, int kh, int kw,
-        int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw, int channels_last) {
+        int h, int wd, int oh, int ow, int sh, int sw, int ph, int pw, int dh, int dw, int channels_last,
+        int weight_channels_last) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (index >= (long long)o * cg * kh * kw || isfinite((T)w[index])) return;
+    if (index >= (long long)o * cg * kh * kw) return;
     int taps = kh * kw, tap = index % taps, ci = (index / taps) % cg, oc = index / ((long long)taps * cg);
+    #define WEIGHT(c) w[weight_channels_last ? ((long long)oc * taps + tap) * cg + (c) : ((long long)oc * cg + (c)) * taps + tap]
+    if (isfinite((T)WEIGHT(ci))) return;
     for (int earlier = 0; earlier < ci; ++earlier)
-        if (!isfinite((T)w[((long long)oc * cg + earlier) * taps + tap])) return;
+        if (!isfinite((T)WEIGHT(earlier))) return;
+    #undef WEIGHT
     int r0, r1, c0, c1;
     reading_inside(tap / kw * dh - ph, sh, h, oh, &r0, &r1);
     reading_inside(tap % kw * dw - pw, sw, wd, ow, &c0, &c1);

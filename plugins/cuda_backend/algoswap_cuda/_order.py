@@ -21,6 +21,7 @@ import numpy as np
 from algoswap import is_channels_last
 
 from . import _kernels, _runtime
+from ._runtime import dtype_name
 
 OPERATORS: dict[str, Callable[[Any, Any], Any]] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                                                    "div": operator.truediv}
@@ -107,7 +108,7 @@ def _per_channel(op: str, x: Any, s: Any, x_first: bool) -> Any:
     memory = (x.transpose(0, 2, 3, 1), y.transpose(0, 2, 3, 1))
     lanes = _kernels.lanes(c, *memory)
     count = y.size // lanes
-    kernel = _channel_kernel(op, x_first, lanes, x.dtype.name)
+    kernel = _channel_kernel(op, x_first, lanes, dtype_name(x.dtype))
     sn, sc = (s.shape[1] if s.shape[0] > 1 else 0), (1 if s.shape[1] > 1 else 0)
     blocks = -(-count // _kernels.BLOCK)
     kernel((blocks,), (_kernels.BLOCK,), (memory[0], s, memory[1], np.int64(count), np.int32(c), np.int64(h * w * c),

@@ -25,6 +25,7 @@ import numpy as np
 from . import _vectorised
 from ._epilogue import ACTIVATIONS
 from ._types import accumulation, prelude, scalar
+from ._runtime import dtype_name
 
 _COPY_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}  # by item size
 _THREADS, _MOST_BLOCKS = 256, 8192
@@ -169,7 +170,7 @@ def batchnorm(x: Any, mean: Any, var: Any, weight: Any, bias: Any, eps: float, a
     x, mean, var, weight, bias = (_contiguous(a) for a in (x, mean, var, weight, bias))
     y = cp.empty(x.shape, x.dtype)
     if x.size:
-        kernel = _batchnorm_kernel(x.dtype.name, weight is not None, bias is not None, activation)
+        kernel = _batchnorm_kernel(dtype_name(x.dtype), weight is not None, bias is not None, activation)
         kernel((_blocks(x.size),), (_THREADS,), (x, mean, var, x if weight is None else weight, x if bias is None else bias, y,
                                                   np.int64(x.size), np.int64(x.shape[2] * x.shape[3]), np.int32(x.shape[1]),
                                                   scalar(x.dtype, eps)))
@@ -192,7 +193,7 @@ def softmax_rows(x: Any, scale: float = 1.0, safe: bool = False) -> Any:
     rows = x.size // d if d else 0
     if rows:
         threads = _row_threads(d)
-        _softmax_kernel(x.dtype.name, safe)((min(rows, _MOST_BLOCKS * 8),), (threads,),
+        _softmax_kernel(dtype_name(x.dtype), safe)((min(rows, _MOST_BLOCKS * 8),), (threads,),
                                             (x, y, np.int64(rows), np.int32(d), scalar(x.dtype, scale), scalar(x.dtype, -np.inf)),
                                             shared_mem=threads * accumulation(x.dtype).itemsize)
     return y
@@ -209,7 +210,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, normalized_ndim: int, eps: float)
     rows = x.size // d if d else 0
     if rows:
         threads = _row_threads(d)
-        kernel = _layer_norm_kernel(x.dtype.name, weight is not None, bias is not None)
+        kernel = _layer_norm_kernel(dtype_name(x.dtype), weight is not None, bias is not None)
         kernel((min(rows, _MOST_BLOCKS * 8),), (threads,), (x, x if weight is None else weight, x if bias is None else bias,
                                                              y, np.int64(rows), np.int32(d), scalar(x.dtype, eps)),
                shared_mem=threads * accumulation(x.dtype).itemsize)

@@ -118,7 +118,7 @@ def is_frozen_copy(device: Any) -> bool:
 
 
 def _remember_finite(array: np.ndarray, device: Any) -> None:
-    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
+    if array.dtype.kind == "f" or dtype_name(array.dtype) == "bfloat16":
         if not np.isfinite(array).all():
             return
     key = id(device)
@@ -171,16 +171,45 @@ except ImportError:  # bfloat16 tensors then cross through DLPack (which refuses
     pass
 
 
+_DTYPE_NAMES: dict[Any, str] = {}  # numpy's dtype.name is computed in Python at each access (~3 us for float32)
+
+
+def dtype_name(dtype: Any) -> str:
+    """``dtype.name``, remembered per dtype (a handful exist)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 def from_dlpack(tensor: Any) -> Any:
-    """A CuPy view of a CUDA tensor (zero-copy). A contiguous torch tensor is viewed through its data
-    pointer (the view keeps the tensor alive): torch's ``__dlpack__`` queries streams and devices on
-    every call (~40 us), and both libraries run on the null stream here."""
+    """A CuPy view of a CUDA tensor (zero-copy). A dense torch tensor (C-contiguous, channels-last, any order
+    of its dimensions without gaps) is viewed through its data pointer and strides (the view keeps the tensor
+    alive): torch's ``__dlpack__`` queries streams and devices on every call (~40 us), and both libraries run
+    on the null stream here."""
     dtype = _TORCH_DTYPES.get(str(getattr(tensor, "dtype", "")))
-    if dtype is None or not tensor.is_cuda or not tensor.is_contiguous() or tensor.device.index != cp.cuda.runtime.getDevice():
+    if dtype is None or not tensor.is_cuda or tensor.device.index != cp.cuda.runtime.getDevice() or not tensor.numel():
         return cp.from_dlpack(tensor)
-    size = tensor.numel() * tensor.element_size()
-    memory = cp.cuda.UnownedMemory(tensor.data_ptr(), size, tensor)
-    return cp.ndarray(tuple(tensor.shape), dtype, cp.cuda.MemoryPointer(memory, 0))
+    strides = None if tensor.is_contiguous() else dense_strides(tuple(tensor.shape), tensor.stride())
+    if strides is None and not tensor.is_contiguous():
+        return cp.from_dlpack(tensor)
+    itemsize = tensor.element_size()
+    memory = cp.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * itemsize, tensor)
+    pointer = cp.cuda.MemoryPointer(memory, 0)
+    if strides is None:
+        return cp.ndarray(tuple(tensor.shape), dtype, pointer)
+    return cp.ndarray(tuple(tensor.shape), dtype, pointer, strides=tuple(s * itemsize for s in strides))
+
+
+def dense_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``strides`` (in elements) where they lay ``shape`` out without gaps or overlaps in some order of its
+    dimensions (channels-last, say), else None."""
+    expected = 1
+    for size, stride in sorted(zip(shape, strides), key=lambda pair: pair[1]):
+        if size != 1 and stride != expected:
+            return None
+        expected *= size
+    return strides
 
 
 def address(array: Any) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import cupy as cp
 
 from algoswap import LRUCache, declare_cache
+from ._runtime import dtype_name
 
 Dims = tuple[int, int, int, int]
 _ALIGN = 16  # bytes: cuDNN's attention kernels read every row and tensor start at this alignment
@@ -197,7 +198,7 @@ def forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any | None:
     """softmax(scale * q @ k^T) @ v (causal: key j <= query i) on cuDNN; None where it has no plan for the call."""
     arrays = tuple(a if _readable(a) else a.copy(order="C") for a in (q, k, v))
     strides = tuple(tuple(s // a.itemsize for s in a.strides) for a in arrays)
-    g = geometry(q.dtype.name, tuple(a.shape for a in arrays), strides, causal, scale)  # type: ignore[arg-type]
+    g = geometry(dtype_name(q.dtype), tuple(a.shape for a in arrays), strides, causal, scale)  # type: ignore[arg-type]
     if isinstance(g, str):
         return None
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from ._runtime import C_TYPES
+from ._runtime import C_TYPES, dtype_name
 from ._types import prelude
 
 _TILE = 1024
@@ -65,12 +65,12 @@ def transpose(matrices: Any, out: Any, rows: int, cols: int) -> None:
         return
     th, tw = tile(rows, cols)
     blocks = count * -(-rows // th) * -(-cols // tw)
-    _kernel(matrices.dtype.name)((blocks,), (256,), (matrices, out, np.int32(rows), np.int32(cols), np.int32(th), np.int32(tw)))
+    _kernel(dtype_name(matrices.dtype))((blocks,), (256,), (matrices, out, np.int32(rows), np.int32(cols), np.int32(th), np.int32(tw)))
 
 
 def handles(array: Any) -> bool:
     """Whether these kernels copy ``array``: a 4-D float array (of fewer than 2**31 elements per image)."""
-    return array.ndim == 4 and array.dtype.name in C_TYPES and array[:1].size < 2**31
+    return array.ndim == 4 and dtype_name(array.dtype) in C_TYPES and array[:1].size < 2**31
 
 
 def to_channels_last(array: Any) -> Any:

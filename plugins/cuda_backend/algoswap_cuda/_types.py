@@ -18,7 +18,7 @@ import numpy as np
 
 from algoswap import in_float32
 
-from ._runtime import C_TYPES, HALF, INCLUDES
+from ._runtime import C_TYPES, HALF, INCLUDES, dtype_name
 
 __all__ = ["accumulation", "in_float32", "is_half", "prelude", "raw_kernel", "rounded", "scalar"]
 
@@ -42,7 +42,7 @@ def scalar(dtype: Any, value: float) -> Any:
 
 
 def is_half(array: Any) -> bool:
-    return array.dtype.name in HALF
+    return dtype_name(array.dtype) in HALF
 
 
 def rounded(array: Any, dtype: Any) -> Any:

@@ -19,6 +19,7 @@ import cupy as cp
 import numpy as np
 
 from ._types import prelude, scalar
+from ._runtime import dtype_name
 
 WARP_ROWS = 4096  # longest row for a warp (longer ones: _passes' block per row)
 _THREADS, _MOST_BLOCKS = 128, 65536
@@ -153,7 +154,7 @@ def layer_norm(x: Any, weight: Any, bias: Any, d: int, eps: float) -> Any:
     rows = x.size // d if d else 0
     if rows:
         vec = width(x.dtype, x, y, length=d)
-        kernel = _layer_norm_kernel(x.dtype.name, weight is not None, bias is not None, vec)
+        kernel = _layer_norm_kernel(dtype_name(x.dtype), weight is not None, bias is not None, vec)
         blocks = min(-(-rows // (_THREADS // 32)), _MOST_BLOCKS)
         kernel((blocks,), (_THREADS,), (x, x if weight is None else weight, x if bias is None else bias, y, np.int64(rows),
                                         np.int32(d), scalar(x.dtype, eps)))
@@ -167,7 +168,7 @@ def softmax_rows(x: Any, d: int, scale: float, safe: bool) -> Any:
     if rows:
         vec = width(x.dtype, x, y, length=d)
         blocks = min(-(-rows // (_THREADS // 32)), _MOST_BLOCKS)
-        _softmax_kernel(x.dtype.name, safe, vec)((blocks,), (_THREADS,), (x, y, np.int64(rows), np.int32(d),
+        _softmax_kernel(dtype_name(x.dtype), safe, vec)((blocks,), (_THREADS,), (x, y, np.int64(rows), np.int32(d),
                                                                            scalar(x.dtype, scale), scalar(x.dtype, -np.inf)))
     return y
 
@@ -178,5 +179,5 @@ def add(a: Any, b: Any) -> Any:
     if a.size:
         vec = width(a.dtype, a, b, y, length=a.size)
         blocks = min(-(-(a.size // vec) // _THREADS), _MOST_BLOCKS) or 1
-        _add_kernel(a.dtype.name, vec)((blocks,), (_THREADS,), (a, b, y, np.int64(a.size)))
+        _add_kernel(dtype_name(a.dtype), vec)((blocks,), (_THREADS,), (a, b, y, np.int64(a.size)))
     return y

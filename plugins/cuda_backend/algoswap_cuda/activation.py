@@ -17,7 +17,7 @@ import cupy as cp
 import numpy as np
 
 from ._order import keeps_order
-from ._runtime import contiguous
+from ._runtime import contiguous, dtype_name
 from ._types import is_half, prelude, scalar
 
 SQRT_HALF = "(T)0.70710678118654752"  # 1 / sqrt(2)
@@ -122,7 +122,7 @@ def _half(kind: str, name: str, arrays: tuple[Any, ...], params: tuple[float, ..
     first = arrays[0]
     out = cp.empty(first.shape, first.dtype)
     if first.size:
-        _raw_kernel(kind, name, first.dtype.name)(((first.size + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
+        _raw_kernel(kind, name, dtype_name(first.dtype))(((first.size + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
                                                   (*arrays, out, np.int64(first.size), *(scalar(first.dtype, p) for p in params)))
     return out
 

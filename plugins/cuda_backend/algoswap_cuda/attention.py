@@ -18,6 +18,7 @@ from ._blas import matmul, precision
 from ._types import accumulation, in_float32
 from .reduce import sum_to_shape
 from .softmax import softmax, softmax_grad
+from ._runtime import dtype_name
 
 
 def _t(a: Any) -> Any:
@@ -39,7 +40,7 @@ def _weights(q: Any, k: Any, mask: Any, is_causal: bool, scale: float) -> Any:
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, mask: Any, *, is_causal: bool, scale: float) -> Any:
-    if mask is None and q.dtype.name in _sdpa.DTYPES:
+    if mask is None and dtype_name(q.dtype) in _sdpa.DTYPES:
         out = _sdpa.forward(q, k, v, is_causal, scale)
         if out is not None:
             return out

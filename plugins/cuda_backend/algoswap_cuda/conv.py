@@ -16,6 +16,7 @@ import cupy as cp
 from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_channels_last
 
 from . import ENGINES, _blas, _epilogue, _exact, _gather, _kernels, _runtime
+from ._runtime import dtype_name
 
 Pair = tuple[int, int]
 PadHW = tuple[tuple[int, int], tuple[int, int]]
@@ -138,14 +139,14 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
              residual: Any = None, activation: str = "none") -> Any:
     """The convolution, then bias, residual and activation: in its cuDNN graph where _fusion chooses one,
     else in one epilogue pass."""
-    probed = x.dtype.name in _exact.LOSING_INFINITIES
+    probed = dtype_name(x.dtype) in _exact.LOSING_INFINITIES
     known = (_exact.recorded(x), _exact.recorded(residual)) if probed else (None, None)  # before x and residual are copied
     if mode != "zeros":
         x, padding = _gather.pad(x, padding, mode), NO_PADDING
     algorithm = _by_timing(algorithm)[0]
     if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
         stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
-    channels_last = runs_channels_last(x.dtype.name, is_channels_last(x), algorithm)
+    channels_last = runs_channels_last(dtype_name(x.dtype), is_channels_last(x), algorithm)
     weight = w  # (K, C, R, S) as given: the padding NaN pass reads it in KCRS order
     x, w = (_runtime.channels_last(x), _runtime.channels_last_weight(w)) if channels_last else (_runtime.contiguous(x), _runtime.contiguous(w))
     after = (bias is not None, residual is not None, activation)
@@ -174,8 +175,8 @@ def _forward_plan(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, 
                   after: tuple[bool, bool, str]) -> tuple[Any, tuple[int, ...]]:
     """The plan of a forward call (its fused graph or the plain convolution: _fusion.choose) and the output shape."""
     g = conv_geometry(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation)
-    geometry = _cudnn_geometry("fprop", g, x.dtype.name, channels_last)
-    return _fusion().choose(geometry, _after(x.dtype.name, *after, channels_last), algorithm).plan, g.output
+    geometry = _cudnn_geometry("fprop", g, dtype_name(x.dtype), channels_last)
+    return _fusion().choose(geometry, _after(dtype_name(x.dtype), *after, channels_last), algorithm).plan, g.output
 
 
 def _padding_nan_runs(padding: PadHW, w: Any) -> bool:
@@ -189,9 +190,10 @@ def _padding_nan_forward(x: Any, w: Any, y: Any, stride: Pair, padding: PadHW, d
     for the GPU copy of a frozen weight known to be finite (a swap_backend Model's)."""
     if _padding_nan_runs(padding, w):
         (top, _), (left, _) = padding
-        w = _runtime.contiguous(w)
-        _kernels.launch(_kernels.PADDING_NAN, "padding_nan_forward", y.dtype.name, w.size, (w, y), None, y.shape[0],
-                        *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation, not y.flags.c_contiguous)
+        krsc = is_channels_last(w)  # a channels-last torch model's weight, as it crossed: read in place
+        w = w if krsc else _runtime.contiguous(w)
+        _kernels.launch(_kernels.PADDING_NAN, "padding_nan_forward", dtype_name(y.dtype), w.size, (w, y), None, y.shape[0],
+                        *w.shape, *x.shape[2:], *y.shape[2:], *stride, top, left, *dilation, not y.flags.c_contiguous, krsc)
 
 
 def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: PadHW, dilation: Pair) -> None:
@@ -200,7 +202,7 @@ def _padding_nan_weight_grad(x: Any, dy: Any, dw: Any, stride: Pair, padding: Pa
     (top, bottom), (left, right) = padding
     if top or bottom or left or right:
         claimed = cp.zeros(dw.shape[0] * dw.shape[2] * dw.shape[3], dtype=cp.int32)
-        _kernels.launch(_kernels.PADDING_NAN, "padding_nan_weight_grad", dw.dtype.name, dy.shape[0] * dy.shape[1] * dy.shape[2],
+        _kernels.launch(_kernels.PADDING_NAN, "padding_nan_weight_grad", dtype_name(dw.dtype), dy.shape[0] * dy.shape[1] * dy.shape[2],
                         (dy, dw, claimed), dy.shape[0] * dy.shape[1], *dw.shape, *x.shape[2:], *dy.shape[2:], *stride,
                         top, left, *dilation)
 
@@ -251,7 +253,7 @@ def conv2d_grad_input(dy: Any, w: Any, *, input_size: tuple[int, ...], stride: P
     g = _zero_padded(conv_geometry(input_size, w.shape, stride=stride, padding=padding, dilation=dilation, groups=groups,
                                    padding_mode=padding_mode))
     dy, w = _runtime.contiguous(dy), _runtime.contiguous(w)
-    plan = _cudnn().plan(_cudnn_geometry("dgrad", g, dy.dtype.name), "guess")
+    plan = _cudnn().plan(_cudnn_geometry("dgrad", g, dtype_name(dy.dtype)), "guess")
     dx = cp.empty(g.input, dtype=dy.dtype)
     plan.run(dy, w, dx)
     return dx if padding_mode == "zeros" else _gather.unpad(dx, tuple(input_size[2:]), padding, padding_mode)  # type: ignore[arg-type]
@@ -264,7 +266,7 @@ def conv2d_grad_weight(dy: Any, x: Any, *, weight_size: tuple[int, ...], stride:
         x, padding = _gather.pad(x, padding, padding_mode), NO_PADDING
     dy, x = _runtime.contiguous(dy), _runtime.contiguous(x)
     g = conv_geometry(x.shape, weight_size, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    plan = _cudnn().plan(_cudnn_geometry("wgrad", g, dy.dtype.name), "guess")
+    plan = _cudnn().plan(_cudnn_geometry("wgrad", g, dtype_name(dy.dtype)), "guess")
     dw = cp.empty(tuple(weight_size), dtype=dy.dtype)
     plan.run(x, dy, dw)
     _padding_nan_weight_grad(x, dy, dw, stride, padding, dilation)
@@ -287,7 +289,7 @@ def conv2d_direct(x: Any, w: Any, b: Any, *, stride: Pair, padding: PadHW, dilat
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     bias = w if b is None else _runtime.contiguous(b)
-    _kernels.launch(_kernels.CONV2D_DIRECT, "conv2d_direct", x.dtype.name, y.size, (x, w, bias, y), None,
+    _kernels.launch(_kernels.CONV2D_DIRECT, "conv2d_direct", dtype_name(x.dtype), y.size, (x, w, bias, y), None,
                     n, c, h, wd, o, kh, kw, y.shape[2], y.shape[3], *stride, padding[0][0], padding[1][0],
                     *dilation, groups, b is not None)
     return y

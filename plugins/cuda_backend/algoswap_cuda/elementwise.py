@@ -7,10 +7,10 @@ from typing import Any
 
 from . import _vectorised
 from ._order import binary
-from ._runtime import C_TYPES
+from ._runtime import C_TYPES, dtype_name
 
 
 def add(a: Any, b: Any) -> Any:
-    if a.shape == b.shape and a.dtype == b.dtype and a.dtype.name in C_TYPES and a.flags.c_contiguous and b.flags.c_contiguous:
+    if a.shape == b.shape and a.dtype == b.dtype and dtype_name(a.dtype) in C_TYPES and a.flags.c_contiguous and b.flags.c_contiguous:
         return _vectorised.add(a, b)
     return binary("add", a, b)

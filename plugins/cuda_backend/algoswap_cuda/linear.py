@@ -11,6 +11,7 @@ import numpy as np
 from . import _cublaslt, _epilogue
 from .reduce import total
 from ._blas import DATA_TYPES, matmul, precision, rows_times_transposed
+from ._runtime import dtype_name
 
 
 def _rows(a: Any) -> Any:
@@ -35,7 +36,7 @@ def linear(x: Any, w: Any, b: Any) -> Any:
 
 def _direct(rows: Any, w: Any) -> bool:
     """Whether the product can be one cublasGemmEx call: a dtype cuBLAS takes, C-contiguous, nothing empty."""
-    return (rows.dtype.name in DATA_TYPES and rows.dtype == w.dtype and rows.flags.c_contiguous
+    return (dtype_name(rows.dtype) in DATA_TYPES and rows.dtype == w.dtype and rows.flags.c_contiguous
             and w.flags.c_contiguous and 0 not in rows.shape and w.shape[0] > 0)
 
 

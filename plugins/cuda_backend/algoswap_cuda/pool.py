@@ -14,7 +14,7 @@ import cupy as cp
 from algoswap import is_channels_last
 
 from . import _kernels, _pool_kernels, _runtime
-from ._runtime import contiguous
+from ._runtime import contiguous, dtype_name
 from ._types import accumulation, rounded
 
 Pair = tuple[int, int]
@@ -40,13 +40,13 @@ def _pool(op: str, x: Any, out_hw: tuple[int, int], *ints: int) -> Any:
     if not is_channels_last(x):
         x = contiguous(x)
         y = cp.empty((n, c, *out_hw), x.dtype)
-        _kernels.launch(_NCHW[op], op, x.dtype.name, y.size, (x, y), _planes(x), *x.shape[2:], *out_hw, *ints)
+        _kernels.launch(_NCHW[op], op, dtype_name(x.dtype), y.size, (x, y), _planes(x), *x.shape[2:], *out_hw, *ints)
         return y
     y = _runtime.empty((n, c, *out_hw), x.dtype, True)
     assert c * max(h * wd, out_hw[0] * out_hw[1]) < 2**31, x.shape  # the kernels index within one image in int
     lanes = _kernels.lanes(c, x, y)
     memory = (x.transpose(0, 2, 3, 1), y.transpose(0, 2, 3, 1))  # C-contiguous views of the NHWC memory
-    _kernels.launch(_pool_kernels.nhwc_source(lanes), f"{op}_nhwc_{lanes}", x.dtype.name, y.size // lanes, memory, y.size // lanes,
+    _kernels.launch(_pool_kernels.nhwc_source(lanes), f"{op}_nhwc_{lanes}", dtype_name(x.dtype), y.size // lanes, memory, y.size // lanes,
                     c, h, wd, *out_hw, *ints)
     return y
 
@@ -61,7 +61,7 @@ def maxpool2d_grad(dy: Any, x: Any, *, kernel_size: Pair, stride: Pair, padding:
     """Each output finds its window's maximum again and adds its gradient there."""
     dy, x = contiguous(dy), contiguous(x)
     dx = cp.zeros(x.shape, accumulation(x.dtype))
-    _kernels.launch(_pool_kernels.MAXPOOL2D, "maxpool2d_grad", x.dtype.name, dy.size, (dy, x, dx), _planes(x),
+    _kernels.launch(_pool_kernels.MAXPOOL2D, "maxpool2d_grad", dtype_name(x.dtype), dy.size, (dy, x, dx), _planes(x),
                     *x.shape[2:], *dy.shape[2:], *kernel_size, *stride, *padding, *dilation)
     return rounded(dx, x.dtype)
 
@@ -76,7 +76,7 @@ def avgpool2d_grad(dy: Any, *, input_size: tuple[int, ...], kernel_size: Pair, s
                    ceil_mode: bool, count_include_pad: bool, divisor_override: int | None) -> Any:
     dy = contiguous(dy)
     dx = cp.zeros(tuple(input_size), dtype=accumulation(dy.dtype))
-    _kernels.launch(_pool_kernels.AVGPOOL2D, "avgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
+    _kernels.launch(_pool_kernels.AVGPOOL2D, "avgpool2d_grad", dtype_name(dy.dtype), dy.size, (dy, dx), _planes(dx),
                     *input_size[2:], *dy.shape[2:], *kernel_size, *stride, *padding, count_include_pad,
                     divisor_override or 0)
     return rounded(dx, dy.dtype)
@@ -90,7 +90,7 @@ def adaptiveavgpool2d(x: Any, *, output_size: Pair) -> Any:
 def adaptiveavgpool2d_grad(dy: Any, *, input_size: tuple[int, ...]) -> Any:
     dy = contiguous(dy)
     dx = cp.zeros(tuple(input_size), dtype=accumulation(dy.dtype))
-    _kernels.launch(_pool_kernels.ADAPTIVE, "adaptiveavgpool2d_grad", dy.dtype.name, dy.size, (dy, dx), _planes(dx),
+    _kernels.launch(_pool_kernels.ADAPTIVE, "adaptiveavgpool2d_grad", dtype_name(dy.dtype), dy.size, (dy, dx), _planes(dx),
                     *input_size[2:], *dy.shape[2:])
     return rounded(dx, dy.dtype)
 

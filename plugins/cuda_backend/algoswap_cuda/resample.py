@@ -13,7 +13,7 @@ import numpy as np
 from algoswap import LRUCache, declare_cache, interpolation_taps
 
 from . import _kernels
-from ._runtime import contiguous
+from ._runtime import contiguous, dtype_name
 from ._types import accumulation, rounded
 
 Pair = tuple[int, int]
@@ -40,7 +40,7 @@ def _launch(name: str, source: Any, target: Any, extents: Pair, outputs: Pair, s
     cols = _device_taps(extents[1], outputs[1], None if scale_factor is None else scale_factor[1], mode, align_corners,
                         source.dtype)
     planes = int(source.shape[0] * source.shape[1])
-    _kernels.launch(_kernels.INTERPOLATE, name, source.dtype.name, count, (source, target, rows[0], cols[0], rows[1], cols[1]),
+    _kernels.launch(_kernels.INTERPOLATE, name, dtype_name(source.dtype), count, (source, target, rows[0], cols[0], rows[1], cols[1]),
                     planes, *extents, *outputs, mode == "nearest")
 
 

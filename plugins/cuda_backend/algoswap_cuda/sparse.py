@@ -9,6 +9,7 @@ from typing import Any
 import cupy as cp
 
 from . import _kernels, _runtime
+from ._runtime import dtype_name
 
 
 def _op(matrix: Any, transposed: bool) -> Any:
@@ -30,7 +31,7 @@ def _product(matrix: Any, dense: Any) -> Any:
     out = cp.empty((matrix.shape[0], dense.shape[1]), dtype=dense.dtype)
     index = matrix.indices.dtype
     arrays = (matrix.indptr.astype(index, copy=False), matrix.indices, matrix.data.astype(dense.dtype, copy=False), dense, out)
-    _kernels.launch(_SOURCES[index.name], "csrmm", dense.dtype.name, out.size, arrays, None, *out.shape)
+    _kernels.launch(_SOURCES[index.name], "csrmm", dtype_name(dense.dtype), out.size, arrays, None, *out.shape)
     return out
 
 
