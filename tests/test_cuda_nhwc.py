@@ -254,6 +254,29 @@ def _small_mobile_net() -> Any:
     return net.eval()
 
 
+def _layout_copies(monkeypatch: pytest.MonkeyPatch, images_only: bool) -> list[str]:
+    """The copies into another memory order made from now on (the runner's through cupy.ascontiguousarray, the
+    convolutions' through _transpose), each as "function shape strides"; ``images_only``: copies of (N, C, 1, 1)
+    arrays and C-contiguous ones through ascontiguousarray (which cost nothing) are left out."""
+    from algoswap_cuda import _transpose
+
+    copies: list[str] = []
+    cp = _cp()
+
+    def counted(name: str, function: Any) -> Any:
+        def call(array: Any, *args: Any, **kwargs: Any) -> Any:
+            if not images_only or name != "ascontiguousarray" or getattr(array, "ndim", 0) == 4 \
+                    and array.shape[2] * array.shape[3] > 1 and not array.flags.c_contiguous:
+                copies.append(f"{name} {array.shape} {array.strides}")
+            return function(array, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(cp, "ascontiguousarray", counted("ascontiguousarray", cp.ascontiguousarray))
+    monkeypatch.setattr(_transpose, "to_channels_last", counted("to_channels_last", _transpose.to_channels_last))
+    monkeypatch.setattr(_transpose, "to_contiguous", counted("to_contiguous", _transpose.to_contiguous))
+    return copies
+
+
 @pytest.mark.parametrize("dtype", [*HALF, "float32"])
 def test_a_tensor_core_model_keeps_its_activations_channels_last(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """From the input's one NCHW -> NHWC transpose on, no activation map of the model is copied into another memory
@@ -261,7 +284,6 @@ def test_a_tensor_core_model_keeps_its_activations_channels_last(dtype: str, mon
     around the max pooling, the squeeze-and-excitation or the poolings; and the model computes what the float64
     model does."""
     torch = pytest.importorskip("torch")
-    from algoswap_cuda import _transpose
 
     module = _small_mobile_net()
     x = torch.randn(4, 3, 64, 64).to(getattr(torch, dtype)).float()
@@ -271,21 +293,7 @@ def test_a_tensor_core_model_keeps_its_activations_channels_last(dtype: str, mon
     model = algoswap.swap_backend(module.cuda(), "cuda:default", tuple(x.shape), dtype=getattr(torch, dtype), capture=False)
     assert model.backends() == ["cuda"], model.explain()
     model(x.cuda())  # plans, and the NHWC copies of the weights
-    copies: list[str] = []
-    cp = _cp()
-    real = (cp.ascontiguousarray, _transpose.to_channels_last, _transpose.to_contiguous)
-
-    def counted(name: str, function: Any) -> Any:
-        def call(array: Any, *args: Any, **kwargs: Any) -> Any:
-            if name != "ascontiguousarray" or getattr(array, "ndim", 0) == 4 and array.shape[2] * array.shape[3] > 1 \
-                    and not array.flags.c_contiguous:  # an image's copy (one of N, C, 1, 1 costs nothing)
-                copies.append(f"{name} {array.shape} {array.strides}")
-            return function(array, *args, **kwargs)
-        return call
-
-    monkeypatch.setattr(cp, "ascontiguousarray", counted("ascontiguousarray", real[0]))
-    monkeypatch.setattr(_transpose, "to_channels_last", counted("to_channels_last", real[1]))
-    monkeypatch.setattr(_transpose, "to_contiguous", counted("to_contiguous", real[2]))
+    copies = _layout_copies(monkeypatch, images_only=True)
     got = model(x.cuda())
     size = DTYPES[dtype].itemsize  # float32 without TF32 would run NCHW throughout: no copy at all
     assert copies == [f"to_channels_last (4, 3, 64, 64) {(3 * 64 * 64 * size, 64 * 64 * size, 64 * size, size)}"], copies
@@ -321,12 +329,11 @@ def test_swapped_layers_of_a_channels_last_model_take_its_tensors_as_they_lie(dt
     backend at every call), the padding NaN pass reads the KRSC weight in place, and the layers compute what the
     float64 model does, an infinite weight's NaN at the padding included."""
     torch = pytest.importorskip("torch")
-    from algoswap_cuda import _transpose
 
     torch.manual_seed(derived_seed(16))
     module = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1, bias=False))
-    with torch.no_grad():
-        module[2].weight[3, 5, 0, 1] = float("inf")
+    with torch.no_grad():  # in the first layer: its input is never 0 (after a relu, inf * 0 would be NaN or not as
+        module[0].weight[3, 5, 0, 1] = float("inf")  # a value near 0 rounds to either sign in the half precision)
     x = torch.randn(2, 8, 12, 12).to(getattr(torch, dtype)).double()
     with torch.no_grad():
         expected = copy.deepcopy(module).double()(x)
@@ -335,19 +342,7 @@ def test_swapped_layers_of_a_channels_last_model_take_its_tensors_as_they_lie(dt
     xc = x.cuda().to(half).contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         swapped(xc)  # plans
-        copies: list[str] = []
-        cp = _cp()
-        real = (cp.ascontiguousarray, _transpose.to_channels_last, _transpose.to_contiguous)
-
-        def counted(name: str, function: Any) -> Any:
-            def call(array: Any, *args: Any, **kwargs: Any) -> Any:
-                copies.append(f"{name} {array.shape} {array.strides}")
-                return function(array, *args, **kwargs)
-            return call
-
-        monkeypatch.setattr(cp, "ascontiguousarray", counted("ascontiguousarray", real[0]))
-        monkeypatch.setattr(_transpose, "to_channels_last", counted("to_channels_last", real[1]))
-        monkeypatch.setattr(_transpose, "to_contiguous", counted("to_contiguous", real[2]))
+        copies = _layout_copies(monkeypatch, images_only=False)
         got = swapped(xc)
     assert not copies, copies
     assert got.is_contiguous(memory_format=torch.channels_last)

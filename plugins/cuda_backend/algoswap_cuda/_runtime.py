@@ -4,6 +4,7 @@ only: discovery and registration import neither CuPy nor the cuDNN frontend."""
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from typing import Any
 
@@ -183,33 +184,19 @@ def dtype_name(dtype: Any) -> str:
 
 
 def from_dlpack(tensor: Any) -> Any:
-    """A CuPy view of a CUDA tensor (zero-copy). A dense torch tensor (C-contiguous, channels-last, any order
-    of its dimensions without gaps) is viewed through its data pointer and strides (the view keeps the tensor
-    alive): torch's ``__dlpack__`` queries streams and devices on every call (~40 us), and both libraries run
-    on the null stream here."""
+    """A CuPy view of a CUDA tensor (zero-copy). A C-contiguous or channels-last torch tensor is viewed through
+    its data pointer and strides (the view keeps the tensor alive): torch's ``__dlpack__`` queries streams and
+    devices on every call (~40 us), and both libraries run on the null stream here."""
     dtype = _TORCH_DTYPES.get(str(getattr(tensor, "dtype", "")))
-    if dtype is None or not tensor.is_cuda or tensor.device.index != cp.cuda.runtime.getDevice() or not tensor.numel():
+    if dtype is None or not tensor.is_cuda or tensor.device.index != cp.cuda.runtime.getDevice():
         return cp.from_dlpack(tensor)
-    strides = None if tensor.is_contiguous() else dense_strides(tuple(tensor.shape), tensor.stride())
-    if strides is None and not tensor.is_contiguous():
-        return cp.from_dlpack(tensor)
-    itemsize = tensor.element_size()
-    memory = cp.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * itemsize, tensor)
-    pointer = cp.cuda.MemoryPointer(memory, 0)
-    if strides is None:
-        return cp.ndarray(tuple(tensor.shape), dtype, pointer)
-    return cp.ndarray(tuple(tensor.shape), dtype, pointer, strides=tuple(s * itemsize for s in strides))
-
-
-def dense_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
-    """``strides`` (in elements) where they lay ``shape`` out without gaps or overlaps in some order of its
-    dimensions (channels-last, say), else None."""
-    expected = 1
-    for size, stride in sorted(zip(shape, strides), key=lambda pair: pair[1]):
-        if size != 1 and stride != expected:
-            return None
-        expected *= size
-    return strides
+    strides = None
+    if not tensor.is_contiguous():
+        if tensor.dim() != 4 or not tensor.is_contiguous(memory_format=sys.modules["torch"].channels_last):
+            return cp.from_dlpack(tensor)
+        strides = tuple(s * tensor.element_size() for s in tensor.stride())
+    memory = cp.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * tensor.element_size(), tensor)
+    return cp.ndarray(tuple(tensor.shape), dtype, cp.cuda.MemoryPointer(memory, 0), strides=strides)
 
 
 def address(array: Any) -> int:
