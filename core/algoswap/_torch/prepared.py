@@ -103,7 +103,8 @@ class Bound:
         checks = self.checks
         if len(inputs) != len(checks):
             return None
-        host = self.prepared.host
+        prepared = self.prepared
+        host = prepared.host
         arrays: list[Any] = []
         for tensor, check in zip(inputs, checks):
             if check is None:
@@ -118,7 +119,6 @@ class Bound:
                   or ("host" if tensor.is_cpu else tensor.device.type) != check[2]):  # memory_of, written out
                 return None
             else:
-                prepared = self.prepared
                 arrays.append(host_view(tensor) if host else to_backend(tensor, prepared.space, prepared.enter, prepared.any_order))
         return arrays
 

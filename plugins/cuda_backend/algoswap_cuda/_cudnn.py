@@ -356,7 +356,7 @@ def _find(g: Geometry, tf32: bool, limit: int = 16) -> Plan:
         raise NotServed(f"none of cuDNN's {count} ranked engines for this {g.kind} layer builds"
                         f"{'' if tf32 else ' without TF32 tensor cores (TF32 is off)'}")
     fastest = [plan for _, _, plan in sorted(timings, key=lambda t: t[0])]
-    return (_exact.first_keeping(fastest) or fastest[0]) if _exact.probed(g) else fastest[0]
+    return _exact.first_keeping(fastest) if _exact.probed(g) else fastest[0]
 
 
 def random_array(rng: Any, shape: Shape, g: Geometry) -> Any:

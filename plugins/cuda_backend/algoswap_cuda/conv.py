@@ -147,7 +147,7 @@ def _forward(x: Any, w: Any, algorithm: str, stride: Pair, padding: PadHW, dilat
     if type(padding) is not tuple or type(stride) is not tuple or type(dilation) is not tuple:  # lists (JSON)
         stride, dilation, padding = tuple(stride), tuple(dilation), tuple(map(tuple, padding))  # type: ignore[assignment]
     channels_last = runs_channels_last(dtype_name(x.dtype), is_channels_last(x), algorithm)
-    weight = w  # (K, C, R, S) as given: the padding NaN pass reads it in KCRS order
+    weight = w  # as given (KCRS, or KRSC from a channels-last model): the padding NaN pass reads it in place
     x, w = (_runtime.channels_last(x), _runtime.channels_last_weight(w)) if channels_last else (_runtime.contiguous(x), _runtime.contiguous(w))
     after = (bias is not None, residual is not None, activation)
     key = (algorithm, x.shape, w.shape, stride, padding, dilation, x.dtype.char, channels_last, after, _runtime.tf32("conv"))
