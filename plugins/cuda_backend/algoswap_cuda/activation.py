@@ -40,6 +40,9 @@ def _tanh_gate(of: str) -> str:
     return f"T u2 = 2 * {TANH_SCALE} * ({of} + (T)0.044715 * {of} * {of} * {of}); {_sigmoid('u2')}"
 
 
+# gelu's slope below x = -10, in double: tiny and negative (an infinite dy gives -inf, not inf * 0 = NaN)
+_GELU_TAIL = ("const double xd = x, g = 0.5 * erfc(-xd * 0.70710678118654752) + xd * exp(-0.5 * xd * xd) * 0.39894228040143268; "
+              "dx = (T)((double)dy * g);")
 _CLAMP_3_6 = "T c = v + 3; c = c < (T)0 ? (T)0 : (c > (T)6 ? (T)6 : c);"  # hardtanh(v + 3, 0, 6)
 # activation -> C statements turning T v into activation(v) (hardtanh reads the bounds T lo, T hi)
 FORWARD = {
@@ -60,7 +63,8 @@ FORWARD = {
 BACKWARD = {
     "hardtanh": "dx = (x > lo && x < hi) ? dy : (T)0;",
     "silu": f"{_sigmoid('x')} dx = dy * s * ((T)1 + x * ((T)1 - s));",
-    "gelu": f"dx = dy * ((T)0.5 * erfc(-x * {SQRT_HALF}) + x * exp((T)-0.5 * x * x) * {INV_SQRT_2PI});",
+    "gelu": (f"if (x < (T)-10) {{ {_GELU_TAIL} }} "  # float's exp(-x * x / 2) reaches 0 near x = -14, where the slope is not
+             f"else dx = dy * ((T)0.5 * erfc(-x * {SQRT_HALF}) + x * exp((T)-0.5 * x * x) * {INV_SQRT_2PI});"),
     "gelu_tanh": f"{_tanh_gate('x')} dx = dy * (s + 2 * x * s * ((T)1 - s) * {TANH_SCALE} * ((T)1 + (T)0.134145 * x * x));",
     "hardswish": "dx = x <= (T)-3 ? (T)0 : (x >= (T)3 ? dy : dy * (x / 3 + (T)0.5));",
     "hardsigmoid": "dx = (x > (T)-3 && x < (T)3) ? dy / 6 : (T)0;",
