@@ -1,7 +1,7 @@
 """Per-call cost of a tiny conv layer, where the host is the bottleneck: torch, a layer swapped by
 swap_conv2d (through the torch bridge), and the implementation called on CuPy arrays, in float32 (NCHW, TF32
 as torch has it, on by default) and in bfloat16 channels-last (as half-precision models run); then the pieces of
-the bridge timed alone (the DLPack imports each way) and, with --profile, where the swapped layer's time goes.
+the bridge timed alone (the DLPack imports each way, torch's own import of a result beside ours) and, with --profile, where the swapped layer's time goes.
 
     python benchmarks/cuda_call_overhead.py [--profile]
 """
@@ -49,12 +49,14 @@ def measure(dtype: torch.dtype, channels_last: bool, profile: bool) -> None:
     xc, wc, bc = (cp.from_dlpack(t.detach()) for t in (x, conv.weight, conv.bias))
     attrs = dict(stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1, padding_mode="zeros")
     y = impl.callable(xc, wc, bc, **attrs)
+    from algoswap._torch.tensors import device_tensor
     from algoswap_cuda import _runtime
 
     calls = {"torch conv": lambda: conv(x), "swapped conv (bridge)": lambda: swapped(x),
              "implementation on CuPy arrays": lambda: impl.callable(xc, wc, bc, **attrs),
              "  torch -> CuPy (_runtime.from_dlpack)": lambda: _runtime.from_dlpack(x),
-             "  CuPy -> torch (torch.utils.dlpack.from_dlpack)": lambda: torch.utils.dlpack.from_dlpack(y)}
+             "  CuPy -> torch (torch.utils.dlpack.from_dlpack)": lambda: torch.utils.dlpack.from_dlpack(y),
+             "  CuPy -> torch (algoswap's device_tensor, as the bridge imports results)": lambda: device_tensor(y)}
     name = f"{str(dtype).removeprefix('torch.')} {'channels-last' if channels_last else 'NCHW'}"
     with torch.no_grad():
         for label, fn in calls.items():

@@ -208,7 +208,7 @@ def every_kernel_source(dtype: str) -> list[str]:
     sources += [_passes.softmax_source(dtype, safe)[0] for safe in (False, True)]
     sources += [_vectorised.softmax_source(dtype, safe, vec)[0] for safe in (False, True) for vec in _widths(dtype)]
     for kind, table in (("forward", activation.FORWARD), ("backward", activation.BACKWARD), ("from_output", activation.FROM_OUTPUT)):
-        sources += [activation.kernel_source(kind, name, dtype)[0] for name in table]
+        sources += [activation.kernel_source(kind, name, dtype, vec)[0] for name in table for vec in _widths(dtype)]
     return sources
 
 

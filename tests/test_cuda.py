@@ -151,6 +151,41 @@ def test_torch_cuda_tensors_cross_without_copies() -> None:
 
 
 @gpu
+def test_device_arrays_cross_to_torch_on_its_current_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results enter torch as torch.utils.dlpack.from_dlpack would take them (the producer told torch's current
+    stream: 1 for the default one), without going through it (its Python part costs ~20 us a call)."""
+    torch = pytest.importorskip("torch")
+    import cupy as cp
+    from algoswap._torch.tensors import device_tensor
+
+    class Recording:
+        def __init__(self, array: Any) -> None:
+            self.array = array
+            self.streams: list[Any] = []
+
+        def __dlpack_device__(self) -> Any:
+            return self.array.__dlpack_device__()
+
+        def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+            self.streams.append(stream)
+            return self.array.__dlpack__(stream=stream, **kwargs)
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("torch.utils.dlpack.from_dlpack was called")
+
+    monkeypatch.setattr(torch.utils.dlpack, "from_dlpack", refused)
+    value = Recording(cp.arange(6, dtype=cp.float32))
+    side = torch.cuda.Stream()
+    on_default = device_tensor(value)
+    with torch.cuda.stream(side):
+        on_side = device_tensor(value)
+    torch.cuda.synchronize()
+    assert on_default.tolist() == on_side.tolist() == list(range(6))
+    assert on_side.data_ptr() == value.array.data.ptr
+    assert value.streams == [1, side.cuda_stream]
+
+
+@gpu
 def test_frozen_host_weights_are_uploaded_once() -> None:
     from algoswap_cuda import _runtime
 

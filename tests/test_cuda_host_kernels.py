@@ -282,6 +282,32 @@ def test_layer_norm_softmax_and_add_read_16_bytes_at_a_time_where_the_rows_allow
         assert np.array_equal(total, (x.astype(wider) + other.astype(wider)).astype(numpy_dtype))
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_activations_read_16_bytes_at_a_time_as_they_read_one_value(on_the_host: None, dtype: str,
+                                                                      rng: np.random.Generator) -> None:
+    """activation's raw kernels: an array of 8k values starting 16-byte aligned is read 8 values per load; its
+    values bit for bit as one value per load (a start off the boundary; NaN as NaN), forward and gradients, NaN and
+    infinities among the values."""
+    from algoswap_cuda import activation
+
+    numpy_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    values = np.concatenate([rng.standard_normal(1021) * 4, [np.nan, np.inf, -np.inf, -12.0, 0.0]]).astype(np.float32)
+    rng.shuffle(values)
+    whole, shifted = _aligned(rng, (1026,), numpy_dtype, 0), _aligned(rng, (1026,), numpy_dtype, numpy_dtype.itemsize)
+    whole[...] = shifted[...] = values[:1026].astype(numpy_dtype)
+    grad = (rng.standard_normal(1026) * 2).astype(numpy_dtype)
+    for kind, table in (("forward", activation.FORWARD), ("backward", activation.BACKWARD), ("from_output", activation.FROM_OUTPUT)):
+        for name in table:
+            params = tuple(0.5 + k for k in range(len(activation.PARAMS.get(name, ()))))
+            packed, single = ((a,) if kind == "forward" else (grad[:1024], a) for a in (whole[:1024], shifted[:1024]))
+            assert activation.width(numpy_dtype, *packed, length=1024) == 8 and activation.width(numpy_dtype, *single, length=1024) == 1
+            got, expected = (activation._half(kind, name, arrays, params) for arrays in (packed, single))
+            same = (got.view(np.uint16) == expected.view(np.uint16)) | (np.isnan(got.astype(np.float32)) & np.isnan(expected.astype(np.float32)))
+            if not same.all():  # (a NaN's sign and payload are the host compiler's choice)
+                wrong = np.flatnonzero(~same)[:5]
+                fail(f"{name} {kind} {dtype}: 16-byte loads differ from single loads at {wrong}")
+
+
 def test_fused_attention_geometry_reads_strides_and_writes_the_output_in_q_order() -> None:
     """_sdpa.geometry (what cuDNN's attention graph is built for): a head split's (B, H, L, E) view of (B, L, H, E)
     memory is read with its strides and its output laid out the same way (merging the heads back is then a view);

@@ -41,13 +41,26 @@ def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
     return array
 
 
+_KDL_CUDA = 2  # DLPack's device type of CUDA memory
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # CUDA builds of torch only
+
+
 def device_tensor(value: Any) -> torch.Tensor:
     """A backend's device array as a torch tensor sharing its memory: the tensor it wraps where it has
-    ``as_torch()`` (the mps space's arrays: torch's DLPack export knows no Metal device), else through DLPack."""
+    ``as_torch()`` (the mps space's arrays: torch's DLPack export knows no Metal device), else through DLPack.
+    CUDA arrays are imported as ``torch.utils.dlpack.from_dlpack`` imports them (the producer makes the data
+    ready on torch's current stream, 1 naming the legacy default stream) without its Python-level stream and
+    device objects (about 20 us a call on a slow host)."""
     as_torch = getattr(value, "as_torch", None)
     if as_torch is not None:
         tensor: torch.Tensor = as_torch()
         return tensor
+    if _raw_stream is not None and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        kind, index = value.__dlpack_device__()
+        if kind == _KDL_CUDA:
+            stream = _raw_stream(index)
+            imported: torch.Tensor = torch._C._from_dlpack(value.__dlpack__(stream=stream or 1))
+            return imported
     return torch.utils.dlpack.from_dlpack(value)
 
 

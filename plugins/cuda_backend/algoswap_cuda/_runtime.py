@@ -187,16 +187,32 @@ def from_dlpack(tensor: Any) -> Any:
     """A CuPy view of a CUDA tensor (zero-copy). A C-contiguous or channels-last torch tensor is viewed through
     its data pointer and strides (the view keeps the tensor alive): torch's ``__dlpack__`` queries streams and
     devices on every call (~40 us), and both libraries run on the null stream here."""
-    dtype = _TORCH_DTYPES.get(str(getattr(tensor, "dtype", "")))
-    if dtype is None or not tensor.is_cuda or tensor.device.index != cp.cuda.runtime.getDevice():
+    dtype = _numpy_dtype(getattr(tensor, "dtype", None))
+    device = cp.cuda.runtime.getDevice()
+    if dtype is None or not tensor.is_cuda or tensor.get_device() != device:
         return cp.from_dlpack(tensor)
     strides = None
+    size = dtype.itemsize
     if not tensor.is_contiguous():
         if tensor.dim() != 4 or not tensor.is_contiguous(memory_format=sys.modules["torch"].channels_last):
             return cp.from_dlpack(tensor)
-        strides = tuple(s * tensor.element_size() for s in tensor.stride())
-    memory = cp.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * tensor.element_size(), tensor)
+        strides = tuple(s * size for s in tensor.stride())
+    # the device named: else CuPy asks the driver for the pointer's device at each call
+    memory = cp.cuda.UnownedMemory(tensor.data_ptr(), tensor.numel() * size, tensor, device)
     return cp.ndarray(tuple(tensor.shape), dtype, cp.cuda.MemoryPointer(memory, 0), strides=strides)
+
+
+_BY_TORCH_DTYPE: dict[Any, Any] = {}
+
+
+def _numpy_dtype(torch_dtype: Any) -> Any:
+    """The numpy dtype of a torch dtype that crosses as a CuPy view (None for the others), remembered per dtype."""
+    dtype = _BY_TORCH_DTYPE.get(torch_dtype)
+    if dtype is None:
+        dtype = _TORCH_DTYPES.get(str(torch_dtype))
+        if dtype is not None:
+            _BY_TORCH_DTYPE[torch_dtype] = dtype
+    return dtype
 
 
 def address(array: Any) -> int:

@@ -22,11 +22,11 @@ from ._types import prelude, scalar
 from ._runtime import dtype_name
 
 WARP_ROWS = 4096  # longest row for a warp (longer ones: _passes' block per row)
-_THREADS, _MOST_BLOCKS = 128, 65536
-_PACK = """struct __align__({vec} * sizeof(S)) Pack {{ S v[{vec}]; }};  // one load: 16 bytes where vec * sizeof(S) is
+THREADS, _MOST_BLOCKS = 128, 65536
+PACK = """struct __align__({vec} * sizeof(S)) Pack {{ S v[{vec}]; }};  // one load: 16 bytes where vec * sizeof(S) is
 """
 
-_LAYER_NORM = _PACK + """__device__ inline T lane_sum(T v, int lanes) {{
+_LAYER_NORM = PACK + """__device__ inline T lane_sum(T v, int lanes) {{
     for (int offset = lanes / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
 }}
@@ -62,7 +62,7 @@ extern "C" __global__ void {name}(const S* x, const S* w, const S* b, S* y, long
 
 # softmax(scale * x) over each row, one warp per row: _passes' arithmetic (products rounded on their own, so inf - inf
 # stays NaN; a NaN is the maximum of its row; with safe, a row whose every score is -inf gives zeros)
-_SOFTMAX = _PACK + """__device__ inline float mul_rn(float a, float b) {{ return __fmul_rn(a, b); }}
+_SOFTMAX = PACK + """__device__ inline float mul_rn(float a, float b) {{ return __fmul_rn(a, b); }}
 __device__ inline double mul_rn(double a, double b) {{ return __dmul_rn(a, b); }}
 __device__ inline T larger(T m, T v) {{ return (v > m || v != v) ? v : m; }}
 extern "C" __global__ void {name}(const S* x, S* y, long long rows, int d, T scale, T lowest) {{
@@ -88,7 +88,7 @@ extern "C" __global__ void {name}(const S* x, S* y, long long rows, int d, T sca
 }}
 """
 
-_ADD = _PACK + """extern "C" __global__ void {name}(const S* a, const S* b, S* y, long long n) {{
+_ADD = PACK + """extern "C" __global__ void {name}(const S* a, const S* b, S* y, long long n) {{
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
     const long long packs = n / {vec};
     for (long long i = first; i < packs; i += step) {{
@@ -100,6 +100,11 @@ _ADD = _PACK + """extern "C" __global__ void {name}(const S* a, const S* b, S* y
     for (long long i = packs * {vec} + first; i < n; i += step) y[i] = (S)((T)a[i] + (T)b[i]);
 }}
 """
+
+
+def stride_blocks(items: int) -> int:
+    """Blocks of THREADS for a grid-stride loop over ``items`` (at most _MOST_BLOCKS, at least one)."""
+    return min(-(-items // THREADS), _MOST_BLOCKS) or 1
 
 
 def width(dtype: Any, *arrays: Any, length: int) -> int:
@@ -155,8 +160,8 @@ def layer_norm(x: Any, weight: Any, bias: Any, d: int, eps: float) -> Any:
     if rows:
         vec = width(x.dtype, x, y, length=d)
         kernel = _layer_norm_kernel(dtype_name(x.dtype), weight is not None, bias is not None, vec)
-        blocks = min(-(-rows // (_THREADS // 32)), _MOST_BLOCKS)
-        kernel((blocks,), (_THREADS,), (x, x if weight is None else weight, x if bias is None else bias, y, np.int64(rows),
+        blocks = min(-(-rows // (THREADS // 32)), _MOST_BLOCKS)
+        kernel((blocks,), (THREADS,), (x, x if weight is None else weight, x if bias is None else bias, y, np.int64(rows),
                                         np.int32(d), scalar(x.dtype, eps)))
     return y
 
@@ -167,8 +172,8 @@ def softmax_rows(x: Any, d: int, scale: float, safe: bool) -> Any:
     rows = x.size // d if d else 0
     if rows:
         vec = width(x.dtype, x, y, length=d)
-        blocks = min(-(-rows // (_THREADS // 32)), _MOST_BLOCKS)
-        _softmax_kernel(dtype_name(x.dtype), safe, vec)((blocks,), (_THREADS,), (x, y, np.int64(rows), np.int32(d),
+        blocks = min(-(-rows // (THREADS // 32)), _MOST_BLOCKS)
+        _softmax_kernel(dtype_name(x.dtype), safe, vec)((blocks,), (THREADS,), (x, y, np.int64(rows), np.int32(d),
                                                                            scalar(x.dtype, scale), scalar(x.dtype, -np.inf)))
     return y
 
@@ -178,6 +183,5 @@ def add(a: Any, b: Any) -> Any:
     y = cp.empty(a.shape, a.dtype)
     if a.size:
         vec = width(a.dtype, a, b, y, length=a.size)
-        blocks = min(-(-(a.size // vec) // _THREADS), _MOST_BLOCKS) or 1
-        _add_kernel(dtype_name(a.dtype), vec)((blocks,), (_THREADS,), (a, b, y, np.int64(a.size)))
+        _add_kernel(dtype_name(a.dtype), vec)((stride_blocks(a.size // vec),), (THREADS,), (a, b, y, np.int64(a.size)))
     return y

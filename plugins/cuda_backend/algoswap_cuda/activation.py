@@ -1,5 +1,6 @@
 """Element-wise activations and their gradients (CuPy element-wise kernels; for float16 and bfloat16 one raw
-kernel each, reading and writing the half-precision arrays and computing in float32 between).
+kernel each, reading and writing the half-precision arrays 16 bytes at a time where they allow it, and computing in
+float32 between).
 
 The conditions are written so that NaN goes where PyTorch sends it (ternaries, never fmin/fmax,
 which drop NaN); ``FORWARD`` holds each activation as C statements on ``T v``, shared with the
@@ -19,6 +20,7 @@ import numpy as np
 from ._order import keeps_order
 from ._runtime import contiguous, dtype_name
 from ._types import is_half, prelude, scalar
+from ._vectorised import PACK, THREADS, stride_blocks, width
 
 SQRT_HALF = "(T)0.70710678118654752"  # 1 / sqrt(2)
 INV_SQRT_2PI = "(T)0.39894228040143268"  # 1 / sqrt(2 pi)
@@ -80,44 +82,50 @@ PARAMS = {"hardtanh": ("lo", "hi"), "elu": ("alpha",), "leaky_relu": ("slope",)}
 # the activations whose float32 and float64 kernels are CuPy element-wise kernels of these statements
 _ELEMENTWISE = ("hardtanh", "silu", "gelu", "gelu_tanh", "hardswish", "hardsigmoid", "elu", "mish")
 
-# The raw kernels of float16 and bfloat16 (any float dtype compiles): one thread per element, reading the stored
-# type S, running the statements in T (float), storing S again.
+# The raw kernels of float16 and bfloat16 (any float dtype compiles): a grid-stride loop over packs of VEC values, one
+# 16-byte access each where the arrays allow it, else VEC = 1 (_vectorised.width: n is then a multiple of VEC); each
+# value read as the stored type S, run through the statements in T (float), stored as S again.
 _HALF = {
-    "forward": """extern "C" __global__ void {name}(const S* xs, S* ys, long long n{params}) {{
-    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    T v = (T)xs[i];
-    {code}
-    ys[i] = (S)v;
+    "forward": PACK + """extern "C" __global__ void {name}(const S* xs, S* ys, long long n{params}) {{
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
+    const long long packs = n / {vec};
+    for (long long i = first; i < packs; i += step) {{
+        const Pack p = ((const Pack*)xs)[i];
+        Pack o;
+        for (int e = 0; e < {vec}; ++e) {{ T v = (T)p.v[e]; {code} o.v[e] = (S)v; }}
+        ((Pack*)ys)[i] = o;
+    }}
 }}
 """,
-    "gradient": """extern "C" __global__ void {name}(const S* dys, const S* operands, S* dxs, long long n{params}) {{
-    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const T dy = (T)dys[i], {operand} = (T)operands[i];
-    T dx;
-    {code}
-    dxs[i] = (S)dx;
+    "gradient": PACK + """extern "C" __global__ void {name}(const S* dys, const S* operands, S* dxs, long long n{params}) {{
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x, step = (long long)gridDim.x * blockDim.x;
+    const long long packs = n / {vec};
+    for (long long i = first; i < packs; i += step) {{
+        const Pack a = ((const Pack*)dys)[i], b = ((const Pack*)operands)[i];
+        Pack o;
+        for (int e = 0; e < {vec}; ++e) {{ const T dy = (T)a.v[e], {operand} = (T)b.v[e]; T dx; {code} o.v[e] = (S)dx; }}
+        ((Pack*)dxs)[i] = o;
+    }}
 }}
 """,
 }
-_BLOCK = 256
 
 
-def kernel_source(kind: str, name: str, dtype: str) -> tuple[str, str]:
-    """The raw kernel of activation ``name`` for ``dtype`` and its name: ``kind`` "forward" (FORWARD),
-    "backward" (BACKWARD, from the input x) or "from_output" (FROM_OUTPUT, from the output y)."""
+def kernel_source(kind: str, name: str, dtype: str, vec: int = 1) -> tuple[str, str]:
+    """The raw kernel of activation ``name`` for ``dtype`` and ``vec`` values per load, and its name: ``kind``
+    "forward" (FORWARD), "backward" (BACKWARD, from the input x) or "from_output" (FROM_OUTPUT, from the output y)."""
     code = {"forward": FORWARD, "backward": BACKWARD, "from_output": FROM_OUTPUT}[kind][name]
     params = PARAMS.get(name, ())
-    kernel = f"algoswap_{name}_{kind}_{dtype}"
+    kernel = f"algoswap_{name}_{kind}_{dtype}_v{vec}"
     source = _HALF["forward" if kind == "forward" else "gradient"].format(
-        name=kernel, code=code, operand="y" if kind == "from_output" else "x", params="".join(f", T {p}" for p in params))
+        name=kernel, code=code, vec=vec, operand="y" if kind == "from_output" else "x",
+        params="".join(f", T {p}" for p in params))
     return prelude(dtype) + source, kernel
 
 
-@lru_cache(maxsize=128)  # every (kind, activation, dtype)
-def _raw_kernel(kind: str, name: str, dtype: str) -> Any:
-    return cp.RawKernel(*kernel_source(kind, name, dtype))
+@lru_cache(maxsize=256)  # every (kind, activation, dtype, values per load)
+def _raw_kernel(kind: str, name: str, dtype: str, vec: int) -> Any:
+    return cp.RawKernel(*kernel_source(kind, name, dtype, vec))
 
 
 def _half(kind: str, name: str, arrays: tuple[Any, ...], params: tuple[float, ...]) -> Any:
@@ -126,8 +134,9 @@ def _half(kind: str, name: str, arrays: tuple[Any, ...], params: tuple[float, ..
     first = arrays[0]
     out = cp.empty(first.shape, first.dtype)
     if first.size:
-        _raw_kernel(kind, name, dtype_name(first.dtype))(((first.size + _BLOCK - 1) // _BLOCK,), (_BLOCK,),
-                                                  (*arrays, out, np.int64(first.size), *(scalar(first.dtype, p) for p in params)))
+        vec = width(first.dtype, *arrays, out, length=first.size)
+        _raw_kernel(kind, name, dtype_name(first.dtype), vec)((stride_blocks(first.size // vec),), (THREADS,),
+                                                             (*arrays, out, np.int64(first.size), *(scalar(first.dtype, p) for p in params)))
     return out
 
 
