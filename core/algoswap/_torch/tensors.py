@@ -55,10 +55,11 @@ def device_tensor(value: Any) -> torch.Tensor:
     if as_torch is not None:
         tensor: torch.Tensor = as_torch()
         return tensor
-    if _raw_stream is not None and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+    raw_stream = _raw_stream if torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
+    if raw_stream is not None and hasattr(value, "__dlpack_device__"):  # (a DLPack capsule has none: torch's function takes it)
         kind, index = value.__dlpack_device__()
         if kind == _KDL_CUDA:
-            stream = _raw_stream(index)
+            stream = raw_stream(index)
             imported: torch.Tensor = torch._C._from_dlpack(value.__dlpack__(stream=stream or 1))
             return imported
     return torch.utils.dlpack.from_dlpack(value)
