@@ -131,6 +131,25 @@ def test_mps_convolutions_keep_nan_and_infinity_where_the_definition_has_them(op
         fail(f"{op} mps:mpsgraph on torch's CPU device, NaN and infinities:\n" + "\n".join(failures))
 
 
+@pytest.mark.parametrize("op", ["gelu", "conv2d_fused"])
+def test_mps_gelu_keeps_positive_infinity(op: str, cpu_device: None) -> None:
+    """gelu(+inf) = +inf whatever torch's kernel does (its vectorised float32 CPU gelu gives NaN on AVX-512): 64
+    values, so that a vectorised kernel runs them."""
+    from algoswap_metal._device import MpsArray
+    from algoswap_metal.mps import activation, conv
+
+    import torch
+
+    arrays = MpsArray(torch.full((1, 1, 8, 8), float("inf")))
+    if op == "gelu":
+        out = activation.gelu(arrays, approximate="none")
+    else:
+        weight = MpsArray(torch.ones(1, 1, 1, 1))
+        out = conv.conv2d_fused(arrays, weight, None, None, activation="gelu", stride=(1, 1), padding=((0, 0), (0, 0)),
+                                dilation=(1, 1), groups=1, padding_mode="zeros")
+    assert bool(torch.all(out.tensor == float("inf"))), out.tensor.flatten()[:4]
+
+
 def test_refusals_say_why() -> None:
     fused = bind("conv2d_fused", ((1, 2, 5, 5), (3, 2, 3, 3), None, None), "float32", {"padding": 1, "activation": "gelu"})
     assert "has no erf" in str(_registry.impls[("conv2d_fused", "smm", "metal")].check(fused))

@@ -4,6 +4,8 @@ sigmoid and tanh)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -11,17 +13,26 @@ from ._torch import on_tensors
 
 aten = torch.ops.aten
 
+
+def gelu_of(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """torch's gelu, +inf kept as the definition has it (x * Phi(x) = inf): torch 2.13's vectorised float32 CPU kernel
+    gives NaN there on AVX-512 (its scalar and float64 paths give inf), which the CPU stand-in for mps runs."""
+    return torch.where(x == math.inf, x, F.gelu(x, approximate=approximate))
+
+
 relu = on_tensors(F.relu)
 sigmoid = on_tensors(torch.sigmoid)
 tanh = on_tensors(torch.tanh)
 leaky_relu = on_tensors(F.leaky_relu)
 hardtanh = on_tensors(F.hardtanh)
 silu = on_tensors(F.silu)
-gelu = on_tensors(F.gelu)
+gelu = on_tensors(gelu_of)
 hardswish = on_tensors(F.hardswish)
 hardsigmoid = on_tensors(F.hardsigmoid)
 elu = on_tensors(F.elu)
 mish = on_tensors(F.mish)
+
+
 
 sigmoid_grad = on_tensors(aten.sigmoid_backward)
 tanh_grad = on_tensors(aten.tanh_backward)

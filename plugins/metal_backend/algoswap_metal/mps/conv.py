@@ -13,12 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from ._torch import on_tensors, vjp, zeros
+from .activation import gelu_of
 
 Pair = tuple[int, int]
 PadHW = tuple[Pair, Pair]
 _PAD_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate", "circular": "circular"}
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"none": lambda y: y, "relu": F.relu, "relu6": lambda y: F.hardtanh(y, 0.0, 6.0), "silu": F.silu,
-               "hardswish": F.hardswish, "gelu": F.gelu}
+               "hardswish": F.hardswish, "gelu": gelu_of}
 
 
 def _conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride: Pair, padding: PadHW, dilation: Pair,
