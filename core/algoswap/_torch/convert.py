@@ -159,11 +159,16 @@ def _trace(module: nn.Module) -> fx.GraphModule:
     try:
         graph = _Tracer().trace(module, concrete_args=_defaults(module) or None)
     except Exception as exc:
+        hint = _ITERATED if "cannot be iterated" in str(exc) else ""
         raise ConversionError(
             f"{CALLER}: torch.fx cannot trace {type(module).__name__} ({type(exc).__name__}: {exc}); "
-            "the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values)"
+            f"the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values){hint}"
         ) from exc
     return fx.GraphModule(module, graph)
+
+
+_ITERATED = ("; a loop over what a call returns (for p in torch.split(x, 2, 1)) has a length torch.fx does not know when "
+             "tracing: unpack it (a, b = torch.split(x, 2, 1)) or take its items by index")
 
 
 def _defaults(module: nn.Module) -> dict[str, Any]:
