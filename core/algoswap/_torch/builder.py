@@ -21,6 +21,7 @@ from .._global import get_registry
 from .._requests import IN_TORCH
 from .._runner import numpy_dtype
 from ..graph._node import Call, Node, Origin, nodes_in, rebuilt
+from .custom import SWAPPED_WITH, CustomLayer
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .explain import KEPT_NOTE
 from .fold_scale import find_layer_scale, scale_linear
@@ -127,11 +128,18 @@ class ModelBuilder:
             self.lowerer.tensor_nodes.add(node)
         elif node.op == "get_attr":
             self.lowerer.constants[node] = self._attr(node)
+        elif (custom := self._swapped_with(node)) is not None:
+            self.lowered[node] = Kept(custom.op, f"swap_with={custom.cls.rpartition('.')[2]} runs it, as written")
         elif node.op != "output":
             try:
                 self.lowered[node] = self.lowerer.lower(node)
             except Unsupported as exc:
                 self.lowered[node] = UnsupportedNode(node.name, describe(self.traced, node), str(exc))
+
+    def _swapped_with(self, node: fx.Node) -> CustomLayer | None:
+        """What a ``swap_with`` class made of the layer this node calls (it stays in PyTorch), None for other nodes."""
+        module = self.traced.get_submodule(str(node.target)) if node.op == "call_module" else None
+        return None if module is None else module.__dict__.get(SWAPPED_WITH)
 
     def _fold(self, node: fx.Node, bn: LoweredOp) -> None:
         """Fold an inference batch norm into the conv2d whose output feeds only it (and reads of its

@@ -25,6 +25,7 @@ from .._select import select
 from ..graph._fusion import find_chains
 from ..graph._node import GraphError, Node, Origin, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
+from .custom import SWAPPED_WITH
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
 from .modules import SwappedModule, batched, binding_for
@@ -147,10 +148,12 @@ def _compute_dtype(module: nn.Module, dtype: torch.dtype | str | None) -> str:
 
 
 class _Tracer(fx.Tracer):
-    """torch.fx's tracer, with layers swapped by ``swap_operation`` kept as leaves (their op is known)."""
+    """torch.fx's tracer, with layers swapped by ``swap_operation`` kept as leaves (their op is known), and
+    those a ``swap_with`` class made (they run as written)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, SwappedModule) or super().is_leaf_module(m, module_qualified_name)
+        swapped = isinstance(m, SwappedModule) or SWAPPED_WITH in m.__dict__
+        return swapped or super().is_leaf_module(m, module_qualified_name)
 
 
 def _trace(module: nn.Module) -> fx.GraphModule:
