@@ -57,6 +57,12 @@ def _full_batch(out: tuple[int, ...], operand: tuple[int, ...]) -> bool:
     return padded[:-2] == out[:-2]
 
 
+@pytest.mark.parametrize("op, attrs", [("neg", {}), ("sqrt", {}), ("add_scalar", {"value": 2.0}), ("mul_scalar", {"value": 3.0}),
+                                       ("rsqrt", {}), ("clamp_min", {"value": 0.5})])
+def test_unary_arithmetic_of_a_0d_array_keeps_its_shape(op: str, attrs: dict[str, Any]) -> None:
+    _check(op, [np.array(1.5, np.float32)], **attrs)  # (a max over every axis, negated: the minimum)
+
+
 def test_a_broadcast_operands_gradient_is_refused_as_a_reduction() -> None:
     with pytest.raises(algoswap.NoImplementationError, match="were broadcast to .*reduction"):
         algoswap.select("batch_matmul_grad_b", [(2, 3, 4, 6), (2, 3, 4, 5)], algorithm="dnnl:gemm", b_size=(1, 3, 5, 6))

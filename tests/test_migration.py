@@ -1,5 +1,6 @@
 """What users of the swapping library in the seeds (swap_conv2d, swap_backend, Model.predict) find here:
-unbatched inputs, the "torch" selector value, swap_with=, Model.predict, and layer attributes
+unbatched inputs, the "torch" selector value, swap_with= (a function, or the library's module class), Model.predict,
+and layer attributes
 changed after swapping."""
 
 from __future__ import annotations
@@ -226,12 +227,114 @@ def test_swap_with_results_are_checked_like_any_implementation(rng: np.random.Ge
     x = sample(rng, 2, 7)
     close(relu(x), torch.relu(x), nn.ReLU())
 
-    class SeedStyle(nn.Module):
-        def __init__(self, orig: nn.Conv2d, algorithm: str) -> None:
-            super().__init__()
 
-    with pytest.raises(algoswap.OpArgumentError, match=r"swap_with' got the class SeedStyle; expected a function of numpy arrays"):
-        algoswap.swap_conv2d(nn.Conv2d(3, 4, 3), swap_with=SeedStyle)
+# ---------------------------------------------------------------------------- swap_with= a class, the seed's form
+
+
+class SpecialConv(nn.Module):
+    """The swapping library's custom operator: a module class built from the original conv and the algorithm."""
+
+    def __init__(self, orig_conv: nn.Conv2d, algorithm: str) -> None:
+        super().__init__()
+        self.orig_conv = orig_conv
+        self.algorithm = algorithm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        conv = self.orig_conv
+        return F.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
+def _two_convs() -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3))
+
+
+def _selector(conv: nn.Conv2d) -> str:
+    return "direct" if conv.in_channels == 3 else "my_algorithm"  # the class reads the name: any string
+
+
+def test_swap_with_a_module_class_replaces_the_layers_by_its_instances(rng: np.random.Generator) -> None:
+    model = _two_convs()
+    reference = copy.deepcopy(model)
+    algoswap.swap_conv2d(model, _selector, None, swap_with=SpecialConv)  # the seed's call, verbatim
+    assert [type(model[i]) for i in (0, 2)] == [SpecialConv, SpecialConv]
+    assert [model[0].algorithm, model[2].algorithm] == ["direct", "my_algorithm"]  # the selector's answer per layer
+    x = sample(rng, 2, 3, 10, 10)
+    out, expected = model(x), reference(x)
+    close(out, expected, reference)
+    rows = algoswap.explain(model)
+    assert [(r.name, r.request, r.implementation) for r in rows] == [
+        ("0", "direct", "SpecialConv (swap_with)"), ("2", "my_algorithm", "SpecialConv (swap_with)")]
+    assert "SpecialConv" in str(copy.deepcopy(model)) and len(algoswap.explain(pickle.loads(pickle.dumps(model)))) == 2
+
+
+def test_a_module_class_trains_as_the_user_wrote_it(rng: np.random.Generator) -> None:
+    model, reference = _two_convs(), _two_convs()
+    reference.load_state_dict(model.state_dict())
+    algoswap.swap_conv2d(model, None, None, swap_with=SpecialConv)
+    assert len(list(model.parameters())) == len(list(reference.parameters())) == 4  # the layers' own parameters
+    x = sample(rng, 2, 3, 10, 10)
+    for net in (model, reference):
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        net(x).square().mean().backward()  # through SpecialConv.forward: F.conv2d's gradients
+        optimizer.step()
+    for got, want in zip(model.parameters(), reference.parameters()):
+        assert_close(got, want, **network_terms(reference, backward_of=(2, 3, 10, 10)))
+    close(model(x), reference(x), reference)
+
+
+def test_a_module_class_layer_stays_itself_in_swap_backend(rng: np.random.Generator) -> None:
+    model = _two_convs()
+    algoswap.swap_conv2d(model, {"2": "torch"}, swap_with=SpecialConv)  # layer 2 stays a plain Conv2d
+    assert type(model[0]) is SpecialConv and type(model[2]) is nn.Conv2d
+    algoswap.swap_conv2d(model, "smm")  # a later swap leaves the class's own layer (its orig_conv) alone
+    assert type(model[0].orig_conv) is nn.Conv2d and isinstance(model[2], SwappedModule)
+    converted = algoswap.swap_backend(eval_copy(model), sample_input_shape=(2, 3, 10, 10))  # no fallback needed
+    row = {r.name: r for r in converted.explain()}["_0"]  # (torch.fx's name of the module "0")
+    assert row.implementation == "torch (requested)" and "swap_with=SpecialConv" in row.note
+    x = sample(rng, 2, 3, 10, 10)
+    close(converted(x), model(x).detach(), model)
+
+
+class Halved:
+    """Any callable class (no nn.Module): its instances are called in the layer's place."""
+
+    def __init__(self, orig_conv: nn.Conv2d, algorithm: str) -> None:
+        self.conv = orig_conv
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) / 2
+
+
+def test_swap_with_any_callable_class_keeps_the_layers_parameters(rng: np.random.Generator) -> None:
+    model = _two_convs()
+    reference = copy.deepcopy(model)
+    algoswap.swap_conv2d(model, swap_with=Halved)
+    assert len(list(model.parameters())) == 4 and isinstance(model[0].instance, Halved)
+    x = sample(rng, 2, 3, 10, 10)
+    close(model(x), reference[2](reference[1](reference[0](x) / 2)) / 2, reference)
+    assert {r.implementation for r in algoswap.explain(model)} == {"Halved (swap_with)"}
+
+
+class OneArgument(nn.Module):
+    def __init__(self, orig_conv: nn.Conv2d) -> None:
+        super().__init__()
+
+
+class Failing(nn.Module):
+    def __init__(self, orig_conv: nn.Conv2d, algorithm: str) -> None:
+        raise RuntimeError(f"no kernel for {algorithm}")
+
+
+def test_a_class_that_cannot_be_built_from_the_layer_is_a_clear_error() -> None:
+    expected = (r"swap_conv2d: argument 'swap_with' got the class OneArgument\(orig_conv\); expected a class constructed as "
+                r"OneArgument\(layer, algorithm\) for each layer, here layer '0' \(Conv2d\) and the selector's algorithm 'smm'")
+    with pytest.raises(algoswap.OpArgumentError, match=expected):
+        algoswap.swap_conv2d(_two_convs(), "smm", swap_with=OneArgument)
+    with pytest.raises(RuntimeError, match="no kernel for default") as raised:
+        algoswap.swap_conv2d(_two_convs(), swap_with=Failing)
+    assert "swap_with=Failing constructing layer '0' as Failing(Conv2d, 'default')" in "".join(raised.value.__notes__)
+    with pytest.raises(algoswap.OpArgumentError, match=r"'backends' got \['numpy'\]; expected None with swap_with=SpecialConv"):
+        algoswap.swap_conv2d(_two_convs(), backends=["numpy"], swap_with=SpecialConv)
 
 
 # ---------------------------------------------------------------------------- Model.predict

@@ -155,6 +155,7 @@ def test_user_guide_examples_print_what_they_show(tmp_path_factory: pytest.TempP
     assert "conv2d: argument 'weight' got shape (8, 2, 3, 3)" in out
     assert "node 'sum' (add)" in out and "operands: a=a (3, 4) float32, b=b (5,) float32" in out  # graphs
     assert "(8, 14, 14)" in out and "['torch (requested)', 'my_conv:custom']" in out  # swap_with
+    assert "SpecialConv direct smm" in out and "['SpecialConv (swap_with)', 'SpecialConv (swap_with)']" in out  # a class
 
 
 def test_plugin_guide_examples_run(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -101,10 +101,12 @@ def selector_argument(caller: str, algorithm: Any, **old: Any) -> Any:
 
 
 def assign(caller: str, subjects: Sequence[Subject], selector: Selector, backends: Sequence[str] | None = None,
-           check: Check | None = None, *, in_torch: bool = False) -> list[str]:
+           check: Check | None = None, *, in_torch: bool = False, registry_requests: bool = True) -> list[str]:
     """One validated request per subject (see the module's docstring); errors name the subject.
-    ``in_torch``: the front end can leave a subject in PyTorch, so ``"torch"`` is a request it takes."""
-    return _Resolver(caller, list(subjects), check, in_torch).run(selector, _checked_backends(caller, backends))
+    ``in_torch``: the front end can leave a subject in PyTorch, so ``"torch"`` is a request it takes.
+    ``registry_requests=False``: the requests name no registry implementation (a ``swap_with`` class takes
+    them as they are), so only their form is checked."""
+    return _Resolver(caller, list(subjects), check, in_torch, registry_requests).run(selector, _checked_backends(caller, backends))
 
 
 def _checked_backends(caller: str, backends: Sequence[str] | None) -> list[str] | None:
@@ -128,8 +130,9 @@ def _registry() -> Any:
 class _Resolver:
     """One call of `assign`: the requests given so far, by subject position."""
 
-    def __init__(self, caller: str, subjects: list[Subject], check: Check | None, in_torch: bool) -> None:
+    def __init__(self, caller: str, subjects: list[Subject], check: Check | None, in_torch: bool, registry_requests: bool) -> None:
         self.caller, self.subjects, self.check, self.in_torch = caller, subjects, check, in_torch
+        self.registry_requests = registry_requests
         self.given: list[Any] = [None] * len(subjects)
         self.prefers: str | None = None
         self.registry = _registry()
@@ -286,6 +289,8 @@ class _Resolver:
         return None
 
     def _unknown(self, op: str, request: str) -> str | None:
+        if not self.registry_requests:
+            return None
         if (op, request) not in self.unknown:
             try:
                 check_known(self.registry, op, request)

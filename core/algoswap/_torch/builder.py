@@ -14,12 +14,14 @@ from typing import Any, Mapping
 
 import torch
 from torch import fx, nn
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from .._frozen import freeze
 from .._global import get_registry
 from .._requests import IN_TORCH
 from .._runner import numpy_dtype
-from ..graph._node import Call, Node, Origin, nodes_in
+from ..graph._node import Call, Node, Origin, nodes_in, rebuilt
+from .custom import SWAPPED_WITH, CustomLayer
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .explain import KEPT_NOTE
 from .fold_scale import find_layer_scale, scale_linear
@@ -126,11 +128,18 @@ class ModelBuilder:
             self.lowerer.tensor_nodes.add(node)
         elif node.op == "get_attr":
             self.lowerer.constants[node] = self._attr(node)
+        elif (custom := self._swapped_with(node)) is not None:
+            self.lowered[node] = Kept(custom.op, f"swap_with={custom.cls.rpartition('.')[2]} runs it, as written")
         elif node.op != "output":
             try:
                 self.lowered[node] = self.lowerer.lower(node)
             except Unsupported as exc:
                 self.lowered[node] = UnsupportedNode(node.name, describe(self.traced, node), str(exc))
+
+    def _swapped_with(self, node: fx.Node) -> CustomLayer | None:
+        """What a ``swap_with`` class made of the layer this node calls (it stays in PyTorch), None for other nodes."""
+        module = self.traced.get_submodule(str(node.target)) if node.op == "call_module" else None
+        return None if module is None else module.__dict__.get(SWAPPED_WITH)
 
     def _fold(self, node: fx.Node, bn: LoweredOp) -> None:
         """Fold an inference batch norm into the conv2d whose output feeds only it (and reads of its
@@ -219,7 +228,7 @@ class ModelBuilder:
         if isinstance(value, torch.Tensor):
             self.node_of[node] = self._const(value, name)
         else:
-            self.literals[node] = value
+            self.literals[node] = self._ref(value)  # the tensors of a named tuple as constants too
 
     def _op_node(self, lowered: LoweredOp, node: fx.Node | None = None) -> Node:
         """The graph node of an op (made once): ``node`` is the fx node it lowers; None for the inner ops
@@ -335,12 +344,8 @@ class ModelBuilder:
             return self._op_node(value)
         if isinstance(value, Deferred):
             return self._python_node(value)
-        if isinstance(value, (list, tuple)):
-            items = [self._ref(v) for v in value]
-            return items if isinstance(value, list) else tuple(items)
-        if isinstance(value, dict):
-            return {k: self._ref(v) for k, v in value.items()}
-        return value
+        plain = list(value) if isinstance(value, immutable_list) else dict(value) if isinstance(value, immutable_dict) else value
+        return rebuilt(plain, self._ref)  # torch.fx's read-only lists and dicts as plain ones; a named tuple keeps its type
 
     def _attr(self, node: fx.Node) -> Any:
         value: Any = self.traced

@@ -25,6 +25,7 @@ from .._select import select
 from ..graph._fusion import find_chains
 from ..graph._node import GraphError, Node, Origin, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
+from .custom import SWAPPED_WITH
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
 from .modules import SwappedModule, batched, binding_for
@@ -147,10 +148,12 @@ def _compute_dtype(module: nn.Module, dtype: torch.dtype | str | None) -> str:
 
 
 class _Tracer(fx.Tracer):
-    """torch.fx's tracer, with layers swapped by ``swap_operation`` kept as leaves (their op is known)."""
+    """torch.fx's tracer, with layers swapped by ``swap_operation`` kept as leaves (their op is known), and
+    those a ``swap_with`` class made (they run as written)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, SwappedModule) or super().is_leaf_module(m, module_qualified_name)
+        swapped = isinstance(m, SwappedModule) or SWAPPED_WITH in m.__dict__
+        return swapped or super().is_leaf_module(m, module_qualified_name)
 
 
 def _trace(module: nn.Module) -> fx.GraphModule:
@@ -159,11 +162,16 @@ def _trace(module: nn.Module) -> fx.GraphModule:
     try:
         graph = _Tracer().trace(module, concrete_args=_defaults(module) or None)
     except Exception as exc:
+        hint = _ITERATED if "cannot be iterated" in str(exc) else ""
         raise ConversionError(
             f"{CALLER}: torch.fx cannot trace {type(module).__name__} ({type(exc).__name__}: {exc}); "
-            "the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values)"
+            f"the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values){hint}"
         ) from exc
     return fx.GraphModule(module, graph)
+
+
+_ITERATED = ("; a loop over what a call returns (for p in torch.split(x, 2, 1)) has a length torch.fx does not know when "
+             "tracing: unpack it (a, b = torch.split(x, 2, 1)) or take its items by index")
 
 
 def _defaults(module: nn.Module) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from .._select import Selection
 from .bridge import gradient_choices
 from .switches import following_torch
 from .._requests import IN_TORCH
+from .custom import SWAPPED_WITH, CustomLayer
 from .modules import LEFT_IN_TORCH, SwappedModule, binding_for
 from .selectors import Layer, _select_for
 
@@ -131,6 +132,21 @@ def _module_row(name: str, module: SwappedModule) -> Row:
     return Row.from_selection(name, selection, module.algoswap_request, shape)
 
 
+def _custom_row(name: str, layer: CustomLayer) -> Row:
+    cls = layer.cls.rpartition(".")[2]
+    return Row(name, layer.op, layer.input_shape, layer.algorithm, f"{cls} (swap_with)", f"{layer.cls}, in PyTorch",
+               note=f"swap_with={cls}({layer.op} layer, {layer.algorithm!r}) runs it as written")
+
+
+def _row(name: str, module: nn.Module) -> Row | None:
+    """The row of a swapped layer, of one left in PyTorch, or of one a swap_with class made; None for other modules."""
+    if isinstance(module, SwappedModule):
+        return _module_row(name, module)
+    if SWAPPED_WITH in module.__dict__:
+        return _custom_row(name, module.__dict__[SWAPPED_WITH])
+    return _kept_row(name, module) if module.__dict__.get(LEFT_IN_TORCH) else None
+
+
 def _kept_row(name: str, module: nn.Module) -> Row:
     binding = binding_for(module)
     op = binding.op if binding is not None else type(module).__name__
@@ -140,14 +156,13 @@ def _kept_row(name: str, module: nn.Module) -> Row:
 def explain(model: Any) -> Explanation:
     """What runs each swapped layer of ``model`` (an ``nn.Module`` or an ``algoswap.Model``):
     backend, algorithm, kernel, the candidates rejected with their reasons, and the backward ops;
-    layers a selector left in PyTorch ("torch") are listed too."""
+    layers a selector left in PyTorch ("torch") and those a ``swap_with`` class replaced are listed too."""
     if hasattr(model, "explain") and not isinstance(model, nn.Module):
         return model.explain()  # type: ignore[no-any-return]
     if not isinstance(model, nn.Module):
         raise TypeError(f"explain: expected a torch.nn.Module or an algoswap.Model, got {type(model).__name__}")
     with following_torch():  # the kernels as the layers' calls run them now
-        return Explanation(_module_row(name, m) if isinstance(m, SwappedModule) else _kept_row(name, m)
-                           for name, m in model.named_modules() if isinstance(m, SwappedModule) or m.__dict__.get(LEFT_IN_TORCH))
+        return Explanation(row for name, m in model.named_modules() if (row := _row(name, m)) is not None)
 
 
 __all__ = ["explain", "Explanation", "Row", "torch"]

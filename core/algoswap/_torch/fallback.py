@@ -11,6 +11,7 @@ backend's) is downloaded for torch and uploaded again; ``explain`` shows those m
 from __future__ import annotations
 
 import copy
+import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -19,7 +20,7 @@ from torch import nn
 
 from .._records import MemorySpace
 from .._ref import resolve_ref
-from ..graph._node import Call, GraphError, Node, Shaped
+from ..graph._node import Call, GraphError, Node, Pending, Shaped, examples, holds_pending, rebuilt
 from .tensors import DTYPE_NAMES, TORCH_DTYPES, array_to_tensor, device_tensor, tensor_to_array
 
 TORCH_DEVICES = ("cuda", "xpu", "mps")  # memory spaces named after the torch device their arrays live on
@@ -43,15 +44,19 @@ class TorchRunner:
         self._placed = {}
 
     def infer(self, node: Node, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """What the call returns, arrays as ``Shaped``. Python numbers it computes from data (``x.item()``:
+        no meta kernel, so run on zeros; or from numbers computed at each call) are ``Pending``."""
+        from_data = holds_pending((args, kwargs))
+        args, kwargs = examples(args), examples(kwargs)
         try:
-            result = self._invoke(call.target, _meta(args), _meta(kwargs), "meta")
+            return _known(self._invoke(call.target, _meta(args), _meta(kwargs), "meta"), known=not from_data)
         except Exception:  # an op without a meta kernel: run it once on zeros
             try:
                 result = self._invoke(call.target, _zeros(args), _zeros(kwargs), "cpu")
             except Exception as exc:
                 raise GraphError(f"node {node.name!r} ({call.label}): PyTorch cannot run it on inputs "
                                  f"{_shown(args)}: {type(exc).__name__}: {exc}") from None
-        return _known(result)
+        return _known(result, known=False)
 
     def runner(self, node: Node, call: Call, space: MemorySpace) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
         enter = None if space.from_dlpack is None or not reaches(space) else resolve_ref(space.from_dlpack)
@@ -85,21 +90,25 @@ class TorchRunner:
 def _meta(value: Any) -> Any:
     if isinstance(value, Shaped):
         return torch.empty(value.shape, dtype=TORCH_DTYPES[value.dtype], device="meta")
-    return _map(value, _meta)
+    return rebuilt(value, _meta)
 
 
 def _zeros(value: Any) -> Any:
     if isinstance(value, Shaped):
         return torch.zeros(value.shape, dtype=TORCH_DTYPES[value.dtype])
-    return _map(value, _zeros)
+    return rebuilt(value, _zeros)
 
 
-def _known(value: Any) -> Any:
+def _known(value: Any, known: bool) -> Any:
+    """A result as planning knows it: tensors as ``Shaped``; numbers as they are where ``known`` (shapes'
+    arithmetic on meta tensors), else ``Pending`` (the zeros they were computed from are no data)."""
     if isinstance(value, torch.Tensor):
         return Shaped(tuple(int(s) for s in value.shape), DTYPE_NAMES.get(value.dtype, str(value.dtype)))
     if isinstance(value, torch.Size):
         return tuple(int(s) for s in value)
-    return _map(value, _known)
+    if not known and isinstance(value, (numbers.Number, np.generic)):
+        return Pending(value)
+    return rebuilt(value, lambda v: _known(v, known))
 
 
 def _tensors(value: Any, space: MemorySpace) -> Any:
@@ -110,7 +119,7 @@ def _tensors(value: Any, space: MemorySpace) -> Any:
         if reaches(space):
             return device_tensor(value)
         return array_to_tensor(space.download(value))
-    return _map(value, lambda v: _tensors(v, space))
+    return rebuilt(value, lambda v: _tensors(v, space))
 
 
 def _arrays(value: Any, space: MemorySpace, enter: Any) -> Any:
@@ -123,7 +132,7 @@ def _arrays(value: Any, space: MemorySpace, enter: Any) -> Any:
         return array if space.is_host else space.upload(np.ascontiguousarray(array))
     if isinstance(value, torch.Size):
         return tuple(value)
-    return _map(value, lambda v: _arrays(v, space, enter))
+    return rebuilt(value, lambda v: _arrays(v, space, enter))
 
 
 def _device_of(value: Any) -> str:
@@ -137,16 +146,6 @@ def _device_of(value: Any) -> str:
         elif isinstance(item, dict):
             stack.extend(item.values())
     return "cpu"
-
-
-def _map(value: Any, function: Callable[[Any], Any]) -> Any:
-    if isinstance(value, list):
-        return [function(v) for v in value]
-    if isinstance(value, tuple):  # also torch's named tuples (torch.sort's values, indices)
-        return tuple(function(v) for v in value)
-    if isinstance(value, dict):
-        return {k: function(v) for k, v in value.items()}
-    return value
 
 
 def _shown(args: Any) -> str:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from .lower_shapes import permutation, reshape, swapped_perm, unsqueezed_shape
+from .lower_shapes import parts, permutation, reshape, swapped_perm, unsqueezed_shape
 from .lowered import Deferred, Handler, Lowered, LoweredOp, Unsupported, op_rule, signature
 
 if TYPE_CHECKING:
@@ -42,9 +42,56 @@ def _reduction(op: str) -> Handler:
         bound = lw.bind(sig, node)
         if bound["dtype"] is not None:
             raise Unsupported(f"{op} with dtype={bound['dtype']} (it computes in the model's dtype)")
-        dim = bound["dim"]
-        axes = None if dim is None else tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
-        return LoweredOp(op, [bound["input"]], {"axes": axes, "keepdims": bound["keepdim"]})
+        return LoweredOp(op, [bound["input"]], {"axes": _axes(bound["dim"]), "keepdims": bound["keepdim"]})
+
+    return handler
+
+
+def _axes(dim: Any) -> tuple[Any, ...] | None:
+    """A reduction's ``dim`` as the op's axes: None (or an empty one, as torch.amax's default) for every dimension."""
+    if dim is None or dim == () or dim == []:
+        return None
+    return tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+
+
+def extreme(x: Any, dim: Any, keepdim: bool, lowest: bool) -> LoweredOp:
+    """The maximum over ``dim`` (``reduce_max``); the minimum is the negated maximum of the negated input (exact)."""
+    if lowest:
+        return LoweredOp("neg", [extreme(LoweredOp("neg", [x], {}), dim, keepdim, False)], {})
+    return LoweredOp("reduce_max", [x], {"axes": _axes(dim), "keepdims": keepdim})
+
+
+def _max_min(lowest: bool) -> Handler:
+    """``torch.max(x)``, and ``x.max(dim, keepdim)``: a named tuple whose ``values`` are lowered and whose
+    ``indices`` (argmax) are not, so a node reading them is left to PyTorch whole. The elementwise
+    ``torch.max(a, b)`` is not lowered."""
+    sig = signature("input", dim=None, keepdim=False)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        x, dim, keepdim = bound["input"], bound["dim"], bound["keepdim"]
+        if dim is None:
+            return extreme(x, None, keepdim, lowest)
+        if not isinstance(dim, int):
+            raise Unsupported(f"{'min' if lowest else 'max'} with a second argument {dim!r}: only one literal dimension is "
+                              "lowered (no registry op takes the elementwise extreme of two tensors)")
+
+        def item(index: int) -> Lowered:
+            if index != 0:
+                raise Unsupported(f"its indices are read ({'argmin' if lowest else 'argmax'}), which no registry op computes")
+            return extreme(x, dim, keepdim, lowest)
+
+        return parts(lw, node, item, ("values", "indices"))
+
+    return handler
+
+
+def _amax_amin(lowest: bool) -> Handler:
+    sig = signature("input", dim=(), keepdim=False)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:
+        bound = lw.bind(sig, node)
+        return extreme(bound["input"], bound["dim"], bound["keepdim"], lowest)
 
     return handler
 
@@ -201,6 +248,7 @@ _BATCH_NORM = op_rule(
     ("input", "running_mean", "running_var", "weight", "bias"), drop=("momentum",), require={"training": False},
 )
 _MEAN, _SUM = _reduction("reduce_mean"), _reduction("reduce_sum")
+_MAX, _MIN, _AMAX, _AMIN = _max_min(False), _max_min(True), _amax_amin(False), _amax_amin(True)
 
 FUNCTIONS: dict[Any, Handler] = {
     F.max_pool2d: _MAXPOOL, torch.max_pool2d: _MAXPOOL,
@@ -211,6 +259,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.batch_norm: _BATCH_NORM,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.mean: _MEAN, torch.sum: _SUM,
+    torch.max: _MAX, torch.min: _MIN, torch.amax: _AMAX, torch.amin: _AMIN,
     torch.matmul: _matmul, operator.matmul: _matmul, torch.bmm: _bmm,
     torch.einsum: _einsum,
     F.scaled_dot_product_attention: _sdpa,
@@ -218,4 +267,5 @@ FUNCTIONS: dict[Any, Handler] = {
 
 METHODS: dict[str, Handler] = {
     "mean": _MEAN, "sum": _SUM, "matmul": _matmul, "bmm": _bmm,
+    "max": _MAX, "min": _MIN, "amax": _AMAX, "amin": _AMIN,
 }

@@ -109,10 +109,21 @@ def python_getitem(lw: Lowerer, node: fx.Node) -> Lowered | None:
 _TENSOR_ATTRIBUTES = {"shape": shape_of, "ndim": ndim_of}
 
 
+_FIELDS = frozenset(f for kind in torch.return_types.all_return_types for f in getattr(kind, "__match_args__", ()))  # .values, .U, ...
+
+
 def _getattr(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``obj.name``: of a Python value (torch's named tuple included), of a tuple-valued node (``x.max(1).values``),
+    a tensor's shape or transpose; of a value PyTorch computes (its kind unknown without a sample input), a
+    field of torch's named tuples."""
     obj, name = node.args[0], node.args[1]
+    lowered = lw.results.get(obj) if isinstance(obj, fx.Node) else None
+    if isinstance(lowered, Parts) and name in lowered.fields:
+        return lowered.item(lowered.fields.index(str(name)))
     if lw.is_python(obj):
         return PythonCall(builtins.getattr, (obj, name))
+    if name in _FIELDS and not lw.is_tensor(obj):
+        return PythonCall(builtins.getattr, (obj, name), python_result=False)
     if name in _TENSOR_ATTRIBUTES:
         return PythonCall(_TENSOR_ATTRIBUTES[str(name)], (obj,))
     from .lower_shapes import tensor_attribute  # x.T, x.mT: data movement

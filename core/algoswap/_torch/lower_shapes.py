@@ -266,32 +266,32 @@ def _stack(lw: Lowerer, node: fx.Node) -> Lowered:
     return LoweredOp("concat", [reshape(t, Deferred(unsqueezed_shape, (t, dim))) for t in tensors], {"axis": dim})
 
 
-def _parts(lw: Lowerer, node: fx.Node, part: Any) -> Parts:
-    """A tuple-valued node whose i-th item is ``part(i)`` (made once per item)."""
-    lw.check_users_index(node)
+def parts(lw: Lowerer, node: fx.Node, part: Any, fields: tuple[str, ...] = ()) -> Parts:
+    """A tuple-valued node whose i-th item is ``part(i)`` (made once per item); ``fields``: its items' names."""
+    lw.check_users_index(node, fields)
     made: dict[int, Lowered] = {}
-    return Parts(lambda i: made[i] if i in made else made.setdefault(i, part(i)))
+    return Parts(lambda i: made[i] if i in made else made.setdefault(i, part(i)), fields)
 
 
 def _chunk(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "chunks", dim=0), node)
     x, dim = bound["input"], bound["dim"]
     sections = Deferred(chunk_sections, (x, bound["chunks"], dim))
-    return _parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
+    return parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
 
 
 def _split(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "split_size_or_sections", dim=0), node)
     x, dim, size = bound["input"], bound["dim"], bound["split_size_or_sections"]
     sections = tuple(size) if isinstance(size, (list, tuple)) else Deferred(split_sections, (x, size, dim))
-    return _parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
+    return parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
 
 
 def _unbind(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", dim=0), node)
     x, dim = bound["input"], bound["dim"]
     count, shape = Deferred(size_along, (x, dim)), Deferred(without_dim, (x, dim))
-    return _parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": i, "axis": dim}), shape))
+    return parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": i, "axis": dim}), shape))
 
 
 def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:

@@ -9,8 +9,8 @@ A rule (``Handler``) turns one fx node into one of:
 - ``Alias``: the node's value is another node's (dropout in eval mode, ``contiguous``);
 - ``PythonCall``: arithmetic on Python values (sizes, shapes, tuple items), or a shape guard;
 - ``Constant``: a value computed from the model's weights alone, once, at conversion;
-- ``Parts``: a tuple of tensors (``chunk``, ``unbind``, ``MultiheadAttention``) whose items the
-  ``getitem`` nodes reading them lower, each on its own;
+- ``Parts``: a tuple of tensors (``chunk``, ``unbind``, ``MultiheadAttention``, ``x.max(dim)``) whose items
+  the ``getitem`` (or field-reading ``getattr``) nodes reading them lower, each on its own;
 - or raises ``Unsupported(reason)``.
 """
 
@@ -73,9 +73,11 @@ class Constant:
 
 @dataclass
 class Parts:
-    """A tuple-valued node; ``item(i)`` lowers its i-th item (each ``getitem`` node reading it)."""
+    """A tuple-valued node; ``item(i)`` lowers its i-th item (each ``getitem`` node reading it, or each
+    ``getattr`` reading a field of torch's named tuple: ``fields`` of ``torch.return_types.max``)."""
 
     item: Callable[[int], "Lowered"]
+    fields: tuple[str, ...] = ()
 
 
 Lowered = LoweredOp | Alias | PythonCall | Constant | Parts

@@ -12,6 +12,7 @@ Before any rule, a node computed from weights and literals alone is folded into 
 
 from __future__ import annotations
 
+import builtins
 import operator
 from typing import Any, Iterator
 
@@ -20,6 +21,7 @@ from torch import fx
 
 from .._errors import OpArgumentError
 from .._global import get_registry
+from ..graph._node import leaves
 from . import lower_elementwise, lower_linalg, lower_modules, lower_python, lower_shapes, lower_torchvision
 from .lower_in_place import mutates
 from .lowered import (Alias, Constant, Deferred, Handler, Lowered, LoweredOp, Parts, PythonCall, Unsupported,
@@ -53,7 +55,7 @@ class Lowerer:
     def lower(self, node: fx.Node) -> Lowered:
         folded = self._fold(node)
         lowered = folded if folded is not None else self._dispatch(node)
-        items = [lowered.item(index) for index in _indices_read(node)] if isinstance(lowered, Parts) else [lowered]
+        items = [lowered.item(index) for index in _indices_read(node, lowered.fields)] if isinstance(lowered, Parts) else [lowered]
         for op in _ops_in(items):  # a tuple whose read items cannot all be lowered is left to PyTorch whole
             self._validate(op)
         self.results[node] = lowered
@@ -87,7 +89,7 @@ class Lowerer:
         inputs = fx_nodes(node.args, node.kwargs)
         if not inputs or not all(n in self.constants for n in inputs):
             return None
-        if not any(isinstance(self.constants[n], torch.Tensor) for n in inputs):
+        if not any(_holds_tensor(self.constants[n]) for n in inputs):  # a tensor, or torch's named tuple of them
             return None
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: self.constants[n])
         if mutates(node, self.root):
@@ -164,10 +166,11 @@ class Lowerer:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def check_users_index(self, node: fx.Node) -> None:
-        """A tuple-valued node (``Parts``) is lowered only where every reader takes one item by a literal index."""
+    def check_users_index(self, node: fx.Node, fields: tuple[str, ...] = ()) -> None:
+        """A tuple-valued node (``Parts``) is lowered only where every reader takes one item, by a literal
+        index or by one of its ``fields`` (``.values``)."""
         for user in node.users:
-            if user.op != "call_function" or user.target is not operator.getitem or not isinstance(user.args[1], int):
+            if item_read(user, fields) is None:
                 raise Unsupported(f"its tuple is used as a whole by {user.name!r}; only taking its items by index is lowered")
 
 
@@ -186,9 +189,26 @@ def _ops_in(lowered: Any) -> Iterator[LoweredOp]:
             stack.extend(item)
 
 
-def _indices_read(node: fx.Node) -> list[int]:
-    """The items its getitem readers take from a tuple-valued node (``check_users_index`` made sure they are ints)."""
-    return [user.args[1] for user in node.users if isinstance(user.args[1], int)]
+def item_read(user: fx.Node, fields: tuple[str, ...]) -> int | None:
+    """The index of the item ``user`` takes from a tuple-valued node (``t[1]``, or ``t.indices`` where
+    ``fields`` names it); None if it reads something else."""
+    if user.op != "call_function" or len(user.args) != 2:
+        return None
+    key = user.args[1]
+    if user.target is operator.getitem and isinstance(key, int):
+        return key
+    if user.target is builtins.getattr and key in fields:
+        return fields.index(str(key))
+    return None
+
+
+def _indices_read(node: fx.Node, fields: tuple[str, ...]) -> list[int]:
+    """The items its readers take from a tuple-valued node (``check_users_index`` made sure each takes one)."""
+    return [index for user in node.users if (index := item_read(user, fields)) is not None]
+
+
+def _holds_tensor(value: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in leaves(value))
 
 
 def _hashable(target: Any) -> bool:

@@ -19,7 +19,7 @@ from .._runner import numpy_dtype
 from ..graph._capture import CaptureReport
 from ..graph._executor import Executor, space_of
 from ..graph._fusion import TWINS, Chain
-from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, topological, with_values
+from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, rebuilt, topological, with_values
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
 from .._requests import IN_TORCH
@@ -341,10 +341,8 @@ def _wrap(value: Any, like: torch.Tensor | None) -> Any:
         array = value if value.flags.writeable else value.copy()  # never hand out the model's weights
         array = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # channels-last activations come out NCHW
         return array if like is None else array_to_tensor(array).to(like.device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_wrap(v, like) for v in value)
-    if isinstance(value, dict):
-        return {k: _wrap(v, like) for k, v in value.items()}
+    if isinstance(value, (list, tuple, dict)):
+        return rebuilt(value, lambda v: _wrap(v, like))
     space = space_of(value) if hasattr(value, "shape") and hasattr(value, "dtype") else None
     if space is None or space.is_host:
         return value

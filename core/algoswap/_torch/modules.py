@@ -139,6 +139,13 @@ def plain(module: nn.Module) -> nn.Module:
     return twin
 
 
+def original(module: nn.Module) -> nn.Module:
+    """``module`` as its own torch class, unmarked: what a ``swap_with`` class is constructed from."""
+    made = plain(module)
+    made.__dict__.pop(LEFT_IN_TORCH, None)
+    return made
+
+
 def leave_in_torch(module: nn.Module) -> nn.Module:
     """``module`` run by PyTorch (the selector asked for "torch"), marked so that ``explain`` lists it."""
     kept = plain(module)

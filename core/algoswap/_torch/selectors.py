@@ -18,6 +18,7 @@ from .._global import get_registry
 from .._requests import Selector, Subject, assign, prefer
 from .._select import Selection, select
 from .._spec import Shape
+from .custom import SWAPPED_WITH
 from .tensors import DTYPE_NAMES
 from .transfer import memory_of
 from .modules import batched, binding_for, require_binding
@@ -38,8 +39,11 @@ class Layer:
 def find_layers(caller: str, root: nn.Module, op: str, sample_input_shape: Sequence[int] | None,
                 dtype: torch.dtype | None) -> list[Layer]:
     """Modules of ``root`` that run ``op``: in forward order with their input shapes when a sample
-    input shape is given (one forward pass records them), else in registration order."""
-    layers = {id(m): Layer(name, m) for name, m in root.named_modules() if (b := binding_for(m)) and b.op == op}
+    input shape is given (one forward pass records them), else in registration order. The layers inside
+    one a ``swap_with`` class made are its own (the layer it was built from, say): they are not swapped."""
+    owned = [f"{name}." for name, m in root.named_modules() if SWAPPED_WITH in m.__dict__]
+    layers = {id(m): Layer(name, m) for name, m in root.named_modules()
+              if (b := binding_for(m)) and b.op == op and not any(name.startswith(prefix) for prefix in owned)}
     if sample_input_shape is None or not layers:
         return list(layers.values())
     order: list[Layer] = []
@@ -74,13 +78,15 @@ def _device(root: nn.Module) -> torch.device:
     return next((p.device for p in root.parameters()), torch.device("cpu"))
 
 
-def resolve(caller: str, op: str, layers: list[Layer], algorithm: Selector, backends: Sequence[str] | None = None) -> list[str]:
-    """One validated request per layer (``algorithm`` is the op's selector; errors name the layer)."""
+def resolve(caller: str, op: str, layers: list[Layer], algorithm: Selector, backends: Sequence[str] | None = None,
+            registry_requests: bool = True) -> list[str]:
+    """One validated request per layer (``algorithm`` is the op's selector; errors name the layer).
+    ``registry_requests=False``: the requests are for a ``swap_with`` class, which takes them as they are."""
     by_name = {layer.name: layer for layer in layers}
     subjects = [Subject(op, layer.name, layer.module, layer.input_shape) for layer in layers]
     selector = None if algorithm is None else {op: algorithm}
-    return assign(caller, subjects, selector, backends, lambda subject, request: _check_layer(by_name[subject.name], request),
-                  in_torch=True)
+    check = (lambda subject, request: _check_layer(by_name[subject.name], request)) if registry_requests else None
+    return assign(caller, subjects, selector, backends, check, in_torch=True, registry_requests=registry_requests)
 
 
 def _check_layer(layer: Layer, request: str) -> None:

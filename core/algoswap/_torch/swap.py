@@ -9,8 +9,8 @@ from torch import nn
 
 from .._errors import OpArgumentError, SelectorError
 from .._requests import IN_TORCH, Selector, selector_argument
-from .custom import custom_backend
-from .modules import BINDINGS, SwappedModule, leave_in_torch, require_binding, swap_in
+from .custom import constructed, custom_backend
+from .modules import BINDINGS, SwappedModule, leave_in_torch, original, require_binding, swap_in
 from .selectors import Layer, find_layers, resolve
 
 OpName = Union[str, type]
@@ -54,6 +54,10 @@ def swap_operation(
     ``swap_with`` (a function of numpy arrays called like an implementation of the op: the inputs
     positionally, the canonical attributes as keywords) is registered as the implementation
     ``<its name>:custom`` and serves the layers the selector gives no request, before ``backends``.
+    A class instead (the swapping library's form, e.g. an ``nn.Module``) is constructed as
+    ``swap_with(layer, algorithm)`` for each layer the selector does not leave in PyTorch, with
+    ``algorithm`` the selector's answer for it as given ("default" where it gives none; not checked
+    against the registry: the class reads it); the instance replaces the layer and runs as written.
 
     ``sample_input_shape`` (batch included, or one unbatched sample where the op's module takes one)
     runs one forward pass to learn each layer's input shape: selectors then see real input shapes,
@@ -63,22 +67,29 @@ def swap_operation(
     name = _op_name(op)
     caller = "swap_conv2d" if name == "conv2d" else f"swap_operation({name!r})"
     selector = selector_argument(caller, algorithm, algos=algos, algorithms=algorithms)
-    if swap_with is not None:
+    cls = swap_with if isinstance(swap_with, type) else None
+    if cls is not None and backends is not None:
+        raise OpArgumentError(caller, "backends", backends, f"None with swap_with={cls.__name__}, a class: its instances "
+                              "run the layers, backends choose among the registry's implementations")
+    if swap_with is not None and cls is None:
         backends = [custom_backend(caller, name, swap_with), *(backends or [])]
     layers = find_layers(caller, module, name, sample_input_shape, dtype)
-    requests = resolve(caller, name, layers, selector, backends)
-    replacements = {id(layer.module): _swapped(layer, request) for layer, request in zip(layers, requests)}
-    for parent in module.modules():
+    requests = resolve(caller, name, layers, selector, backends, registry_requests=cls is None)
+    replacements = {id(layer.module): _swapped(caller, layer, request, cls) for layer, request in zip(layers, requests)}
+    for parent in list(module.modules()):  # the tree before replacing: a swap_with instance may hold its layer
         for child_name, child in list(parent._modules.items()):
             if child is not None and id(child) in replacements:
                 parent._modules[child_name] = replacements[id(child)]
     return replacements.get(id(module), module)
 
 
-def _swapped(layer: Layer, request: str) -> nn.Module:
+def _swapped(caller: str, layer: Layer, request: str, cls: type | None) -> nn.Module:
     if request == IN_TORCH:
         return leave_in_torch(layer.module)
     binding = require_binding(layer.module)
+    if cls is not None:
+        shape = None if layer.input_shape is None else tuple(layer.input_shape)
+        return constructed(caller, cls, binding.op, layer.name, original(layer.module), request, shape)
     twin = swap_in(layer.module, request, binding.attrs(layer.module))
     if layer.input_shape is not None:
         twin.__dict__["algoswap_last_input"] = (layer.input_shape, layer.input_dtype)
@@ -102,6 +113,7 @@ def swap_conv2d(
     >>> swap_conv2d(model, lambda conv, shape: "winograd" if conv.kernel_size == (3, 3) else "smm",
     ...             sample_input_shape=(1, 3, 224, 224))
     >>> swap_conv2d(model, {"conv1": "torch"}, swap_with=my_conv)    # conv1 stays in torch, my_conv runs the others
+    >>> swap_conv2d(model, ["direct", "smm"], None, swap_with=SpecialConv)  # SpecialConv(conv, "direct") replaces the first
     """
     selector = selector_argument("swap_conv2d", algorithm, algos=algos, algorithms=algorithms)
     return swap_operation("conv2d", module, selector, sample_input_shape, backends=backends, swap_with=swap_with)

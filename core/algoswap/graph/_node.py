@@ -6,6 +6,7 @@ a call the spec refuses raises a `GraphError` naming the node and every operand.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -35,6 +36,41 @@ class Shaped:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+
+class Pending:
+    """A Python value (not an array) that PyTorch computes from data at each call (``x.max().item()``):
+    unknown when planning. Every use of it raises ``TypeError``, so that nothing computed from it is
+    taken as known; ``example`` is a value of its kind (computed from zeros), for inferring what a
+    PyTorch call reading it returns."""
+
+    __slots__ = ("example",)
+
+    def __init__(self, example: Any) -> None:
+        self.example = example
+
+    def __repr__(self) -> str:
+        return f"<a {type(self.example).__name__} PyTorch computes at each call>"
+
+    def _unknown(self, *args: Any) -> Any:
+        raise TypeError(f"{self!r} is not known when planning")
+
+    __bool__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __len__ = __iter__ = _unknown  # (and so unhashable)
+
+
+def pending(value: Any) -> Any:
+    """``value`` (computed from examples of pending values) with everything but its arrays (``Shaped``) pending."""
+    return mapped(value, lambda v: v if isinstance(v, Shaped) else Pending(v))
+
+
+def holds_pending(value: Any) -> bool:
+    """Whether a pending value is inside ``value`` (its lists, tuples and dicts)."""
+    return any(isinstance(v, Pending) for v in leaves(value))
+
+
+def examples(value: Any) -> Any:
+    """``value`` with each pending value replaced by its example."""
+    return mapped(value, lambda v: v.example if isinstance(v, Pending) else v)
 
 
 @dataclass
@@ -240,12 +276,29 @@ def group(nodes: Sequence[Node], name: str | None = None) -> Node:
     return Node(name or unique_name("group"), "group", (), "none", inputs=tuple(nodes))
 
 
-def mapped(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``value`` with ``leaf`` applied to everything inside its lists, tuples and dicts."""
+def rebuilt(value: Any, function: Callable[[Any], Any]) -> Any:
+    """A list, tuple or dict like ``value`` holding ``function`` of each of its items (values of a dict),
+    of ``value``'s own type: a named tuple (``collections.namedtuple``, torch's ``torch.return_types.max``)
+    keeps its fields, an ``OrderedDict`` its order. Anything else is returned as it is."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind(function(v) for v in value)
     if isinstance(value, (list, tuple)):
-        return type(value)(mapped(v, leaf) for v in value)
+        items = [function(v) for v in value]
+        return kind(*items) if hasattr(value, "_fields") else kind(items)  # a namedtuple takes fields; torch's structseqs a sequence
     if isinstance(value, dict):
-        return {k: mapped(v, leaf) for k, v in value.items()}
+        if kind is dict:
+            return {k: function(v) for k, v in value.items()}
+        copied = copy.copy(value)  # a dict subclass (OrderedDict, defaultdict) keeps its type and settings
+        copied.update((k, function(v)) for k, v in value.items())
+        return copied
+    return value
+
+
+def mapped(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to everything inside its lists, tuples and dicts (each of its own type: see ``rebuilt``)."""
+    if isinstance(value, (list, tuple, dict)):
+        return rebuilt(value, lambda v: mapped(v, leaf))
     return leaf(value)
 
 

@@ -21,7 +21,8 @@ from .._select import Selection, select, serves_memory
 from .._sizes import nbytes
 from ._fold import folded, planned_step
 from ._fusion import Chain
-from ._node import SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Shaped, leaves, mapped, nodes_in, topological
+from ._node import (SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Pending, Shaped, examples, holds_pending, leaves,
+                    mapped, nodes_in, pending, topological)
 from ._place import TORCH, inputs_space, memory_for, place
 from ._program import Program, Step
 
@@ -213,14 +214,19 @@ class _Builder:
         return shapes, dtypes, spaces
 
     def add_op(self, node: Node) -> None:
+        twin = node.source.twin if isinstance(node.source, Origin) else None
+        torch_allowed = self.options.fallback and twin is not None and self.options.foreign is not None
+        unknown = self.known_at_run_time(node)
+        if unknown and torch_allowed:
+            assert twin is not None
+            self.add_call(node, twin, note=unknown)
+            return
         shapes, dtypes, spaces = self.array_inputs(node, node.inputs)
         attrs = self.resolved(node.attrs) if node.needs else node.attrs
         targets = _updated_in_place(node)
         where = inputs_space(node.inputs, spaces)
         if targets and targets[0] is not None:  # an in-place update runs where what it updates lives
             where = self.homes.get(id(targets[0]), HOST)
-        twin = node.source.twin if isinstance(node.source, Origin) else None
-        torch_allowed = self.options.fallback and twin is not None and self.options.foreign is not None
         chosen = place(node, self.requests(node), shapes, dtypes, attrs, where, torch_allowed)
         if chosen == TORCH:
             assert twin is not None
@@ -229,6 +235,16 @@ class _Builder:
         assert isinstance(chosen, Selection)
         if not self.fold(node, chosen):
             self.emit(node, chosen, node.inputs, shapes)
+
+    def known_at_run_time(self, node: Node) -> str:
+        """Why a registry op cannot serve ``node`` in this plan: an input that is no array, or an attribute
+        needing a value PyTorch computes at each call (``x.max().item()``); "" when nothing stops it."""
+        for position, i in enumerate(node.inputs):
+            known = self.values[self.slots[id(i)]].known if i is not None else None
+            if i is not None and not _is_array(known):
+                return f"input {position} ({i.name}) is {'a number computed at each call' if holds_pending(known) else 'no array'}"
+        late = [n.name for n in node.needs if id(n) not in self.baked]
+        return f"its attributes need {', '.join(map(repr, late))}, computed at each call" if late else ""
 
     def fold(self, node: Node, chosen: Selection) -> bool:
         """Whether ``node`` was computed now, from frozen weights alone (see ``_fold``)."""
@@ -288,7 +304,7 @@ class _Builder:
         foreign, is_python = self.options.foreign, node.kind == "python"
         if is_python:
             result = _python(node, call, args, kwargs)
-            if not _holds_arrays(result):
+            if not _holds_arrays(result) and not holds_pending(result):
                 self.baked[id(node)] = result
                 return
         elif foreign is None:
@@ -422,6 +438,12 @@ def _leading_backend(op: str, request: str, memory: str | None) -> str | None:
 
 
 def _python(node: Node, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The node's value now; pending (computed at each call) where it reads a value PyTorch computes at each call."""
+    if holds_pending((args, kwargs)):
+        try:
+            return pending(call.target(*examples(args), **examples(kwargs)))
+        except Exception:
+            return Pending(None)  # e.g. a guard on the examples: it is checked at each call
     try:
         return call.target(*args, **kwargs)
     except Exception as exc:

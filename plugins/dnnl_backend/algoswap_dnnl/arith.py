@@ -49,7 +49,7 @@ def _eltwise(op: str, x: np.ndarray, **attrs: float) -> np.ndarray:
     out = np.ascontiguousarray(x)
     for kind, alpha, beta in _ELTWISE[op](attrs):
         out = dnnl.eltwise(out, kind, float(alpha), float(beta))
-    return out
+    return out.reshape(x.shape)  # a 0-D input is run as shape (1,), oneDNN having no 0-D memory
 
 
 def _eltwise_grad(op: str, dy: np.ndarray, data: np.ndarray, **attrs: float) -> np.ndarray:
