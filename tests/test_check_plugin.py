@@ -4,7 +4,9 @@ shows as offered (✓) in the capability matrix.
 
 Each case is a plugin module written to a temporary directory, registered in-process into a fresh
 registry (``PluginLoader.load``, as ``algoswap.register_plugin`` does) and, through
-``algoswap check-plugin mine --module MODULE``, in a subprocess."""
+``algoswap check-plugin mine --module MODULE``, in a subprocess. A backend that cannot run here
+("gone") is checked from its code: its modules are never imported, and that it cannot run is no
+problem."""
 
 from __future__ import annotations
 
@@ -58,6 +60,56 @@ def relu(x):
 raise ImportError("libmine.so: cannot open shared object file")
 '''
 
+# The implementations of backend "gone" (which cannot run here): read from this code, never imported
+HEAVY = '''
+def relu(x):
+    return x
+
+
+def leaky_relu(x, *, slope):
+    return x
+
+
+def _convolution(name):
+    def conv2d(input, weight, bias, *, stride, padding, dilation, groups, padding_mode):
+        return input
+
+    return conv2d
+
+
+def _misspelt(name):
+    def conv2d(input, weight, bias, *, stride, paddng, dilation, groups, padding_mode):
+        return input
+
+    return conv2d
+
+
+conv2d_fast = _convolution("fast")
+conv2d_typo = _misspelt("typo")
+
+
+def supports(call):
+    return call.attrs["stride"] == (1, 1)
+
+
+def supports_typo(call):
+    return call.attrs["strides"] == (1, 1)
+'''
+# and one whose names its code cannot show: they may be there
+DYNAMIC = '''
+def _convolution(name):
+    def conv2d(input, weight, bias, *, stride, padding, dilation, groups, padding_mode):
+        return input
+
+    return conv2d
+
+
+globals().update({"conv2d_" + name: _convolution(name) for name in ("made",)})
+'''
+GONE = 'registry.add_backend("gone", probe=probe_gone); add = registry.add_implementation; '
+GONE_CLEAN = (GONE + 'add("relu", "direct", "gone", "mine_heavy:relu"); '
+              'add("conv2d", "fast", "gone", "mine_heavy:conv2d_fast", supports="mine_heavy:supports"); '
+              'add("conv2d", "made", "gone", "mine_dynamic:conv2d_made")')
 
 
 class Mistake(NamedTuple):
@@ -100,8 +152,29 @@ MISTAKES = {
         'registry.add_implementation("conv2d", "direct", "mine", conv2d, supports=supports_typo)',
         "reads input 'weights', which no op it serves has", False, unoffered=False),
     "slow_probe": Mistake('registry.add_backend("slow", probe=slow_probe)', "backend 'slow': probe: took ", False),
-    "unavailable_backend": Mistake('registry.add_backend("gone", probe=lambda: "no mine device here")',
-                            "backend 'gone': probe: unavailable here (no mine device here)", False),
+    "gone_missing_attribute": Mistake(GONE + 'add("relu", "direct", "gone", "mine_heavy:rleu")',
+                                      "relu gone:direct: fn: cannot import its implementation 'mine_heavy:rleu' (plugin 'mine'): "
+                                      "AttributeError: module 'mine_heavy' has no attribute 'rleu'", False),
+    "gone_missing_module": Mistake(GONE + 'add("relu", "direct", "gone", "mine_haevy:relu")',
+                                   "ModuleNotFoundError: No module named 'mine_haevy'", False),
+    "gone_signature": Mistake(GONE + 'add("leaky_relu", "direct", "gone", "mine_heavy:leaky_relu")',
+                              "leaky_relu gone:direct: fn: leaky_relu(x, *, slope) cannot take a leaky_relu call: it does not "
+                              "take leaky_relu's attribute 'negative_slope'; it requires 'slope'", False),
+    "gone_signature_of_a_factory_s_function": Mistake(
+        GONE + 'add("conv2d", "typo", "gone", "mine_heavy:conv2d_typo")', "conv2d gone:typo: fn: conv2d_typo(input, weight, bias, "
+        "*, stride, paddng, dilation, groups, padding_mode) cannot take a conv2d call: it does not take conv2d's attribute "
+        "'padding'", False),
+    "gone_predicate_reads_an_unknown_attribute": Mistake(
+        GONE + 'add("conv2d", "fast", "gone", "mine_heavy:conv2d_fast", supports="mine_heavy:supports_typo")',
+        "supports() mine_heavy:supports_typo of backend 'gone': supports: reads attribute 'strides'", False, unoffered=False),
+    "gone_missing_predicate": Mistake(GONE + 'add("relu", "direct", "gone", "mine_heavy:relu", supports="mine_heavy:suports")',
+                                      "relu gone:direct: supports: cannot import its supports() predicate 'mine_heavy:suports'", False),
+    "gone_missing_memory_function": Mistake(
+        'registry.add_backend("gone", probe=probe_gone, memory=__import__("algoswap").MemorySpace("boxes", "numpy.ndarray", '
+        'to_host="mine_heavy:to_hots"))', "backend 'gone': memory: cannot import its memory space's to_host 'mine_heavy:to_hots'",
+        False),
+    "gone_missing_probe": Mistake('registry.add_backend("gone", probe=__name__ + ":probe_gnoe")',
+                                  "backend 'gone': probe: cannot import its availability probe", False),
 }
 FOOTER = '''
 HEADER_CONSTANT = 3
@@ -114,6 +187,10 @@ def supports_typo(call):
 def slow_probe():
     time.sleep(0.3)  # past check-plugin's 100 ms, whatever the machine's load
     return True
+
+
+def probe_gone():
+    return "no mine device here"
 '''
 
 
@@ -124,6 +201,8 @@ def _write_plugin(directory: Path, case: str, body: str, api: str = ">=1.1,<2") 
     source = HEADER.replace(">=1.1,<2", api) + register + FOOTER
     (directory / f"{module}.py").write_text(source)
     (directory / "mine_broken_library.py").write_text(textwrap.dedent(BROKEN_LIBRARY))
+    (directory / "mine_heavy.py").write_text(HEAVY)
+    (directory / "mine_dynamic.py").write_text(DYNAMIC)
     return module
 
 
@@ -143,10 +222,10 @@ def _registry_with(module: str, state: Path) -> Registry:
 
 
 def _offered(registry: Registry) -> list[str]:
-    """Every (op, backend:algorithm) of backend "mine" the matrix shows as offered."""
+    """Every (op, algorithm) of backend "mine" or "gone" the matrix shows as offered."""
     matrix = build(registry)
-    return [f"{op} {algorithm}" for op, table in matrix.tables.items()
-            for algorithm, cell in table.rows.get("mine", {}).items() if cell.supported]
+    return [f"{op} {algorithm}" for op, table in matrix.tables.items() for backend in ("mine", "gone")
+            for algorithm, cell in table.rows.get(backend, {}).items() if cell.supported]
 
 
 @pytest.mark.parametrize("case", list(MISTAKES))
@@ -156,6 +235,7 @@ def test_each_mistake_is_a_named_problem_of_check_plugin(case: str, plugin_dir: 
     report = algoswap.check_plugin("mine", registry=registry)
     assert not report.ok and any(mistake.fragment in str(problem) for problem in report.problems), report.to_text()
     assert (report.status == "broken") == mistake.refused, report.to_text()
+    assert not {"mine_heavy", "mine_dynamic"} & set(sys.modules), f"{case}: the modules of a backend that cannot run here were imported"
     if mistake.refused:
         assert "mine" not in build(registry).backends, f"{case}: a refused registration is in the matrix"
     assert not _offered(registry) or not mistake.unoffered, f"{case}: caps shows a rejected implementation as offered"
@@ -168,6 +248,25 @@ def test_a_reference_found_not_to_resolve_is_shown_as_refused_in_caps(plugin_dir
     algoswap.check_plugin("mine", registry=registry)
     cell = build(registry, op="relu").tables["relu"].rows["mine"]["direct"]
     assert not cell.supported and "libmine.so: cannot open shared object file" in str(cell.reason)
+
+
+def test_a_backend_that_cannot_run_here_is_checked_from_its_code_and_is_no_problem(plugin_dir: Path) -> None:
+    """Its references and signatures read without importing its modules: one made by a factory judged, one
+    made through globals() (its code cannot show it) taken as it may be, never called broken."""
+    registry = _registry_with(_write_plugin(plugin_dir, "gone_clean", GONE_CLEAN), plugin_dir / "state")
+    report = algoswap.check_plugin("mine", registry=registry)
+    assert report.ok and report.implementations == 3, report.to_text()
+    gone = next(b for b in report.backends if b.name == "gone")
+    assert (gone.status, gone.reason, gone.from_code, gone.implementations) == ("unavailable", "no mine device here", True, 3)
+    assert "  cannot run here: 3 implementations checked from their code, unimported" in report.to_text()
+    assert not {"mine_heavy", "mine_dynamic"} & set(sys.modules)
+    assert sorted(_offered(registry)) == ["conv2d fast", "conv2d made", "relu direct"]
+
+
+def test_the_command_passes_a_backend_that_cannot_run_here(tmp_path: Path) -> None:
+    done = _cli("mine", "--module", _write_plugin(tmp_path, "gone_clean_cli", GONE_CLEAN), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "backend gone: unavailable" in done.stdout and done.stdout.rstrip().endswith("ok: no problem found")
 
 
 def test_an_incompatible_api_range_is_a_problem_naming_both_versions(plugin_dir: Path) -> None:

@@ -9,7 +9,11 @@ without a GPU), resolves each reference and names the ones that do not resolve."
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 from typing import Any, Iterator
+
+import pytest
 
 import algoswap
 from algoswap import FAMILIES, Ref
@@ -47,6 +51,18 @@ def test_every_reference_of_every_installed_plugin_resolves() -> None:
     assert len(references) > 100, "the installed plugins register their implementations by reference"
     problems = [f"{where}: {ref!r}: {problem}" for where, ref in references if (problem := _problem(ref))]
     assert not problems, "\n".join(problems)
+
+
+def test_every_reference_of_every_installed_plugin_is_bound_where_its_module_s_code_shows_it() -> None:
+    """Read, not imported: a missing attribute is then found on a machine where the module cannot be imported
+    (a name made through globals() could not be told from a missing one)."""
+    names, unseen = ModuleNames(), []
+    for where, ref in _references():
+        module, _, attribute = (ref if isinstance(ref, str) else ref.target).partition(":")
+        reading = names.reading(module)
+        if isinstance(reading, ModuleNotFoundError) or attribute.split(".")[0] not in reading.names:
+            unseen.append(f"{where}: {module}:{attribute}")
+    assert not unseen, "\n".join(unseen)
 
 
 def test_a_reference_that_does_not_resolve_is_named() -> None:
@@ -146,3 +162,60 @@ def test_a_backend_whose_memory_space_does_not_resolve_is_unavailable_saying_why
         "cannot import its memory space's to_host 'algoswap_numpy.activation:to_hots' (refs-dist 1.0): "
         "AttributeError: module 'algoswap_numpy.activation' has no attribute 'to_hots'")
     assert registry.backends["boxes"].status == "unavailable"
+
+
+BINDING_UNSEEN = {  # module source -> how it binds "made" without a store its code shows
+    "globals": 'globals().update({"ma" + "de": abs})\n',
+    "vars": 'vars()["made"] = abs\n',
+    "exec": 'exec("made = abs")\n',
+    "sys_modules": 'import sys\nsetattr(sys.modules[__name__], "made", abs)\n',
+    "in_a_function": 'def _define():\n    globals()["made"] = abs\n\n\n_define()\n',
+    "getattr": 'def __getattr__(name):\n    return abs\n',
+}
+
+
+@pytest.mark.parametrize("case", list(BINDING_UNSEEN))
+def test_a_name_bound_in_a_way_its_code_cannot_show_is_unknown_never_missing(case: str, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    module = f"refs_unseen_{case}"
+    (tmp_path / f"{module}.py").write_text("def named(x):\n    return x\n\n\n" + BINDING_UNSEEN[case])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = ModuleNames()
+    assert (names.binds(module, "named"), names.binds(module, "made")) == (True, None)
+    assert names.problem(f"{module}:made") is None and names.bound(module) is None
+    assert module not in sys.modules
+    assert resolve_ref(f"{module}:made") is abs  # it was there
+
+
+def test_a_name_no_code_of_its_module_binds_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top-level stores and a function's ``global`` stores bind; reading another module from ``sys.modules``
+    does not make the module's other names unknown."""
+    source = ("import sys\nmade = abs\n\n\ndef _define():\n    global defined\n    defined = abs\n\n\n"
+              "OTHER = sys.modules.get('os')\n")
+    (tmp_path / "refs_complete.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = ModuleNames()
+    assert [names.binds("refs_complete", name) for name in ("made", "defined", "madee")] == [True, True, False]
+    assert str(names.problem("refs_complete:madee")) == "module 'refs_complete' has no attribute 'madee'"
+
+
+def test_the_signature_read_from_a_reference_s_code_is_the_imported_function_s() -> None:
+    """Every implementation of every installed plugin registered by reference whose code shows its function
+    (a def, an alias, a factory's function): check-plugin judges a backend that cannot run here by that."""
+    import inspect
+
+    from algoswap._check_code import CodeReader, written_signature
+
+    reader, compared = CodeReader(), 0
+    for impl in algoswap.registry().implementations():
+        if isinstance(impl.fn, (str, Ref)):
+            target = impl.fn if isinstance(impl.fn, str) else impl.fn.target
+            node = reader.definition(target)
+            if node is None:
+                continue
+            imported = inspect.signature(resolve_ref(target)).parameters.values()
+            read = written_signature(node).parameters.values()
+            assert [(p.name, p.kind, p.default is p.empty) for p in read] == [
+                (p.name, p.kind, p.default is p.empty) for p in imported], f"{impl.qualified} {impl.op}: {target}"
+            compared += 1
+    assert compared > 250, compared

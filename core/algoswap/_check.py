@@ -1,12 +1,16 @@
 """``algoswap.check_plugin(name)``: what would fail in a plugin before any user hits it.
 
 Registration already refuses what it can tell without importing anything (``_validation``). This
-goes further, importing the plugin's modules: it resolves every reference of the plugin's backends
-and implementations, checks each implementation's signature and each ``supports()`` predicate's
-names against the op's spec, runs each backend's probe with timing, and compares the plugin API
-range the plugin declares with the core's. Plugin code runs under the plugin's supervisor, as it
-does in discovery (time-limited; an exception is a problem, never a crash). A reference found not
-to resolve is kept on the implementation, so this process's capability matrix shows it as ✗.
+goes further: it runs each backend's probe with timing, compares the plugin API range the plugin
+declares with the core's, and checks every implementation's references, its signature and its
+``supports()`` predicate's names against the op's spec. For a backend that runs here, it imports
+the plugin's modules to do so; for one that cannot (no GPU, no CuPy, not a Mac), it reads them from
+the modules' code without importing them (``_names``, ``_check_code.CodeReader``), so that what a
+backend offers is checked alike on every machine: that it cannot run here is said, and is no problem
+(a probe that timed out or crashed is). Plugin code runs under the plugin's supervisor, as it does
+in discovery (time-limited; an exception is a problem, never a crash). A reference found not to
+resolve, or a signature that does not fit, is kept on the implementation, so this process's
+capability matrix shows it as ✗.
 """
 
 from __future__ import annotations
@@ -15,16 +19,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._check_code import names_read, signature_problem
+from ._check_code import CodeReader, names_in, names_read, signature_problem
 from ._guard import TimedOut
 from ._ref import Ref
-from ._records import BackendRecord, ImplRecord, PluginRecord, _callable_of, _resolve_fn, _target
+from ._records import BackendRecord, ImplRecord, PluginRecord, RefLike, _callable_of, _resolve_fn, _target
 from ._registry import Registry, suggest
 from ._settings import normalise
 from ._supervisor import reason_of, unresolvable
 from ._version import API_VERSION
 
 SLOW_PROBE_SECONDS = 0.1  # a probe runs in every process that considers the backend
+FAULTY = ("timed out", "crashed")  # a backend status that is a problem (unavailable is not: it says where it runs)
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,15 @@ class Problem:
 
 @dataclass(frozen=True)
 class BackendCheck:
-    """A backend's status, and how long its probe took (None: it has none, or it did not run)."""
+    """A backend's status, how long its probe took (None: it has none, or it did not run), and how many
+    implementations were checked, and how: imported, or (it cannot run here) read from their code."""
 
     name: str
     status: str
     reason: str | None
     probe_seconds: float | None
+    implementations: int = 0
+    from_code: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,8 +81,11 @@ class PluginReport:
         owner = f"{self.distribution} {self.version}".strip() or "not installed"
         api = f"core API range {self.api_range or 'unknown'} (this core: {self.core_api})"
         lines = [f"plugin {self.name} ({owner}): {self.status}; {api}"]
-        lines += [f"backend {b.name}: {b.status}{_probe_text(b)}{': ' + b.reason if b.reason else ''}" for b in self.backends]
-        lines.append(f"{self.implementations} implementation{'s' if self.implementations != 1 else ''} checked")
+        for b in self.backends:
+            lines.append(f"backend {b.name}: {b.status}{_probe_text(b)}{': ' + b.reason if b.reason else ''}")
+            lines += [f"  cannot run here: {_implementations(b.implementations)} checked from their code, unimported "
+                      "(references; signatures and supports() names where their code shows them)"] if b.from_code else []
+        lines.append(f"{_implementations(self.implementations)} checked")
         lines += [f"problem: {problem}" for problem in self.problems]
         count = len(self.problems)
         lines.append(f"{count} problem{'s' if count != 1 else ''} found" if count else "ok: no problem found")
@@ -95,16 +106,19 @@ def check_plugin(name: str, *, registry: Registry | None = None) -> PluginReport
                           f"{suggest(name, known)}")
         return PluginReport(name, "", "", "not found", "", (), 0, (problem,))
     problems = [Problem(f"plugin {plugin.name!r}", "status", f"{plugin.status}: {plugin.error}")] if plugin.status != "loaded" else []
-    backends, impls = [], []
+    backends, impls, reader = [], [], CodeReader()
     for backend in plugin.backends:
-        record = registry.backends[backend]
-        check, found = _check_backend(record)
+        record, served = registry.backends[backend], registry.implementations(backend=backend)
+        check, found = _check_backend(record, len(served))
         backends.append(check)
         problems += found
-        if check.status == "available":
-            impls += registry.implementations(backend=backend)
-    problems += [problem for impl in impls for problem in _check_implementation(registry, impl)]
-    problems += _check_predicates(registry, impls)
+        if check.from_code:
+            problems += [problem for impl in served for problem in _check_from_code(registry, impl, reader)]
+        else:
+            problems += [problem for impl in served for problem in _check_implementation(registry, impl)]
+        impls += served
+    unimported = {check.name for check in backends if check.from_code}
+    problems += _check_predicates(registry, impls, unimported, reader)
     return PluginReport(plugin.name, plugin.distribution, plugin.version, plugin.status, plugin.api_range,
                         tuple(backends), len(impls), tuple(problems))
 
@@ -116,19 +130,34 @@ def _find(registry: Registry, name: str) -> PluginRecord | None:
     return matches[-1] if matches else None
 
 
-def _check_backend(record: BackendRecord) -> tuple[BackendCheck, list[Problem]]:
+def _check_backend(record: BackendRecord, implementations: int) -> tuple[BackendCheck, list[Problem]]:
+    """The backend's probe (timed) and, where it cannot run here, its own references read from their code."""
     subject = f"backend {record.name!r}"
     probe_seconds = _timed_probe(record) if record.probe is not None else None
     available = record.availability()
     reason = None if available is True else str(available)
     problems = []
+    if record.status in FAULTY:
+        problems.append(Problem(subject, "probe", f"{record.status} here ({reason})"))
     if reason is not None:
-        problems.append(Problem(subject, "probe", f"{record.status} here ({reason}); its implementations were not checked"))
+        problems += [Problem(subject, field, why) for field, why in _backend_references(record)]
     if probe_seconds is not None and probe_seconds > SLOW_PROBE_SECONDS:
         problems.append(Problem(subject, "probe", f"took {probe_seconds * 1e3:.0f} ms (expected under "
                                 f"{SLOW_PROBE_SECONDS * 1e3:.0f} ms: every process that considers the backend runs it; "
                                 "import heavy libraries at the first call instead)"))
-    return BackendCheck(record.name, record.status, reason, probe_seconds), problems
+    return BackendCheck(record.name, record.status, reason, probe_seconds, implementations, reason is not None), problems
+
+
+def _backend_references(record: BackendRecord) -> list[tuple[str, str]]:
+    """(field, why) for the probe's and the memory space's references of a backend that cannot run here
+    whose module does not exist or whose code does not bind them (read without importing them)."""
+    health, found = record._health, []
+    if isinstance(record.probe, (str, Ref)):
+        target = _target(record.probe)
+        missing = health.names.problem(target)
+        found += [("probe", unresolvable("availability probe", target, record.owner, missing))] if missing else []
+    memory = health.unresolvable_memory(record)
+    return found + ([("memory", memory)] if memory else [])
 
 
 def _timed_probe(record: BackendRecord) -> float | None:
@@ -158,6 +187,22 @@ def _check_implementation(registry: Registry, impl: ImplRecord) -> list[Problem]
     if problem is None:
         return []
     impl._state.problem = problem  # every call would raise TypeError: out of selection, ✗ in the matrix
+    return [Problem(subject, "fn", problem)]
+
+
+def _check_from_code(registry: Registry, impl: ImplRecord, reader: CodeReader) -> list[Problem]:
+    """An implementation of a backend that cannot run here, checked from its code, nothing imported:
+    each reference's module and attribute, then the signature its code declares (where it shows one).
+    A problem found is kept on the implementation, as ``_check_implementation`` keeps it."""
+    subject, state = f"{impl.op} {impl.qualified}", impl._state
+    missing = impl.missing_reference()
+    if missing is not None:
+        field, state.problem = missing
+        return [Problem(subject, field, state.problem)]
+    problem = reader.signature_problem(impl.fn, registry.spec(impl.op))
+    if problem is None:
+        return []
+    state.problem = problem
     return [Problem(subject, "fn", problem)]
 
 
@@ -197,19 +242,20 @@ def _guarded(impl: ImplRecord, field: str, fn: Callable[..., Any], *args: Any) -
         return exc if not isinstance(exc, TimedOut) else TimeoutError(reason_of(exc))
 
 
-def _check_predicates(registry: Registry, impls: list[ImplRecord]) -> list[Problem]:
-    """Names each ``supports()`` predicate that resolves reads that none of the ops it serves has."""
+def _check_predicates(registry: Registry, impls: list[ImplRecord], unimported: set[str], reader: CodeReader) -> list[Problem]:
+    """Names each ``supports()`` predicate that resolves reads that none of the ops it serves has (read
+    from its module's code, unimported, for the backends in ``unimported``)."""
     served: dict[Any, list[ImplRecord]] = {}
     for impl in impls:
         if impl.supports is not None:
             served.setdefault(impl.supports, []).append(impl)
     problems = []
     for predicate, users in served.items():
-        resolved = _guarded(users[0], "supports", _callable_of, predicate)
-        if isinstance(resolved, BaseException) or not callable(resolved):
+        found = _names_of(users[0], predicate, reader if users[0].backend in unimported else None)
+        if found is None:
             continue  # reported with the implementation
         specs = [registry.spec(op) for op in dict.fromkeys(impl.op for impl in users)]
-        attrs, inputs = names_read(resolved)
+        attrs, inputs = found
         subject = f"supports() {_label(predicate)} of backend {users[0].backend!r}"
         for kind, names, known in (("attribute", attrs, {a.name for s in specs for a in s.attrs}),
                                    ("input", inputs, {n for s in specs for n in s.input_names})):
@@ -220,8 +266,22 @@ def _check_predicates(registry: Registry, impls: list[ImplRecord]) -> list[Probl
     return problems
 
 
+def _names_of(impl: ImplRecord, predicate: RefLike, reader: CodeReader | None) -> tuple[set[str], set[str]] | None:
+    """``names_read`` of ``impl``'s predicate: resolved, or, given a reader, read from its module's code
+    (nothing where the code does not show it); None if it does not resolve."""
+    if reader is not None and isinstance(predicate, (str, Ref)):
+        node = reader.definition(_target(predicate))
+        return (set(), set()) if node is None else names_in(node)
+    resolved = _guarded(impl, "supports", _callable_of, predicate)
+    return None if isinstance(resolved, BaseException) or not callable(resolved) else names_read(resolved)
+
+
 def _label(predicate: Any) -> str:
     return _target(predicate) if isinstance(predicate, (str, Ref)) else str(getattr(predicate, "__qualname__", predicate))
+
+
+def _implementations(count: int) -> str:
+    return f"{count} implementation{'s' if count != 1 else ''}"
 
 
 def _probe_text(check: BackendCheck) -> str:

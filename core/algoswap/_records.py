@@ -262,19 +262,26 @@ class ImplRecord:
         state = self._state
         if state.problem is not None or state.found:
             return state.problem
-        names = state.health.names if state.health is not None else ModuleNames()
-        for what, target in self._references():
+        missing = self.missing_reference()
+        state.found = missing is None
+        return None if missing is None else missing[1]
+
+    def missing_reference(self) -> tuple[str, str] | None:
+        """(field, why) of the first lazy reference whose module does not exist or whose module's code
+        does not bind the attribute, read without importing it; None if every one may resolve."""
+        names = self._state.health.names if self._state.health is not None else ModuleNames()
+        for field, what, target in self._references():
             missing = names.problem(target)
             if missing is not None:
-                return unresolvable(what, target, self.owner, missing)
-        state.found = True
+                return field, unresolvable(what, target, self.owner, missing)
         return None
 
-    def _references(self) -> list[tuple[str, str]]:
-        """(what, "module:attribute") of each lazy reference: implementation, predicate, kernel name."""
-        refs = [("implementation", self.fn), ("supports() predicate", self.supports), ("kernel() function", self.kernel)]
-        return [(what, ref if isinstance(ref, str) else ref.target) for what, ref in refs
-                if isinstance(ref, Ref) or (isinstance(ref, str) and what != "kernel() function")]  # a str kernel is its name
+    def _references(self) -> list[tuple[str, str, str]]:
+        """(field, what, "module:attribute") of each lazy reference: implementation, predicate, kernel name."""
+        refs = [("fn", "implementation", self.fn), ("supports", "supports() predicate", self.supports),
+                ("kernel", "kernel() function", self.kernel)]
+        return [(field, what, ref if isinstance(ref, str) else ref.target) for field, what, ref in refs
+                if isinstance(ref, Ref) or (isinstance(ref, str) and field != "kernel")]  # a str kernel is its name
 
     def kernel_name(self, call: OpCall) -> str:
         """The kernel this implementation runs, as its backend names it."""

@@ -104,7 +104,7 @@ class BackendHealth:
 
     def _probe(self, backend: "BackendRecord") -> tuple[str, bool | str]:
         status, answer = self._ask_probe(backend)
-        unusable = self._unresolvable_memory(backend) if status == "available" else ""
+        unusable = self.unresolvable_memory(backend) if status == "available" else ""
         return ("unavailable", unusable) if unusable else (status, answer)
 
     def _ask_probe(self, backend: "BackendRecord") -> tuple[str, bool | str]:
@@ -124,7 +124,7 @@ class BackendHealth:
         self.device = "" if answer is True else answer.device
         return "available", True
 
-    def _unresolvable_memory(self, backend: "BackendRecord") -> str:
+    def unresolvable_memory(self, backend: "BackendRecord") -> str:
         """Why the functions that move the backend's arrays cannot be imported ("" if they may be)."""
         memory = backend.memory
         for what in ("to_host", "from_host", "from_dlpack", "capture"):

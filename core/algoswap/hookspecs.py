@@ -60,7 +60,8 @@ def algoswap_register(registry: "Registrar") -> None:
       ``algoswap.Ref("module:attribute")`` (``fn`` and ``supports`` also plain strings) imported on
       first use; ``dtypes`` from ``algoswap.FLOAT_DTYPES``, ``INT_DTYPES``, ``ALL_DTYPES`` (any other
       name, or a malformed "module:attribute" string, is a RegistrationError: see ``_validation``;
-      ``algoswap check-plugin`` checks what needs the plugin's modules imported);
+      ``algoswap check-plugin`` checks references, signatures and predicates, from the modules' code where the
+      backend cannot run);
     - ``registry.declare_unsupported(op, algorithm, backend, reason)`` for an algorithm the
       backend knows but cannot offer (the capability matrix shows the reason);
     - ``registry.add_op(spec)`` for an op the core does not declare.

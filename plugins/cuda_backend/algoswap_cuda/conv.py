@@ -15,7 +15,7 @@ import cupy as cp
 
 from algoswap import ConvGeometry, LRUCache, conv_geometry, declare_cache, is_channels_last
 
-from . import ENGINES, _blas, _epilogue, _exact, _gather, _kernels, _runtime
+from . import _blas, _epilogue, _exact, _gather, _kernels, _runtime
 from ._runtime import dtype_name
 
 Pair = tuple[int, int]
@@ -228,9 +228,24 @@ def _cudnn_conv2d_fused(algorithm: str) -> Any:
     return conv2d_fused
 
 
-# conv2d_guess, conv2d_find and one per engine name (conv2d_implicit_gemm, ...): the registry's references
-CUDNN_ALGORITHMS = ("guess", "find", *ENGINES)
-globals().update({f"conv2d_{name}": _cudnn_conv2d(name) for name in CUDNN_ALGORITHMS})
+# The registry's references: guess, find and each engine of algoswap_cuda.ENGINES but winograd (not offered:
+# FUSED_WINOGRAD_REASON), defined one by one so that their names are read from this code unimported (algoswap._names)
+conv2d_guess = _cudnn_conv2d("guess")
+conv2d_find = _cudnn_conv2d("find")
+conv2d_implicit_gemm = _cudnn_conv2d("implicit_gemm")
+conv2d_implicit_precomp_gemm = _cudnn_conv2d("implicit_precomp_gemm")
+conv2d_gemm = _cudnn_conv2d("gemm")
+conv2d_fft = _cudnn_conv2d("fft")
+conv2d_fft_tiling = _cudnn_conv2d("fft_tiling")
+conv2d_winograd_nonfused = _cudnn_conv2d("winograd_nonfused")
+conv2d_guess_fused = _cudnn_conv2d_fused("guess")
+conv2d_find_fused = _cudnn_conv2d_fused("find")
+conv2d_implicit_gemm_fused = _cudnn_conv2d_fused("implicit_gemm")
+conv2d_implicit_precomp_gemm_fused = _cudnn_conv2d_fused("implicit_precomp_gemm")
+conv2d_gemm_fused = _cudnn_conv2d_fused("gemm")
+conv2d_fft_fused = _cudnn_conv2d_fused("fft")
+conv2d_fft_tiling_fused = _cudnn_conv2d_fused("fft_tiling")
+conv2d_winograd_nonfused_fused = _cudnn_conv2d_fused("winograd_nonfused")
 
 
 def fused(conv: Any) -> Any:
@@ -339,6 +354,5 @@ def kernel_smm(call: Any) -> str:
     return "im2col gather (CuPy) + cuBLAS batched GEMM (cupy.matmul)"
 
 
-globals().update({f"conv2d_{name}_fused": _cudnn_conv2d_fused(name) for name in CUDNN_ALGORITHMS if name != "winograd"})
 conv2d_smm_fused = fused(conv2d_smm)
 conv2d_direct_fused = fused(conv2d_direct)
