@@ -6,7 +6,6 @@ does the same for torchvision's and timm's models.)"""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
 import io
 import os
@@ -25,7 +24,7 @@ nn, F = torch.nn, torch.nn.functional
 
 import algoswap  # noqa: E402
 from algoswap._torch.model import WAITING  # noqa: E402
-from helpers import HANG_SECONDS, assert_close  # noqa: E402
+from helpers import HANG_SECONDS, assert_close, backend_unavailable  # noqa: E402
 from model_copies import assert_saves_and_copies, implementations  # noqa: E402
 
 BLOCKS = 100  # about 600 nodes deep: far more than the frames pickling may take (below)
@@ -172,8 +171,9 @@ def test_a_model_whose_backend_is_not_installed_loads_says_so_and_retargets(spar
     assert [r.request for r in model.explain()] == [spare, "default", spare]  # the original keeps its requests
 
 
-@pytest.mark.skipif(importlib.util.find_spec("algoswap_dnnl") is None, reason="the dnnl backend is not installed")
 def test_a_model_whose_backend_is_disabled_loads_and_names_its_distribution(tmp_path: Path) -> None:
+    if backend_unavailable("dnnl"):
+        pytest.skip(backend_unavailable("dnnl"))
     model = algoswap.swap_backend(_mlp(), "dnnl:default", (2, 6))
     assert model.providers["dnnl"].startswith("algoswap-dnnl ")
     said = _load_elsewhere(model, torch.rand(2, 6), tmp_path, ALGOSWAP_DISABLE_PLUGINS="dnnl")
