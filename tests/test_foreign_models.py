@@ -4,12 +4,15 @@ error against PyTorch in float32.
 Every model here lowers completely once the registry has the ops other branches are adding; until
 then the nodes needing a missing op run in PyTorch, and the expected count is exactly those. ConvNeXt's
 layer scales are folded into the linear before them (one mul step less per block). A few models run in CI; ALGOSWAP_TEST_ALL_MODELS=1 runs every one (a few minutes on two cores).
+
+Each model also pickles, unpickles in a fresh process and deep-copies (issue 33: deep graphs recursed).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from algoswap import zoo  # noqa: E402
 from algoswap._torch.convert import swap_backend  # noqa: E402
 from helpers import assert_close, network_terms, relative_error  # noqa: E402
 from lowering_check import random_input  # noqa: E402
+from model_copies import assert_saves_and_copies  # noqa: E402
 
 # Per model, the nodes that need an op still missing from the registry: their op and count.
 PENDING: dict[str, dict[str, int]] = {
@@ -80,3 +84,13 @@ def test_model_lowers_onto_registry_ops(name: str, rng: np.random.Generator) -> 
     out = model(x)
     assert relative_error(out, ref) <= TARGET
     assert_close(out, ref, **network_terms(module))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_model_saves_and_copies(name: str, rng: np.random.Generator, tmp_path: Path) -> None:
+    """At the default recursion limit: pickled (weights once), unpickled in a fresh process and deep-copied,
+    the model gives its outputs bit for bit on the same implementations, and the copies are independent."""
+    shape = zoo.input_shape(name, 1, small=True)
+    model = swap_backend(zoo.build(name), None, shape, fallback="torch")
+    assert_saves_and_copies(model, random_input(rng, shape), tmp_path)

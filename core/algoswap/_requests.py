@@ -109,6 +109,14 @@ def assign(caller: str, subjects: Sequence[Subject], selector: Selector, backend
     return _Resolver(caller, list(subjects), check, in_torch, registry_requests).run(selector, _checked_backends(caller, backends))
 
 
+def refused(caller: str, subjects: Sequence[Subject], check: Check | None = None) -> list[tuple[Subject, str]]:
+    """Every subject whose own request does not serve it, with why: what `assign` without a selector
+    refuses, all at once rather than at the first."""
+    resolver = _Resolver(caller, list(subjects), check, in_torch=False, registry_requests=True)
+    reasons = [None if s.own is None else resolver._serves(i, s.own) for i, s in enumerate(resolver.subjects)]
+    return [(s, why) for s, why in zip(resolver.subjects, reasons) if why is not None]
+
+
 def _checked_backends(caller: str, backends: Sequence[str] | None) -> list[str] | None:
     if backends is None:
         return None

@@ -8,7 +8,7 @@ and their `supports` predicates receive.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
@@ -98,6 +98,15 @@ class OpCall:
     def shape(self, name: str) -> Shape | None:
         """The shape of the input called `name` (None for an absent optional input)."""
         return self.shapes[self.input_names.index(name)]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and deep-copied) with its attributes as a dict: a mappingproxy does not pickle."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return (_op_call, ({**values, "attrs": dict(self.attrs)},))
+
+
+def _op_call(values: dict[str, Any]) -> OpCall:
+    return OpCall(**{**values, "attrs": MappingProxyType(values["attrs"])})
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,15 @@ def is_foreign(name: str) -> bool:
     return name.partition(":")[0] in LIBRARIES and ":" in name
 
 
-def import_library(library: str) -> Any:
-    """torchvision or timm, importable on a CPU-only torch (see the module's docstring)."""
+def allow_torchvision() -> None:
+    """Let torchvision import on a CPU-only torch when it is first imported (see the module's docstring)."""
     if "torchvision" not in sys.modules:
         sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+
+
+def import_library(library: str) -> Any:
+    """torchvision or timm, importable on a CPU-only torch (see the module's docstring)."""
+    allow_torchvision()
     try:
         return importlib.import_module(library)
     except ImportError as exc:

@@ -23,11 +23,12 @@ from .._global import get_registry
 from .._requests import IN_TORCH, Selector, Subject, assign, selector_argument
 from .._select import select
 from ..graph._fusion import find_chains
-from ..graph._node import GraphError, Node, Origin, nodes_in
+from ..graph._node import GraphError, Node, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
 from .custom import SWAPPED_WITH
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
+from .targets import subject
 from .modules import SwappedModule, batched, binding_for
 from .bridge import COMPUTE_DTYPES
 from .tensors import DTYPE_NAMES
@@ -240,16 +241,9 @@ def _assign_requests(graph: ModelGraph, traced: fx.GraphModule, algorithm: Selec
     return {node.name: request for node, request in zip(nodes, assign(CALLER, subjects, algorithm, backends, check, in_torch=True))}
 
 
-def _module_of(node: Node) -> str | None:
-    return node.source.module if isinstance(node.source, Origin) else None
-
-
 def _subject(graph: ModelGraph, node: Node, shapes_known: bool) -> Subject:
-    """The node as the resolver sees it: named by its module (else its fx node), with the fx node name as an alias."""
-    module = _module_of(node)
-    return Subject(str(node.op), module or node.name, graph.subjects.get(node.name),
-                   graph.input_shapes.get(node.name) if shapes_known else None, aliases=(node.name,) if module else (),
-                   own=None if node.request == "default" else node.request, noun="layer" if module else "node")
+    """The node as the resolver sees it, a function selector receiving its module (or ``FunctionalCall``)."""
+    return subject(node, graph.subjects.get(node.name), graph.input_shapes.get(node.name) if shapes_known else None)
 
 
 def _known_inputs(node: Node, metas: dict[str, Any], compute: str) -> list[tuple[Any, str] | None] | None:
@@ -267,11 +261,6 @@ def _known_inputs(node: Node, metas: dict[str, Any], compute: str) -> list[tuple
     return known
 
 
-def _where(op: str, node: Node, shape: Any) -> str:
-    module = _module_of(node)
-    return Subject(op, module or node.name, None, shape, noun="layer" if module else "node").where(CALLER)
-
-
 def _preselect(model: Model, graph: ModelGraph, shape: tuple[int, ...]) -> None:
     """Plan (select every node's implementation) for host inputs of the sample shape now; an error
     names the node (SelectorError where it asked for something, ConversionError otherwise)."""
@@ -284,7 +273,7 @@ def _preselect(model: Model, graph: ModelGraph, shape: tuple[int, ...]) -> None:
         error = SelectorError if explicit else ConversionError
         if node is not None and node.kind == "op":
             detail = text.split("): ", 1)[1] if "): " in text else text
-            raise error(f"{_where(str(node.op), node, graph.input_shapes.get(node.name))}: {detail}") from None
+            raise error(f"{subject(node, input_shape=graph.input_shapes.get(node.name)).where(CALLER)}: {detail}") from None
         raise error(f"{CALLER}: {text}") from None
 
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .._errors import OpArgumentError
+from .._errors import OpArgumentError, SelectorError
 from .._frozen import freeze
 from .._global import get_registry
 from .._inputs import host_array
@@ -18,16 +18,18 @@ from .._ref import resolve_ref
 from .._runner import numpy_dtype
 from ..graph._capture import CaptureReport
 from ..graph._executor import Executor, space_of
-from ..graph._fusion import TWINS, Chain
-from ..graph._node import Call, Node, Origin, Shaped, mapped, nodes_in, rebuilt, topological, with_values
+from ..graph._fusion import TWINS, Chain, find_chains
+from ..graph._node import (Call, Node, Origin, Shaped, flat_state, mapped, nodes_in, rebuilt, topological, unflat_state,
+                           with_values)
 from ..graph._plan import PlanOptions
 from ..graph._program import Program, Step
-from .._requests import IN_TORCH
+from .._requests import IN_TORCH, Selector, assign
 from .bridge import COMPUTE_DTYPES
 from .switches import following_torch
 from .explain import REQUESTED, Explanation, Row
 from .fallback import TorchRunner, reaches
 from .modules import batched_ranks
+from .targets import providers, subject, unserved
 from .tensors import array_to_tensor, device_tensor, tensor_to_array
 
 SUBGRAPH = "forward"
@@ -45,6 +47,9 @@ class Model:
     One unbatched sample, as torch's nn.Conv2d and 2-D poolings take it ((C, H, W) for an (N, C, H,
     W) input), is run as a batch of one, and the batch axis is removed from the outputs again: where
     every input of the model goes first into such ops (``sample_ranks``).
+
+    It pickles and deep-copies, however deep its graph (``__getstate__``); implementations are chosen
+    again at the first call after loading, and ``retarget`` chooses its requests again.
     """
 
     def __init__(self, inputs: list[Node], input_names: list[str], output: Any, nodes: list[Node], dtype: str,
@@ -54,15 +59,44 @@ class Model:
         self.guards = list(guards)
         self._outputs = nodes_in(output)
         self.sample_ranks = _sample_ranks(inputs, nodes)
+        self.providers = providers(self.op_nodes())
         self._capture: bool | None = None  # None: follow ALGOSWAP_CAPTURE
-        self.executor = self._executor()
+        self._executor: Executor | None = None
 
-    def _executor(self) -> Executor:
+    @property
+    def executor(self) -> Executor:
+        """The executor that plans and runs the graph, made at its first use. A request no backend here
+        serves (a model unpickled where a backend it asked for is not installed) is a SelectorError
+        then, naming every such layer, what is missing and the ``retarget`` call that runs it here."""
+        if self._executor is None:
+            try:
+                self._executor = self._new_executor()
+            except SelectorError as exc:
+                raise SelectorError(unserved(self.nodes, self.providers) or str(exc)) from None
+        return self._executor
+
+    def _new_executor(self) -> Executor:
         """One subgraph: the outputs, then the model's shape guards, which planning checks for every
         input signature (they compute nothing when the model runs)."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
         return Executor({SUBGRAPH: [*(self._outputs or self.inputs[:1]), *self.guards]}, options=options,
                         capture=self._capture)
+
+    def retarget(self, algorithm: Selector, *, backends: Sequence[str] | None = None) -> Model:
+        """Choose the requests of the op steps again, as ``swap_backend``'s ``algorithm`` and ``backends``
+        do (one request for the whole model, op names, layer or node names; a function receives the
+        graph node), and plan afresh at the next call; steps given nothing keep their request.
+        ``model.retarget("default")`` runs a model unpickled where a backend it asked for is missing on
+        the backends installed here. Returns the model."""
+        nodes = self.op_nodes()
+        requests = assign(f"{type(self).__name__}.retarget", [subject(n) for n in nodes], algorithm, backends)
+        for node, request in zip(nodes, requests):
+            node.request = request
+        self.providers = providers(nodes)
+        if self.chains:  # fused where the new requests let a chain's members join its head
+            self.chains = find_chains(self._outputs)
+        self._executor = None
+        return self
 
     @property
     def capture(self) -> bool | None:
@@ -75,13 +109,14 @@ class Model:
 
     @capture.setter
     def capture(self, value: bool | None) -> None:
-        self.executor.captures.enabled = value
+        if self._executor is not None:
+            self._executor.captures.enabled = value
         self._capture = value
 
     @property
     def capture_report(self) -> CaptureReport | None:
         """How the latest call ran: replayed, captured or eager (with why), None before any."""
-        return self.executor.captures.last
+        return None if self._executor is None else self._executor.captures.last
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -90,7 +125,7 @@ class Model:
     @property
     def program(self) -> Program | None:
         """The program of the latest call (or of the sample input), None before any."""
-        return self.executor.last
+        return None if self._executor is None else self._executor.last
 
     @property
     def folded_batchnorms(self) -> list[str]:
@@ -206,17 +241,19 @@ class Model:
     # ------------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["executor"]  # programs hold registry records: planned again after unpickling
-        return state
+        """The graph's nodes first (``flat_state``: pickle and copy.deepcopy, which both come here, never
+        recurse along its depth), without the executor (its programs hold registry records): planned
+        again at the first call."""
+        state = {key: value for key, value in self.__dict__.items() if key != "_executor"}
+        return flat_state(state, [*self.inputs, *self.nodes, *self._outputs, *self.guards])
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_capture": None, **state})  # pickled before capture existed: follow ALGOSWAP_CAPTURE
+        # pickled before capture or providers existed: their defaults
+        self.__dict__.update({"_capture": None, "providers": {}, **unflat_state(state), "_executor": None})
         self.sample_ranks = _sample_ranks(self.inputs, self.nodes)
         for node in topological(self._outputs):
             if node.kind == "constant":
                 node.host = freeze(node.host)  # frozen again: backends keep what they derive from frozen arrays only
-        self.executor = self._executor()
 
     # ------------------------------------------------------------------ explaining
 

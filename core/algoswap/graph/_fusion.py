@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from .._spec import OpSpec
 from .._specs.conv import FUSED_ACTIVATIONS, conv2d_fused
 from .._specs.norm import batchnorm2d_fused
-from ._node import Node, topological
+from ._node import Node, dependencies, topological
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def find_chains(outputs: Sequence[Node]) -> list[Chain]:
     readers: Counter[int] = Counter(id(o) for o in outputs)
     consumer: dict[int, Node] = {}
     for node in order:
-        for dep in (*node.inputs, *node.needs):
+        for dep in dependencies(node):
             if dep is not None:
                 readers[id(dep)] += 1
                 consumer[id(dep)] = node

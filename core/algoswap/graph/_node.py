@@ -20,6 +20,7 @@ from .._spec import OpCall, Shape
 SOURCE_KINDS = ("placeholder", "parameter", "variable", "constant", "data")
 STORED_KINDS = ("parameter", "variable", "constant")
 _counter = itertools.count()
+FLAT = "graph's nodes"  # the first entry of a pickled state holding nodes (``flat_state``)
 
 
 class GraphError(AlgoswapError, ValueError):
@@ -323,26 +324,51 @@ def nodes_in(value: Any) -> list[Node]:
     return found
 
 
-def topological(outputs: Sequence[Node]) -> list[Node]:
-    """Every node the outputs depend on, each after its inputs (depth-first, without recursion)."""
+def dependencies(node: Node) -> tuple[Node | None, ...]:
+    """The nodes whose values ``node`` needs to run: its inputs, then those its attributes or call need."""
+    return node.inputs + node.needs if node.needs else node.inputs
+
+
+def references(node: Node) -> list[Node]:
+    """Every node ``node`` holds: its dependencies and those inside its attributes, its call and its torch twin."""
+    source = node.source.twin if isinstance(node.source, Origin) else node.source
+    call = () if source is None else (source.args, source.kwargs)
+    return nodes_in((node.inputs, node.needs, node.attrs, call))
+
+
+def topological(outputs: Sequence[Node], follow: Callable[[Node], Sequence[Node | None]] = dependencies) -> list[Node]:
+    """Every node the outputs depend on, each after its dependencies (depth-first, without recursion);
+    ``follow=references``: every node they hold, each after the nodes it holds."""
     order: list[Node] = []
     seen: set[int] = set()
     for root in outputs:
-        stack: list[tuple[Node, int]] = [(root, 0)]
+        stack: list[tuple[Node, Sequence[Node | None], int]] = [(root, follow(root), 0)]
         while stack:
-            node, index = stack.pop()
+            node, deps, index = stack.pop()
             if index == 0 and id(node) in seen:
                 continue
-            deps = node.inputs + node.needs if node.needs else node.inputs
             if index < len(deps):
-                stack.append((node, index + 1))
+                stack.append((node, deps, index + 1))
                 child = deps[index]
                 if child is not None and id(child) not in seen:
-                    stack.append((child, 0))
+                    stack.append((child, follow(child), 0))
             else:
                 seen.add(id(node))
                 order.append(node)
     return order
+
+
+def flat_state(state: dict[str, Any], roots: Sequence[Node]) -> dict[str, Any]:
+    """An object's pickled ``state`` with, as its first entry, every node reachable from ``roots``, each after
+    the nodes it holds. pickle and ``copy.deepcopy`` save a state's entries in order and each object once, so
+    whatever a node holds is saved already when they reach it: neither recurses along the graph's depth (a
+    node pickled on its own recurses through its inputs). ``unflat_state`` takes the entry out again."""
+    return {FLAT: topological(roots, references), **state}
+
+
+def unflat_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The object's own state, from what ``flat_state`` made (or from a state pickled without it)."""
+    return {key: value for key, value in state.items() if key != FLAT}
 
 
 def parameters_of(outputs: Sequence[Node]) -> list[Node]:

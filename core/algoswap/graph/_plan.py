@@ -21,8 +21,8 @@ from .._select import Selection, select, serves_memory
 from .._sizes import nbytes
 from ._fold import folded, planned_step
 from ._fusion import Chain
-from ._node import (SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Pending, Shaped, examples, holds_pending, leaves,
-                    mapped, nodes_in, pending, topological)
+from ._node import (SOURCE_KINDS, STORED_KINDS, Call, GraphError, Node, Origin, Pending, Shaped, dependencies, examples,
+                    holds_pending, leaves, mapped, nodes_in, pending, topological)
 from ._place import TORCH, inputs_space, memory_for, place
 from ._program import Program, Step
 
@@ -61,7 +61,7 @@ def schedule(outputs: Sequence[Node]) -> list[Node]:
     the nodes ready to run, the lowest ``priority`` first, then the first in graph order."""
     order = topological(outputs)
     index = {id(n): i for i, n in enumerate(order)}
-    after: dict[int, set[int]] = {id(n): {id(i) for i in (*n.inputs, *n.needs) if i is not None} for n in order}
+    after: dict[int, set[int]] = {id(n): {id(i) for i in dependencies(n) if i is not None} for n in order}
     for node in order:
         for target in _updated_in_place(node):
             for reader in order:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._node import Call, GraphError, Node, Origin, constant, op, parameter, placeholder, with_values
+from ._node import Call, GraphError, Node, Origin, constant, flat_state, nodes_in, op, parameter, placeholder, unflat_state, with_values
 
 
 @dataclass
@@ -21,6 +21,12 @@ class ImportedModel:
     inputs: list[Node]
     output: Any
     parameters: dict[str, Node]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return flat_state(dict(self.__dict__), [*self.inputs, *nodes_in(self.output), *self.parameters.values()])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(unflat_state(state))
 
 
 def from_torch(module: Any, sample_input_shape: Sequence[int], *, algorithm: Any = None, dtype: Any = None,
