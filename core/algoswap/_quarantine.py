@@ -1,24 +1,26 @@
 """New or changed plugins are imported first in a child process, so that one that ends the process
-(``os._exit``, a segfault) or hangs at import or registration ends or hangs that child, never a command.
+(``os._exit``, a segfault) or hangs at import or registration ends or hangs that child, never a
+command.
 
 An installed plugin (``Install``: its entry point, its distribution's name, version and dist-info
-directory, that directory's inode and change time, which a reinstall renews, the interpreter and
-algoswap's version) is imported in-process only once a check has found that it does not end or hang
-the process. Unchecked ones (new, upgraded, reinstalled, or named by ``ALGOSWAP_RETRY_PLUGINS`` after
-a failed check) are checked together: one child (``serve``) imports and registers them one after the
-other, as discovery does, and tells the parent through a pipe which plugin and stage it is in. If the
-child ends, or a stage does not finish within ``ALGOSWAP_PLUGIN_TIMEOUT``, the plugin in that stage
-gets a ``Fault`` and the rest are checked in a new child. The verdicts are kept in
-``<cache>/plugin-checks-1.json`` (``ALGOSWAP_CACHE_DIR``), one record for every process of the
-machine: a plugin that passed is imported in-process from then on (an exception it raises is caught
-there too, and said afresh), one that failed is skipped with the fault's story until it is
-reinstalled or retried. Without a writable record every command checks again. Where no child can be
-started (a frozen application), plugins are loaded unchecked, as the fault log (``_faults``) alone
-then protects.
+directory, that directory's inode and change time, which a reinstall renews, where its top-level
+module is found and that file's mtime, the interpreter and algoswap's version) is imported
+in-process only once a check has found that it does not end or hang the process. Unchecked ones (new,
+upgraded, reinstalled, or named by ``ALGOSWAP_RETRY_PLUGINS`` after a failed check) are checked
+together: one child (``serve``) imports and registers them one after the other, as discovery does,
+and tells the parent through a pipe which plugin and stage it is in. If the child ends, or a stage
+does not finish within ``ALGOSWAP_PLUGIN_TIMEOUT``, the plugin in that stage gets a ``Fault`` and
+the rest are checked in a new child. The verdicts are kept in ``<cache>/plugin-checks-1.json``
+(``ALGOSWAP_CACHE_DIR``), one record for every process of the machine: a plugin that passed is
+imported in-process from then on (an exception it raises is caught there too, and said afresh), one
+that failed is skipped with the fault's story until it is reinstalled or retried. Without a writable
+record every command checks again. Where no child can be started (a frozen application), plugins are
+loaded unchecked, as the fault log (``_faults``) alone then protects.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import queue
@@ -38,7 +40,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from ._records import PluginRecord
 
-RECORD = "plugin-checks-1.json"
+RECORD = "plugin-checks-1.json"  # the number changes with the record's format: versions never read each other's
 STARTUP_SECONDS = 60.0  # for the child to start and import algoswap, before any plugin code runs
 OUTPUT_CHARS = 4000  # of what the plugin printed on stderr before it ended the child: faulthandler's dump
 _serving = False  # whether this process is a child that checks plugins
@@ -64,15 +66,22 @@ class Install:
     version: str
     path: str  # the distribution's dist-info directory
     stamp: str  # that directory's inode and change time: new on every install
+    module: str  # the file of the entry point's top-level module, where it is found now
+    edited: int  # that file's mtime
     python: str = sys.executable
     core: str = __version__
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return self.python, self.path, self.name
+    def key(self) -> tuple[str, str, str, str]:
+        """Checkouts of one plugin that share an install (on PYTHONPATH in front of it) each have their verdict."""
+        return self.python, self.path, self.name, self.module
 
     def matches(self, names: set[str]) -> bool:
         return bool(names & {"all", "*", normalise(self.name), normalise(self.distribution)})
+
+    def present(self) -> bool:
+        """Whether its dist-info directory and module file (where known) are still there."""
+        return all(os.path.exists(file) for file in (self.path, self.module) if file)
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,22 @@ def install_of(entry_point: Any, record: "PluginRecord") -> Install | None:
         stamp = f"{stat.st_ino}-{stat.st_ctime_ns}"
     except (OSError, TypeError, ValueError):
         stamp = ""
-    return Install(entry_point.name, entry_point.value, record.distribution, record.version, str(path or ""), stamp)
+    module, edited = _module_file(entry_point.value)
+    return Install(entry_point.name, entry_point.value, record.distribution, record.version, str(path or ""), stamp,
+                   module, edited)
+
+
+def _module_file(value: str) -> tuple[str, int]:
+    """Where the top-level module of an entry point's value is found now (without running it), and that
+    file's mtime: a checkout put on PYTHONPATH in front of the install, or an edit of that file (a
+    single-file plugin's whole code), is another install. Its submodules are not looked at."""
+    top = value.split(":")[0].split(".")[0].strip()
+    try:
+        spec = importlib.util.find_spec(top)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        return (origin, os.stat(origin).st_mtime_ns) if origin else ("", 0)
+    except (ImportError, ValueError, OSError):
+        return "", 0
 
 
 class CheckRecord:
@@ -105,7 +129,7 @@ class CheckRecord:
     def __init__(self, directory: Path | None) -> None:
         self.path = directory / RECORD if directory is not None else None
 
-    def read(self) -> dict[tuple[str, str, str], Verdict]:
+    def read(self) -> dict[tuple[str, str, str, str], Verdict]:
         if self.path is None:
             return {}
         try:
@@ -122,11 +146,11 @@ class CheckRecord:
         return {verdict.install.key: verdict for verdict in verdicts}
 
     def write(self, verdicts: Iterable[Verdict]) -> bool:
-        """Add ``verdicts`` to what the record holds now, less the installs that are gone."""
+        """Add ``verdicts`` to what the record holds now, less the installs (and checkouts) that are gone."""
         if self.path is None:
             return False
         merged = {**self.read(), **{verdict.install.key: verdict for verdict in verdicts}}
-        kept = [_entry(v) for v in merged.values() if not v.install.path or os.path.exists(v.install.path)]
+        kept = [_entry(v) for v in merged.values() if v.install.present()]
         return write_json(self.path, {"verdicts": kept})
 
     def forget(self, names: set[str]) -> list[str]:
@@ -139,7 +163,8 @@ class CheckRecord:
 
 
 def _entry(verdict: Verdict) -> dict[str, Any]:
-    return {"install": asdict(verdict.install), "fault": verdict.fault and asdict(verdict.fault), "output": verdict.output}
+    fault = verdict.fault and asdict(verdict.fault)
+    return {"install": asdict(verdict.install), "fault": fault, "output": verdict.output}
 
 
 def _verdict(entry: dict[str, Any]) -> Verdict:
@@ -172,7 +197,8 @@ class Quarantine:
         plugins_checked([i.name for i in installs], time.perf_counter() - started, self.record.path)
         if fresh and not self.record.write(fresh):
             warn_once(("check record not written",), "cannot write the record of plugin checks %s: the next "
-                      "command checks the plugins again (ALGOSWAP_CACHE_DIR moves it)", self.record.path)
+                      "command checks the plugins again (ALGOSWAP_CACHE_DIR moves it)",
+                      self.record.path or "(no cache directory)")
         return fresh
 
     def _unchecked(self, verdict: Verdict | None, install: Install) -> bool:
@@ -207,22 +233,23 @@ def _check_in_one_child(installs: list[Install], timeout: float | None) -> list[
     import subprocess
     import tempfile
 
-    request = json.dumps({"path": sys.path, "plugins": [asdict(install) for install in installs]}) + "\n"
-    with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=stderr)
-        try:
-            messages = _messages(child.stdout)
+    path = [os.fsdecode(entry) for entry in sys.path if isinstance(entry, (str, bytes, os.PathLike))]
+    request = json.dumps({"path": path, "plugins": [asdict(install) for install in installs]}) + "\n"
+    try:
+        with tempfile.TemporaryFile() as stderr:
+            child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=stderr)
             try:
+                messages = _messages(child.stdout)
                 child.stdin.write(request.encode())  # type: ignore[union-attr]
                 child.stdin.close()  # type: ignore[union-attr]
-            except OSError:  # it ended before reading
-                return []
-            return _Follower(child, installs, timeout, stderr).follow(messages)
-        finally:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
+                return _Follower(child, installs, timeout, stderr).follow(messages)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
+    except (OSError, RuntimeError):  # no temporary file, process or thread to be had; a child that did not read
+        return []
 
 
 def _messages(stream: IO[bytes] | None) -> "queue.SimpleQueue[dict[str, Any] | None]":
@@ -234,9 +261,11 @@ def _messages(stream: IO[bytes] | None) -> "queue.SimpleQueue[dict[str, Any] | N
         with stream:
             for line in stream:
                 try:
-                    lines.put(json.loads(line))
+                    message = json.loads(line)
                 except ValueError:
-                    pass  # the child's report is its own; a line that is not one is no message
+                    continue  # the child's report is its own; a line that is not one is no message
+                if isinstance(message, dict):
+                    lines.put(message)
         lines.put(None)
 
     threading.Thread(target=read, name="algoswap-plugin-check", daemon=True).start()
@@ -264,7 +293,7 @@ class _Follower:
             if message.get("index") != len(self.verdicts):
                 continue  # not from the check in progress (a plugin that forked the child): no message
             if "stage" in message:
-                self.stage = (len(self.verdicts), str(message["stage"]), int(message["output"]))
+                self.stage = (len(self.verdicts), str(message["stage"]), int(message.get("output", 0)))
             elif "done" in message:
                 self.verdicts.append(Verdict(self.installs[len(self.verdicts)]))
                 self.stage = None
@@ -313,7 +342,7 @@ class _Told(FaultLog):
         return None
 
 
-def serve(plugins: list[dict[str, str]]) -> None:
+def serve(plugins: list[dict[str, Any]]) -> None:
     """The child: import and register each plugin as discovery does, telling the parent each stage on the
     original stdout; what the plugins print goes to stderr. Ends the process when done."""
     from importlib.metadata import EntryPoint

@@ -14,6 +14,7 @@ limit and sleep 60 s, so "it returned, and said timed out" is the whole claim.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -130,6 +131,10 @@ def test_an_upgraded_or_reinstalled_plugin_is_checked_again(hazards: Installed, 
     shutil.rmtree(dist_info)
     fresh.rename(dist_info)
     assert "checked 1 " + CHECKED + " (hazard_exit)" in listing()[0]
+    module = site.site / "algoswap_test_hazards" / "__init__.py"  # an edit of an editable install's top module
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
+    assert "checked 1 " + CHECKED + " (hazard_exit)" in listing()[0]
+    assert CHECKED not in listing()[0]
 
 
 def test_an_unreadable_record_is_written_again_and_an_unwritable_one_changes_nothing(
@@ -158,6 +163,18 @@ def test_commands_checking_at_the_same_time_leave_a_whole_record(hazards: Instal
     assert [row_of(done, "hazard_exit", "import")["status"] for done in runs] == ["crashed"] * 4
     verdicts = json.loads((tmp_path / "cache" / "plugin-checks-1.json").read_text())["verdicts"]
     assert sorted(v["install"]["name"] for v in verdicts) == ["hazard_exit", "numpy"]
+
+
+@pytest.mark.parametrize("setting, line", [
+    ("sys.path.append(pathlib.Path('/no/such/folder'))", "checked 1 " + CHECKED),  # a path that is no str
+    ("sys.executable = '/bin/false'", "could not check plugins in a child process (/bin/false -c ...): they are "
+                                      "loaded unchecked"),  # a child that ends at once: no verdict, no harm
+])
+def test_the_check_copes_with_its_process(hazards: Installed, tmp_path: Path, setting: str, line: str) -> None:
+    code = f"import pathlib, sys\n{setting}\n{LISTING}"
+    done = run_python(["-c", code], hazards, tmp_path, ALGOSWAP_PLUGINS="numpy")
+    assert done.returncode == 0 and line in done.stderr, done.stderr
+    assert json.loads(done.stdout)["numpy"][1] == "loaded"
 
 
 def test_a_plugin_using_the_registry_at_import_is_broken_in_its_check_too(tmp_path: Path) -> None:
