@@ -313,7 +313,7 @@ class _Follower:
         fault = Fault(install.name, install.distribution, install.version, stage, outcome, self.child.pid, _host_name(),
                       _now(), seconds=(self.timeout or 0.0) if timed_out else 0.0,
                       ended="killed at the time limit" if timed_out else _how_it_ended(code))
-        self.stderr.seek(start)
+        self.stderr.seek(max(start, os.fstat(self.stderr.fileno()).st_size - 4 * OUTPUT_CHARS))  # its tail, however long
         output = self.stderr.read().decode(errors="replace")[-OUTPUT_CHARS:].rstrip("\n")
         return self.verdicts + [Verdict(install, fault, output + "\n" if output else "")]
 
