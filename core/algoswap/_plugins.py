@@ -1,9 +1,9 @@
 """Plugin discovery: entry points of the group ``algoswap.backends``, each loaded on its own.
 
-New or changed plugins are first checked in a child process (``_quarantine``): one that ends or hangs
-it is skipped. Then discovery runs in two phases. Each plugin is imported and registered on its own, under
-supervision (time-limited, named for faulthandler, marked in the fault log while it runs; see
-``_supervisor``), into a staging area. Then the names all of them declare are settled together
+New or changed plugins are first checked in a child process (``_quarantine``): one that ends or
+hangs it is skipped. Then discovery runs in two phases. Each plugin is imported and registered on
+its own, under supervision (time-limited, named for faulthandler, marked in the fault log while it
+runs; see ``_supervisor``), into a staging area. Then the names all of them declare are settled together
 (``_ownership``), so that who owns a name never depends on the order entry points load in, and the
 registrations that may stand are committed.
 """
