@@ -9,6 +9,7 @@ report ends with the command that replays it; numeric checks go through ``helper
 from __future__ import annotations
 
 import atexit
+import getpass
 import os
 import random
 import shutil
@@ -34,6 +35,10 @@ os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 # read from the user's state directory: a process killed elsewhere during a probe must not skip a backend here.
 os.environ["ALGOSWAP_STATE_DIR"] = tempfile.mkdtemp(prefix="algoswap-test-state-")
 atexit.register(shutil.rmtree, os.environ["ALGOSWAP_STATE_DIR"], True)
+# The verdicts of plugin checks (docs/publishing.md, "When a plugin crashes, hangs or misbehaves") are shared by
+# every test process of this machine and user, as a user's are, so that a plugin set is checked in a child once,
+# not in every session; never the user's own record. Tests of the checks give each command a record of its own.
+os.environ.setdefault("ALGOSWAP_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"algoswap-test-cache-{getpass.getuser()}"))
 # A loaded machine must not make a slow predicate (oneDNN times its candidates) look hung; the
 # tests of the time limit set their own.
 os.environ.setdefault("ALGOSWAP_PLUGIN_TIMEOUT", "120")

@@ -24,7 +24,8 @@ from helpers import HANG_SECONDS
 
 
 def run_command(*args: str, stdout: Any = subprocess.PIPE, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ALGOSWAP_") or k == "ALGOSWAP_STATE_DIR"}  # conftest's
+    kept = ("ALGOSWAP_STATE_DIR", "ALGOSWAP_CACHE_DIR")  # conftest's
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ALGOSWAP_") or k in kept}
     return subprocess.run([sys.executable, "-m", "algoswap", *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
                           env={**full, **env}, timeout=HANG_SECONDS)
 

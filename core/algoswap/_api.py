@@ -65,11 +65,15 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginRecord:
 
 def retry_plugins(*names: str) -> list[str]:
     """Forget that these plugins (entry-point, distribution or backend names; none: every one)
-    crashed or timed out in an earlier process, so that the next discovery imports them again;
-    returns what was forgotten. Then ``reload_plugins()``, or start a new process."""
+    crashed or timed out in an earlier process, or in the check before loading them, so that the next
+    discovery checks and imports them again; returns what was forgotten. Then ``reload_plugins()``,
+    or start a new process."""
     from ._faults import FaultLog
-    from ._settings import normalise, state_directory
+    from ._quarantine import CheckRecord
+    from ._settings import cache_directory, normalise, state_directory
 
+    wanted = {normalise(n) for n in names} or {"all"}
     faults = FaultLog(state_directory(os.environ))
     faults.collect()  # a process that has just crashed left only its marker
-    return [fault.key for fault in faults.clear({normalise(n) for n in names} or {"all"})]
+    forgotten = [fault.key for fault in faults.clear(wanted)] + CheckRecord(cache_directory(os.environ)).forget(wanted)
+    return list(dict.fromkeys(forgotten))

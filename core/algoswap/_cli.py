@@ -199,7 +199,8 @@ def _add_backends(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _add_retry(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    retry = sub.add_parser("retry", help="import again plugins skipped since they crashed or timed out in an earlier process")
+    retry = sub.add_parser("retry", help="import again plugins skipped since they crashed or timed out in an earlier process "
+                                           "or in the check of a new plugin")
     retry.add_argument("names", nargs="*", metavar="NAME", help="plugin, distribution or backend names (default: every one)")
     retry.set_defaults(run=cmd_retry, parser=retry)
 

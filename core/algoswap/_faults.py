@@ -42,6 +42,7 @@ class Fault:
     when: str
     backend: str = ""
     seconds: float = 0.0
+    ended: str = ""  # a check's (``_quarantine``): how the checking process ended ("SIGSEGV", "exit status 3")
 
     @property
     def key(self) -> str:
@@ -50,8 +51,12 @@ class Fault:
     def story(self) -> str:
         """What happened and how to retry, as the reason a listing shows."""
         stage = STAGES.get(self.stage, self.stage) + (f" of backend {self.backend!r}" if self.backend else "")
+        checker = f"the process that checked it before loading it (process {self.pid}"
         if self.outcome == "timed out":
-            what = f"its {stage} did not finish within {self.seconds:g} s ({ENV_TIMEOUT}) in process {self.pid}"
+            where = f"{checker})" if self.ended else f"process {self.pid}"
+            what = f"its {stage} did not finish within {self.seconds:g} s ({ENV_TIMEOUT}) in {where}"
+        elif self.ended:
+            what = f"its {stage} ended {checker}: {self.ended})"
         else:
             what = f"process {self.pid} ended during its {stage} (the plugin crashed or exited the process)"
         return (f"{what} on {self.when}; skipped until retried: `algoswap retry {self.plugin}` "
@@ -163,14 +168,21 @@ class FaultLog:
         if self.directory is None:
             return None
         path = self.directory / folder / name
-        partial = path.with_name(f".{name}.partial")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(json.dumps(content))
-            os.replace(partial, path)  # readers never see half a file
-        except OSError:
-            return None
-        return path
+        return path if write_json(path, content) else None
+
+
+def write_json(path: Path, content: Any) -> bool:
+    """Write ``content`` to ``path`` whole or not at all: readers, and other processes writing it at the
+    same time, never see half a file. False if the directory is not writable."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{next(_sequence)}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(content))
+        os.replace(partial, path)
+    except OSError:
+        _remove(partial)
+        return False
+    return True
 
 
 def _crash(content: dict[str, Any]) -> Fault:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from typing import Iterator
 
 from ._errors import PluginError
 from ._guard import on_helper_thread
@@ -11,15 +13,27 @@ from ._registry import Registry
 
 _lock = threading.RLock()
 _registry: Registry | None = None
-_discovering = False
+_discoverer: int | None = None  # the thread that imports and registers plugins now
 discovery_seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def discovering() -> Iterator[None]:
+    """Plugin code runs inside: it may not use the registry (its discovery would wait for, or start,
+    the discovery that runs the plugin)."""
+    global _discoverer
+    _discoverer = threading.get_ident()
+    try:
+        yield
+    finally:
+        _discoverer = None
 
 
 def get_registry() -> Registry:
     """The registry with every installed plugin loaded; discovery runs on the first call."""
-    global _registry, discovery_seconds, _discovering
+    global _registry, discovery_seconds
     if _registry is None:
-        if _discovering and on_helper_thread():  # it would wait for the discovery that waits for it
+        if _discoverer is not None and (on_helper_thread() or _discoverer == threading.get_ident()):
             raise PluginError("a plugin may not use algoswap's registry while plugins are being imported and registered")
         with _lock:
             if _registry is None:
@@ -27,11 +41,8 @@ def get_registry() -> Registry:
 
                 started = time.perf_counter()
                 fresh = Registry()
-                _discovering = True
-                try:
+                with discovering():
                     PluginLoader(fresh).discover()
-                finally:
-                    _discovering = False
                 discovery_seconds = time.perf_counter() - started
                 _registry = fresh
     return _registry

@@ -2,8 +2,10 @@
 
 - WARNING, once per process and plugin (or backend): a plugin that is broken, incompatible, timed out
   or crashed; a backend whose probe timed out or crashed; a name in ALGOSWAP_PLUGINS or
-  ALGOSWAP_DISABLE_PLUGINS that no installed plugin has.
-- DEBUG: each selection made (the call, the implementation chosen, each candidate rejected and why),
+  ALGOSWAP_DISABLE_PLUGINS that no installed plugin has; a record of plugin checks that cannot be
+  read or written, or a child process that could not check plugins.
+- DEBUG: the plugins checked in a child process before they are loaded (new or changed ones), each
+  selection made (the call, the implementation chosen, each candidate rejected and why),
   each move of an op's inputs between memory spaces, and the ops of the families a backend
   registered (``add_family``) that it has no implementation for.
 
@@ -39,6 +41,11 @@ def plugin_failed(name: str, owner: str, status: str, error: str) -> None:
 
 def backend_out(name: str, status: str, reason: str) -> None:
     warn_once(("backend", name, status), "backend %r is %s and out of selection: %s", name, status, reason)
+
+
+def plugins_checked(names: list[str], seconds: float, record: Any) -> None:
+    LOG.debug("checked %d new or changed plugin(s) in child processes before loading them (%s): %.0f ms; "
+              "verdicts kept in %s", len(names), ", ".join(names), seconds * 1000, record)
 
 
 def selected(selection: Any) -> None:

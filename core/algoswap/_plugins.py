@@ -1,8 +1,9 @@
 """Plugin discovery: entry points of the group ``algoswap.backends``, each loaded on its own.
 
-Discovery runs in two phases. Each plugin is imported and registered on its own, under
-supervision (time-limited, named for faulthandler, marked in the fault log while it runs; see
-``_supervisor``), into a staging area. Then the names all of them declare are settled together
+New or changed plugins are first checked in a child process (``_quarantine``): one that ends or
+hangs it is skipped. Then discovery runs in two phases. Each plugin is imported and registered on
+its own, under supervision (time-limited, named for faulthandler, marked in the fault log while it
+runs; see ``_supervisor``), into a staging area. Then the names all of them declare are settled together
 (``_ownership``), so that who owns a name never depends on the order entry points load in, and the
 registrations that may stand are committed.
 """
@@ -13,17 +14,18 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._errors import PluginError
 from ._faults import FaultLog
 from ._guard import Guard, TimedOut
 from ._log import plugin_failed, warn_once
 from ._ownership import refused_claims
+from ._quarantine import Quarantine, Verdict
 from ._records import PluginRecord, exception_trace, format_exception
 from ._registry import Registrar, Registry
 from ._settings import (
-    ENV_ALLOW, ENV_DENY, ENV_RETRY, ENV_STRICT, env_names, normalise, state_directory, timeout_from,
+    ENV_ALLOW, ENV_DENY, ENV_RETRY, ENV_STRICT, cache_directory, env_names, normalise, state_directory, timeout_from,
 )
 from ._supervisor import Supervisor
 from ._version import API_VERSION
@@ -96,17 +98,18 @@ class _Outcome:
     exc: BaseException | None = None
     plugin: Any = None
     staged: Registrar | None = None
+    trace: str = ""
 
 
 class PluginLoader:
     """Loads plugins into a registry, recording each outcome in ``registry.plugins``."""
 
-    def __init__(self, registry: Registry, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, registry: Registry, env: Mapping[str, str] | None = None, faults: FaultLog | None = None) -> None:
         self.registry = registry
         self.env = os.environ if env is None else env
         self.manager = _plugin_manager()
         self.guard = Guard(timeout_from(self.env))
-        self.faults = FaultLog(state_directory(self.env))
+        self.faults = FaultLog(state_directory(self.env)) if faults is None else faults
         self.retry = env_names(self.env, ENV_RETRY) or set()
 
     @property
@@ -116,9 +119,13 @@ class PluginLoader:
     def discover(self) -> None:
         """Load every entry point of the group, each isolated from the others."""
         self.faults.collect()
-        found = _entry_points()
-        _warn_unknown_names(self.env, [_record_of(entry_point) for entry_point in found])
-        self._settle([self._from_entry_point(entry_point) for entry_point in found])
+        found = [(entry_point, _record_of(entry_point)) for entry_point in _entry_points()]
+        _warn_unknown_names(self.env, [record for _, record in found])
+        enabled = [(entry_point, record) for entry_point, record in found if not _disabled_reason(record, self.env)]
+        quarantine = Quarantine(cache_directory(os.environ), self.guard.timeout, self.retry)  # the machine's record
+        verdicts = {id(entry_point): v for (entry_point, _), v in zip(enabled, quarantine.verdicts(enabled))}
+        self._settle([self._from_entry_point(entry_point, record, verdicts.get(id(entry_point)))
+                      for entry_point, record in found])
 
     def load(self, plugin: Any, record: PluginRecord) -> PluginRecord:
         """Register one plugin object (a module or any object with hook functions) now."""
@@ -127,17 +134,22 @@ class PluginLoader:
     def _supervisor(self, record: PluginRecord) -> Supervisor:
         return Supervisor(record.name, record.distribution, record.version, self.guard, self.faults, self.retry)
 
-    def _from_entry_point(self, entry_point: Any) -> _Outcome:
-        record = _record_of(entry_point)
+    def _from_entry_point(self, entry_point: Any, record: PluginRecord, verdict: Verdict | None) -> _Outcome:
         reason = _disabled_reason(record, self.env)
         if reason:
             return _Outcome(record, "disabled", reason)
+        if verdict is not None and verdict.fault is not None:  # it ended or hung the process that checked it
+            return _Outcome(record, verdict.fault.outcome, verdict.fault.story(), trace=verdict.output)
+        return self.imported(record, entry_point.load)
+
+    def imported(self, record: PluginRecord, load: Callable[[], Any]) -> _Outcome:
+        """Import the plugin (``load()``) and register it into a staging area, unless a fault is remembered."""
         supervisor = self._supervisor(record)
         fault = supervisor.previous_fault()
         if fault is not None:
             return _Outcome(record, fault.outcome, fault.story())
         try:
-            plugin = supervisor.run("import", entry_point.load)
+            plugin = supervisor.run("import", load)
         except TimedOut as exc:
             return _Outcome(record, "timed out", exc.story)
         except KeyboardInterrupt:
@@ -199,7 +211,7 @@ class PluginLoader:
             self.manager.unregister(outcome.plugin)
         record = dataclasses.replace(
             outcome.record, status=outcome.status, error=outcome.error, backends=declared if outcome.status == "loaded" else (),
-            trace=exception_trace(outcome.exc) if outcome.exc is not None else "")
+            trace=exception_trace(outcome.exc) if outcome.exc is not None else outcome.trace)
         self.registry._record(record, declared)
         if record.status in FAILED and self.strict:
             raise PluginError(f"plugin {record.name!r} ({record.owner}) is {record.status}: {record.error}") from outcome.exc

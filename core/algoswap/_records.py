@@ -377,9 +377,10 @@ class PluginRecord:
     status: "loaded", "broken" (import or registration failed, or it declared a name it may not
     have), "incompatible" (core API version outside the plugin's range), "disabled" (by
     ALGOSWAP_PLUGINS / ALGOSWAP_DISABLE_PLUGINS, before import), "timed out" (its import or
-    registration took longer than ALGOSWAP_PLUGIN_TIMEOUT, now or in an earlier process) or
-    "crashed" (an earlier process ended during its import or registration). Timed-out and crashed
-    plugins are skipped, not imported, until retried (``algoswap retry``).
+    registration took longer than ALGOSWAP_PLUGIN_TIMEOUT, now or in an earlier process, or in the
+    child process that checked it before loading) or "crashed" (an earlier process, or that child,
+    ended during its import or registration). Timed-out and crashed plugins are skipped, not
+    imported, until retried (``algoswap retry``) or reinstalled.
     """
 
     name: str

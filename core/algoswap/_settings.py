@@ -16,6 +16,7 @@ ENV_STRICT = "ALGOSWAP_STRICT_PLUGINS"
 ENV_TIMEOUT = "ALGOSWAP_PLUGIN_TIMEOUT"
 ENV_STATE = "ALGOSWAP_STATE_DIR"
 ENV_RETRY = "ALGOSWAP_RETRY_PLUGINS"
+ENV_CACHE = "ALGOSWAP_CACHE_DIR"
 DEFAULT_TIMEOUT = 20.0
 
 
@@ -48,11 +49,20 @@ def timeout_from(env: Mapping[str, str]) -> float | None:
 
 def state_directory(env: Mapping[str, str]) -> Path | None:
     """``ALGOSWAP_STATE_DIR``, else ``$XDG_STATE_HOME/algoswap``, else ``~/.local/state/algoswap``."""
-    explicit = env.get(ENV_STATE, "").strip()
+    return _user_directory(env, ENV_STATE, "XDG_STATE_HOME", (".local", "state"))
+
+
+def cache_directory(env: Mapping[str, str]) -> Path | None:
+    """``ALGOSWAP_CACHE_DIR``, else ``$XDG_CACHE_HOME/algoswap``, else ``~/.cache/algoswap``."""
+    return _user_directory(env, ENV_CACHE, "XDG_CACHE_HOME", (".cache",))
+
+
+def _user_directory(env: Mapping[str, str], variable: str, xdg: str, under_home: tuple[str, ...]) -> Path | None:
+    explicit = env.get(variable, "").strip()
     if explicit:
         return Path(explicit).expanduser()
-    base = env.get("XDG_STATE_HOME", "").strip()
+    base = env.get(xdg, "").strip()
     try:
-        return (Path(base) if base else Path.home() / ".local" / "state") / "algoswap"
+        return (Path(base) if base else Path.home().joinpath(*under_home)) / "algoswap"
     except RuntimeError:  # no home directory to be found
         return None

@@ -10,9 +10,12 @@ A plugin's code (its import, these hooks, its availability probes and ``supports
 runs on a helper thread within ``ALGOSWAP_PLUGIN_TIMEOUT`` seconds (default 20; 0: no limit, on
 the calling thread), so do main-thread-only work (``signal.signal``) lazily, in implementations.
 Any exception it raises, ``SystemExit`` and other ``BaseException`` subclasses included
-(KeyboardInterrupt aside), is reported, never raised. An import, registration or probe that does not finish in time,
-or that ends the process (a crash, ``os._exit``), is remembered in the user's state directory and
-the plugin (or backend) is skipped until the user retries it (``algoswap retry``).
+(KeyboardInterrupt aside), is reported, never raised. A new, upgraded or reinstalled plugin is
+first imported and registered (``algoswap_api_version``, ``algoswap_register``) once in a child
+process: one that ends that process (a crash, ``os._exit``) or does not finish in time there is
+skipped without ever being imported in a command's own process. A probe that does not finish in
+time or ends the process is remembered in the user's state directory. Either way the plugin (or
+backend) is skipped until another version is installed or the user retries it (``algoswap retry``).
 """
 
 from __future__ import annotations

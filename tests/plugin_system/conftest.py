@@ -26,6 +26,10 @@ An eleventh, algoswap-test-hazards (entry points hazard_segfault, hazard_exit, h
 hazard_baseexc), is installed into a directory of its own (fixture ``hazards``): its plugins crash,
 end, hang or raise a BaseException, and are only ever loaded in child processes.
 
+New plugins are checked in a child process before discovery imports them (``algoswap._quarantine``);
+the verdicts are kept in the record of ``ALGOSWAP_CACHE_DIR`` that tests/conftest.py sets for the
+machine. The ten are checked once, when installed, so that no test sees a check import them.
+
 Every throwaway module appends its name to the file named by ``ALGOSWAP_TEST_IMPORT_LOG`` when
 it is imported, so the tests can prove a plugin was (or was never) imported, even one whose
 import fails (a failed import leaves no trace in ``sys.modules``).
@@ -57,6 +61,7 @@ HERE = Path(__file__).resolve().parent
 DISTS = HERE.parent / "plugins"  # tests/plugins: the throwaway distributions
 LOG_VAR = "ALGOSWAP_TEST_IMPORT_LOG"
 HAZARDS = "algoswap-test-hazards"
+CACHE = "ALGOSWAP_CACHE_DIR"  # where the verdicts of plugin checks are kept: tests/conftest.py sets it
 MODULES = ("algoswap_test_good", "algoswap_test_broken", "algoswap_test_raising", "algoswap_test_clash",
            "algoswap_test_takeover", "algoswap_test_rival_a", "algoswap_test_rival_b", "algoswap_test_meddler",
            "algoswap_test_oldapi", "algoswap_test_families")
@@ -120,6 +125,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     sources = [path for path in _distributions() if path.name != HAZARDS]
     assert len(sources) == len(MODULES), sources
     seconds = _pip_install_copies(root, sources, root / "site")
+    done = run_python(["-c", "import algoswap; algoswap.registry()"], Installed(root / "site", seconds), root)
+    assert done.returncode == 0, done.stderr
     return Installed(root / "site", seconds)
 
 
@@ -190,10 +197,11 @@ class Ran(subprocess.CompletedProcess[str]):
 def run_python(args: list[str], installed: Installed, cwd: Path, log: Path | None = None, plugins: bool = True,
                **env: str) -> Ran:
     """Run ``python <args>`` in a new process: the test plugins installed (on PYTHONPATH) or not; a
-    state directory of its own (under ``cwd``) unless ``ALGOSWAP_STATE_DIR`` is given."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ALGOSWAP_") and k != "PYTHONPATH"}
-    if plugins:
-        full["PYTHONPATH"] = str(installed.site)
+    state directory of its own (under ``cwd``) unless ``ALGOSWAP_STATE_DIR`` is given; the machine's record of
+    plugin checks unless ``ALGOSWAP_CACHE_DIR`` is given."""
+    full = {k: v for k, v in os.environ.items() if (not k.startswith("ALGOSWAP_") or k == CACHE) and k != "PYTHONPATH"}
+    inherited = os.environ.get("PYTHONPATH", "")  # a checkout's own core and plugins, where it sets one
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(installed.site) if plugins else "", inherited]))
     if log is not None:
         full[LOG_VAR] = str(log)
     full["ALGOSWAP_STATE_DIR"] = str(cwd / "state")  # never the user's own

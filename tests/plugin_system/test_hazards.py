@@ -1,22 +1,29 @@
 """Plugins that crash, end, hang or raise a BaseException, each run in a child process (the harm
-would take pytest down with it): the process they take down is the only one. The next command
-works and names the plugin; a hang costs the time limit once and is reported "timed out".
+would take pytest down with it). At import and registration the harm ends or hangs only the child
+process that checks a new plugin before it is loaded: the command works and names the plugin. In a
+probe it takes down the process it happens in, and the next command works and names the plugin; a
+hang costs the time limit once and is reported "timed out".
 
 The plugins are algoswap-test-hazards' (see conftest.py): ``hazard_<kind>`` does its harm at the
 stage ``ALGOSWAP_TEST_HAZARD_STAGE`` names. Every child loads only numpy and that one plugin, with
-a state directory of the test's own. No timing is asserted: hangs run under a 0.5 s limit and
-sleep 60 s, so "it returned, and said timed out" is the whole claim.
+a state directory and a record of plugin checks of the test's own (what a hazard does depends on
+the variable, which its install does not show). No timing is asserted: hangs run under a 0.5 s
+limit and sleep 60 s, so "it returned, and said timed out" is the whole claim.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import Installed, Ran, backend_rows, cli, run_python
+from .conftest import CACHE, Installed, Ran, backend_rows, cli, imported, run_python
 
 OWNER = "algoswap-test-hazards 0.1.0"
 STAGE_WORDS = {"import": "import", "registration": "registration (algoswap_register)", "probe": "availability probe"}
@@ -25,8 +32,27 @@ SELECT = ("import json, algoswap\n"
           "print(json.dumps([chosen.impl.qualified, dict(chosen.rejected)]))\n")
 
 
+CHECKED = "new or changed plugin(s) in child processes before loading them"  # the DEBUG line of a check
+LISTING = ("import json, logging, algoswap\n"
+           "logging.basicConfig(level=logging.DEBUG, format='%(message)s')\n"
+           "print(json.dumps({p.name: [p.version, p.status, p.error] for p in algoswap.plugins()}))\n")
+
+
+@pytest.fixture(autouse=True)
+def _own_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record of plugin checks of the test's own, for the commands it runs (run_python passes it on)."""
+    monkeypatch.setenv(CACHE, str(tmp_path / "cache"))
+
+
 def hazard_env(name: str, stage: str, **env: str) -> dict[str, str]:
     return {"ALGOSWAP_PLUGINS": f"numpy,{name}", "ALGOSWAP_TEST_HAZARD_STAGE": stage, **env}
+
+
+def checking_pid(reason: str, ended: str) -> int:
+    """The pid of the process that checked the plugin, from the story of a check it ended."""
+    match = re.search(rf"ended the process that checked it before loading it \(process (\d+): {ended}\) on ", reason)
+    assert match, reason
+    return int(match.group(1))
 
 
 def row_of(done: Ran, name: str, stage: str) -> dict[str, Any]:
@@ -39,43 +65,188 @@ def frame_label(name: str, stage: str) -> str:
     return f"<algoswap plugin {name!r} ({OWNER}): {what}>"
 
 
-@pytest.mark.parametrize("stage", ["import", "registration", "probe"])
-@pytest.mark.parametrize("kind", ["segfault", "exit"])
-def test_a_crash_takes_down_one_process_and_the_next_names_the_plugin(
-        hazards: Installed, tmp_path: Path, kind: str, stage: str) -> None:
+@pytest.mark.parametrize("stage", ["import", "registration"])
+@pytest.mark.parametrize("kind, ended", [("segfault", "SIGSEGV"), ("exit", "exit status 3")])
+def test_a_plugin_that_ends_the_process_at_load_ends_only_its_check(
+        hazards: Installed, tmp_path: Path, kind: str, ended: str, stage: str) -> None:
     name, env = f"hazard_{kind}", hazard_env(f"hazard_{kind}", stage)
+    first = cli(hazards, tmp_path, "backends", "--json", **env)  # the first command that finds it
+    row = backend_rows(first)[(name, None)]
+    assert row["status"] == "crashed", row
+    assert f"its {STAGE_WORDS[stage]} ended the process that checked it before loading it (process " in row["reason"]
+    checking_pid(row["reason"], ended)
+    assert f"skipped until retried: `algoswap retry {name}` or ALGOSWAP_RETRY_PLUGINS={name}" in row["reason"]
+    assert backend_rows(first)[("numpy", "numpy")]["status"] == "available"
+    chosen = run_python(["-c", SELECT], hazards, tmp_path, **env)
+    assert json.loads(chosen.stdout)[0] == "numpy:direct", chosen.stderr
+    verbose = cli(hazards, tmp_path, "backends", "--verbose", **env)  # what the check printed: faulthandler's dump
+    assert verbose.returncode == 0, verbose.stderr
+    if kind == "segfault":
+        assert "Segmentation fault" in verbose.stdout and frame_label(name, stage) in verbose.stdout, verbose.stdout
+
+
+def test_a_plugin_is_checked_once_and_a_failed_one_never_imported_in_process(
+        hazards: Installed, tmp_path: Path, import_log: Path) -> None:
+    env = hazard_env("hazard_exit", "import")
+    first = run_python(["-c", LISTING], hazards, tmp_path, log=import_log, **env)
+    assert "checked 2 " + CHECKED in first.stderr, first.stderr  # numpy's and hazard_exit's, in one child
+    assert json.loads(first.stdout)["hazard_exit"][1] == "crashed"
+    assert imported(import_log) == ["algoswap_test_hazards.exit"]  # by the check
+    second = run_python(["-c", LISTING], hazards, tmp_path, log=import_log, **env)
+    assert CHECKED not in second.stderr, second.stderr  # the record's verdicts: no child
+    assert json.loads(second.stdout) == json.loads(first.stdout)
+    assert imported(import_log) == ["algoswap_test_hazards.exit"]  # never in-process
+
+
+def test_several_failing_plugins_are_each_named(hazards: Installed, tmp_path: Path) -> None:
+    """One child checks them in turn; after each that ends or hangs it, a new one checks the rest."""
+    env = {"ALGOSWAP_PLUGINS": "hazard_segfault,hazard_exit,hazard_sleep,hazard_baseexc,numpy",
+           "ALGOSWAP_PLUGIN_TIMEOUT": "0.5"}
+    rows = backend_rows(cli(hazards, tmp_path, "backends", "--json", **env))
+    statuses = {plugin: row["status"] for (plugin, _), row in rows.items() if row["status"] != "disabled"}
+    assert statuses == {"hazard_baseexc": "broken", "hazard_exit": "crashed", "hazard_segfault": "crashed",
+                        "hazard_sleep": "timed out", "numpy": "available"}
+    pids = {checking_pid(rows[("hazard_exit", None)]["reason"], "exit status 3"),
+            checking_pid(rows[("hazard_segfault", None)]["reason"], "SIGSEGV")}
+    assert len(pids) == 2
+
+
+def test_an_upgraded_or_reinstalled_plugin_is_checked_again(hazards: Installed, tmp_path: Path) -> None:
+    site = Installed(shutil.copytree(hazards.site, tmp_path / "site"), 0.0)
+    env = hazard_env("hazard_exit", "import")
+
+    def listing() -> tuple[str, list[str]]:
+        done = run_python(["-c", LISTING], site, tmp_path, **env)
+        return done.stderr, json.loads(done.stdout)["hazard_exit"]
+
+    assert CHECKED in listing()[0]
+    assert CHECKED not in listing()[0]
+    dist_info = site.site / "algoswap_test_hazards-0.1.0.dist-info"
+    metadata = dist_info / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 0.1.0", "Version: 0.2.0"))
+    log, (version, status, _) = listing()
+    assert "checked 1 " + CHECKED + " (hazard_exit)" in log and (version, status) == ("0.2.0", "crashed")
+    assert CHECKED not in listing()[0]
+    fresh = shutil.copytree(dist_info, dist_info.with_name("reinstalled"))  # pip install --force-reinstall
+    shutil.rmtree(dist_info)
+    fresh.rename(dist_info)
+    assert "checked 1 " + CHECKED + " (hazard_exit)" in listing()[0]
+    module = site.site / "algoswap_test_hazards" / "__init__.py"  # an edit of an editable install's top module
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
+    assert "checked 1 " + CHECKED + " (hazard_exit)" in listing()[0]
+    assert CHECKED not in listing()[0]
+
+
+def test_an_unreadable_record_is_written_again_and_an_unwritable_one_changes_nothing(
+        hazards: Installed, tmp_path: Path) -> None:
+    env = hazard_env("hazard_exit", "import")
+    record = tmp_path / "cache" / "plugin-checks-1.json"
+    record.parent.mkdir()
+    record.write_text('{"verdicts": [{"install": ')  # as a process killed while writing it would leave it, were it not atomic
+    first = cli(hazards, tmp_path, "backends", **env)
+    assert first.returncode == 0 and "crashed: its import ended the process that checked it" in first.stdout
+    assert f"algoswap: warning: ignoring the unreadable record of plugin checks {record}" in first.stderr
+    verdicts = json.loads(record.read_text())["verdicts"]
+    assert sorted(v["install"]["name"] for v in verdicts) == ["hazard_exit", "numpy"]
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    for _ in range(2):  # nothing remembered: each command checks again, and works
+        done = cli(hazards, tmp_path, "backends", **env, ALGOSWAP_CACHE_DIR=str(blocked / "cache"))
+        assert done.returncode == 0 and "crashed: its import ended the process that checked it" in done.stdout
+        assert "algoswap: warning: cannot write the record of plugin checks" in done.stderr
+
+
+def test_commands_checking_at_the_same_time_leave_a_whole_record(hazards: Installed, tmp_path: Path) -> None:
+    env = hazard_env("hazard_exit", "import")
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda _: cli(hazards, tmp_path, "backends", "--json", **env), range(4)))
+    assert [row_of(done, "hazard_exit", "import")["status"] for done in runs] == ["crashed"] * 4
+    verdicts = json.loads((tmp_path / "cache" / "plugin-checks-1.json").read_text())["verdicts"]
+    assert sorted(v["install"]["name"] for v in verdicts) == ["hazard_exit", "numpy"]
+
+
+@pytest.mark.parametrize("setting, line", [
+    ("sys.path.append(pathlib.Path('/no/such/folder'))", "checked 1 " + CHECKED),  # a path that is no str
+    ("sys.executable = '/bin/false'", "could not check plugins in a child process (/bin/false -c ...): they are "
+                                      "loaded unchecked"),  # a child that ends at once: no verdict, no harm
+])
+def test_the_check_copes_with_its_process(hazards: Installed, tmp_path: Path, setting: str, line: str) -> None:
+    code = f"import pathlib, sys\n{setting}\n{LISTING}"
+    done = run_python(["-c", code], hazards, tmp_path, ALGOSWAP_PLUGINS="numpy")
+    assert done.returncode == 0 and line in done.stderr, done.stderr
+    assert json.loads(done.stdout)["numpy"][1] == "loaded"
+
+
+def test_a_plugin_using_the_registry_at_import_is_broken_in_its_check_too(tmp_path: Path) -> None:
+    """The check's process refuses the registry to plugin code as discovery does (else its discovery would
+    check the plugin in a child of its own, which would do the same)."""
+    site = tmp_path / "site"
+    dist_info = site / "impatient_plugin-1.0.dist-info"  # an installed distribution, as pip leaves one
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: impatient-plugin\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text("[algoswap.backends]\nimpatient = impatient_plugin\n")
+    (site / "impatient_plugin.py").write_text("import algoswap\nalgoswap.registry()\n")
+    done = cli(Installed(site, 0.0), tmp_path, "backends", "--json", ALGOSWAP_PLUGINS="numpy,impatient")
+    row = backend_rows(done)[("impatient", None)]
+    assert row["status"] == "broken", row
+    assert "may not use algoswap's registry while plugins are being imported and registered" in row["reason"]
+
+
+@pytest.mark.parametrize("kind", ["segfault", "exit"])
+def test_a_crash_in_a_probe_takes_down_one_process_and_the_next_names_the_plugin(
+        hazards: Installed, tmp_path: Path, kind: str) -> None:
+    name, env = f"hazard_{kind}", hazard_env(f"hazard_{kind}", "probe")
     first = cli(hazards, tmp_path, "backends", "--json", **env)
     if kind == "segfault":  # faulthandler names the plugin and the stage at the moment of the crash
         assert first.returncode != 0 and "Segmentation fault" in first.stderr, first.stderr
-        assert frame_label(name, stage) in first.stderr, first.stderr
+        assert frame_label(name, "probe") in first.stderr, first.stderr
     else:
         assert first.returncode == 3, (first.returncode, first.stderr)
     second = cli(hazards, tmp_path, "backends", "--json", **env)
-    row = row_of(second, name, stage)
+    row = row_of(second, name, "probe")
     assert row["status"] == "crashed", row
-    assert f"process {first.pid} ended during its {STAGE_WORDS[stage]}" in row["reason"], row
+    assert f"process {first.pid} ended during its availability probe" in row["reason"], row
     assert f"skipped until retried: `algoswap retry {name}` or ALGOSWAP_RETRY_PLUGINS={name}" in row["reason"]
     assert backend_rows(second)[("numpy", "numpy")]["status"] == "available"
 
 
 def test_a_crashed_plugin_is_retried_on_request(hazards: Installed, tmp_path: Path) -> None:
-    env = hazard_env("hazard_exit", "import")
+    env = hazard_env("hazard_exit", "probe")
     assert cli(hazards, tmp_path, "backends", **env).returncode == 3
-    assert row_of(cli(hazards, tmp_path, "backends", "--json", **env), "hazard_exit", "import")["status"] == "crashed"
-    assert cli(hazards, tmp_path, "backends", ALGOSWAP_RETRY_PLUGINS="hazard_exit", **env).returncode == 3  # imported again
+    assert row_of(cli(hazards, tmp_path, "backends", "--json", **env), "hazard_exit", "probe")["status"] == "crashed"
+    assert cli(hazards, tmp_path, "backends", ALGOSWAP_RETRY_PLUGINS="hazard_exit", **env).returncode == 3  # probed again
+    retry = cli(hazards, tmp_path, "retry", "hazard_exit", **env)
+    assert (retry.returncode, retry.stdout.strip()) == (
+        0, "forgot the faults of hazard_exit:hazard_exit: the next command imports and probes them again")
+    assert cli(hazards, tmp_path, "backends", **env).returncode == 3  # probed again, and it crashed again
+    assert cli(hazards, tmp_path, "retry", **env).stdout.startswith("forgot the faults of hazard_exit")
+    assert cli(hazards, tmp_path, "retry", **env).stdout.startswith("nothing to retry")
+
+
+def test_a_plugin_that_failed_its_check_is_checked_again_on_request(hazards: Installed, tmp_path: Path) -> None:
+    env = hazard_env("hazard_exit", "import")
+
+    def checked_by(**more: str) -> int:
+        row = row_of(cli(hazards, tmp_path, "backends", "--json", **env, **more), "hazard_exit", "import")
+        return checking_pid(row["reason"], "exit status 3")
+
+    first = checked_by()
+    assert checked_by() == first  # remembered
+    again = checked_by(ALGOSWAP_RETRY_PLUGINS="hazard_exit")
+    assert again != first and checked_by() == again
     retry = cli(hazards, tmp_path, "retry", "hazard_exit", **env)
     assert (retry.returncode, retry.stdout.strip()) == (
         0, "forgot the faults of hazard_exit: the next command imports and probes them again")
-    assert cli(hazards, tmp_path, "backends", **env).returncode == 3  # imported again, and it crashed again
+    assert checked_by() not in (first, again)
     assert cli(hazards, tmp_path, "retry", **env).stdout.startswith("forgot the faults of hazard_exit")
     assert cli(hazards, tmp_path, "retry", **env).stdout.startswith("nothing to retry")
 
 
 def test_a_new_version_of_a_crashed_plugin_is_retried(hazards: Installed, tmp_path: Path) -> None:
-    env = hazard_env("hazard_exit", "import")
+    env = hazard_env("hazard_exit", "probe")
     assert cli(hazards, tmp_path, "backends", **env).returncode == 3
-    assert row_of(cli(hazards, tmp_path, "backends", "--json", **env), "hazard_exit", "import")["status"] == "crashed"
-    fault = tmp_path / "state" / "faults" / "hazard_exit.json"
+    assert row_of(cli(hazards, tmp_path, "backends", "--json", **env), "hazard_exit", "probe")["status"] == "crashed"
+    fault = tmp_path / "state" / "faults" / "hazard_exit%3Ahazard_exit.json"
     record = json.loads(fault.read_text())
     fault.write_text(json.dumps({**record, "version": "0.0.9"}))  # it crashed an older version
     assert cli(hazards, tmp_path, "backends", **env).returncode == 3
@@ -92,8 +263,9 @@ def test_a_hanging_plugin_times_out_and_is_skipped_next_time(hazards: Installed,
     env = hazard_env("hazard_sleep", stage, ALGOSWAP_PLUGIN_TIMEOUT="0.5")
     first = cli(hazards, tmp_path, "backends", "--json", **env)
     row = row_of(first, "hazard_sleep", stage)
+    where = f"process {first.pid}" if stage == "probe" else "the process that checked it before loading it (process "
     story = f"its {STAGE_WORDS[stage]}{' of backend ' + repr('hazard_sleep') if stage == 'probe' else ''} did not finish " \
-            f"within 0.5 s (ALGOSWAP_PLUGIN_TIMEOUT) in process {first.pid}"
+            f"within 0.5 s (ALGOSWAP_PLUGIN_TIMEOUT) in {where}"
     assert row["status"] == "timed out" and story in row["reason"], row
     assert backend_rows(first)[("numpy", "numpy")]["status"] == "available"
     caps = json.loads(cli(hazards, tmp_path, "caps", "--format", "json", **env).stdout)  # remembered: not run again

@@ -132,12 +132,13 @@ def test_keyboard_interrupt_is_raised_again(tmp_path: Path, where: str) -> None:
         select(registry, "relu", [(3,)], ["float32"])
 
 
+@pytest.mark.parametrize("timeout", ["5", "0"])  # on a helper thread, or on the discovering thread itself
 def test_a_plugin_using_the_registry_while_plugins_load_is_broken_not_stuck(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, timeout: str) -> None:
     entry_point = types.SimpleNamespace(name="impatient", dist=None, load=lambda: algoswap.registry())
     monkeypatch.setattr("algoswap._plugins._entry_points", lambda: [entry_point])
     monkeypatch.setattr(_global, "_registry", None)  # restored afterwards
-    monkeypatch.setenv("ALGOSWAP_PLUGIN_TIMEOUT", "5")
+    monkeypatch.setenv("ALGOSWAP_PLUGIN_TIMEOUT", timeout)
     monkeypatch.setenv("ALGOSWAP_STATE_DIR", str(tmp_path))
     record = algoswap.registry().plugins[0]
     assert (record.name, record.status) == ("impatient", "broken")

@@ -8,6 +8,9 @@ import os
 
 def install(module_globals, harm):
     """Give the plugin module its hooks, and do the harm now if the stage is "import"."""
+    if os.environ.get("ALGOSWAP_TEST_IMPORT_LOG"):  # tests prove a plugin is (or is not) imported
+        with open(os.environ["ALGOSWAP_TEST_IMPORT_LOG"], "a") as log:
+            log.write(module_globals["__name__"] + "\n")
     backend = "hazard_" + module_globals["__name__"].rsplit(".", 1)[1]
     stage = os.environ.get("ALGOSWAP_TEST_HAZARD_STAGE", "import")
 
