@@ -1,7 +1,7 @@
 """Plugin discovery: entry points of the group ``algoswap.backends``, each loaded on its own.
 
 New or changed plugins are first checked in a child process (``_quarantine``): one that ends or
-hangs it is skipped. Then discovery runs in two phases. Each plugin is imported and registered on
+hangs it is skipped, and so is a backend whose probe does. Then discovery runs in two phases. Each plugin is imported and registered on
 its own, under supervision (time-limited, named for faulthandler, marked in the fault log while it
 runs; see ``_supervisor``), into a staging area. Then the names all of them declare are settled together
 (``_ownership``), so that who owns a name never depends on the order entry points load in, and the
@@ -14,10 +14,10 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ._errors import PluginError
-from ._faults import FaultLog
+from ._faults import Fault, FaultLog
 from ._guard import Guard, TimedOut
 from ._log import plugin_failed, warn_once
 from ._ownership import refused_claims
@@ -131,20 +131,25 @@ class PluginLoader:
         """Register one plugin object (a module or any object with hook functions) now."""
         return self._settle([self._stage(plugin, record, self._supervisor(record))])[0]
 
-    def _supervisor(self, record: PluginRecord) -> Supervisor:
-        return Supervisor(record.name, record.distribution, record.version, self.guard, self.faults, self.retry)
+    def _supervisor(self, record: PluginRecord, checked: Iterable[Fault] = ()) -> Supervisor:
+        return Supervisor(record.name, record.distribution, record.version, self.guard, self.faults, self.retry, checked)
 
     def _from_entry_point(self, entry_point: Any, record: PluginRecord, verdict: Verdict | None) -> _Outcome:
         reason = _disabled_reason(record, self.env)
         if reason:
             return _Outcome(record, "disabled", reason)
-        if verdict is not None and verdict.fault is not None:  # it ended or hung the process that checked it
+        if verdict is None:
+            return self.imported(record, entry_point.load)
+        if verdict.fault is not None:  # it ended or hung the process that checked it
             return _Outcome(record, verdict.fault.outcome, verdict.fault.story(), trace=verdict.output)
-        return self.imported(record, entry_point.load)
+        outcome = self.imported(record, entry_point.load, verdict.probes)  # those backends are out
+        outcome.trace = outcome.trace or verdict.output
+        return outcome
 
-    def imported(self, record: PluginRecord, load: Callable[[], Any]) -> _Outcome:
-        """Import the plugin (``load()``) and register it into a staging area, unless a fault is remembered."""
-        supervisor = self._supervisor(record)
+    def imported(self, record: PluginRecord, load: Callable[[], Any], checked: Iterable[Fault] = ()) -> _Outcome:
+        """Import the plugin (``load()``) and register it into a staging area, unless a fault is remembered;
+        ``checked``: the faults of the probes that failed its check."""
+        supervisor = self._supervisor(record, checked)
         fault = supervisor.previous_fault()
         if fault is not None:
             return _Outcome(record, fault.outcome, fault.story())

@@ -1,6 +1,6 @@
 """New or changed plugins are imported first in a child process, so that one that ends the process
-(``os._exit``, a segfault) or hangs at import or registration ends or hangs that child, never a
-command.
+(``os._exit``, a segfault) or hangs at import, at registration or in a backend's availability probe
+ends or hangs that child, never a command.
 
 An installed plugin (``Install``: its entry point, its distribution's name, version and dist-info
 directory, that directory's inode and change time, which a reinstall renews, where its top-level
@@ -8,12 +8,16 @@ module is found and that file's mtime, the interpreter and algoswap's version) i
 in-process only once a check has found that it does not end or hang the process. Unchecked ones (new,
 upgraded, reinstalled, or named by ``ALGOSWAP_RETRY_PLUGINS`` after a failed check) are checked
 together: one child (``serve``) imports and registers them one after the other, as discovery does,
-and tells the parent through a pipe which plugin and stage it is in. If the child ends, or a stage
-does not finish within ``ALGOSWAP_PLUGIN_TIMEOUT``, the plugin in that stage gets a ``Fault`` and
-the rest are checked in a new child. The verdicts are kept in ``<cache>/plugin-checks-1.json``
+then asks each backend a plugin registered whether it is available, as a command does, and tells the
+parent through a pipe which plugin, stage and backend it is in. If the child ends, or a stage does not
+finish within ``ALGOSWAP_PLUGIN_TIMEOUT``, the plugin (or the backend, in its probe) in that stage gets
+a ``Fault`` and the rest are checked in a new child. The probes' answers are not kept: availability
+depends on the command's environment (devices, drivers, variables), so each command asks again; only
+a probe that ends or hangs the process is remembered, and that backend is out of selection. The verdicts are kept in ``<cache>/plugin-checks-1.json``
 (``ALGOSWAP_CACHE_DIR``), one record for every process of the machine: a plugin that passed is
 imported in-process from then on (an exception it raises is caught there too, and said afresh), one
-that failed is skipped with the fault's story until it is reinstalled or retried. Without a writable
+that failed is skipped with the fault's story until it is reinstalled or retried; so is a backend
+whose probe failed, while the plugin's other backends are used. Without a writable
 record every command checks again. Where no child can be started (a frozen application), plugins are
 loaded unchecked, as the fault log (``_faults``) alone then protects.
 """
@@ -52,7 +56,7 @@ _CHILD = (
     "request = json.loads(sys.stdin.readline())\n"
     "sys.path[:] = request['path']\n"
     "from algoswap._quarantine import serve\n"
-    "serve(request['plugins'])\n"
+    "serve(request['plugins'], request['skip'])\n"
 )
 
 
@@ -86,11 +90,21 @@ class Install:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A check's outcome: ``fault`` None if the plugin imported and registered (or raised) and the child went on."""
+    """A check's outcome: ``fault`` None if the plugin imported and registered (or raised) and the child went
+    on; ``probes``: the faults of its backends whose availability probe ended or hung the child."""
 
     install: Install
     fault: Fault | None = None
-    output: str = ""  # the child's stderr from the start of the stage it ended in
+    output: str = ""  # the child's stderr from the start of each stage it ended in
+    probes: tuple[Fault, ...] = ()
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return (self.fault, *self.probes) if self.fault is not None else self.probes
+
+    def failed(self, probe: Fault, output: str) -> "Verdict":
+        """This verdict, and a probe that ended or hung the child."""
+        return Verdict(self.install, self.fault, self.output + output, (*self.probes, probe))
 
 
 def install_of(entry_point: Any, record: "PluginRecord") -> Install | None:
@@ -156,20 +170,26 @@ class CheckRecord:
     def forget(self, names: set[str]) -> list[str]:
         """Forget the failed checks ``names`` match (entry point or distribution; "all"); returns their plugins."""
         held = self.read()
-        gone = [v for v in held.values() if v.fault is not None and v.install.matches(names)]
+        gone = [v for v in held.values() if v.faults and (v.install.matches(names) or _any_matches(v.probes, names))]
         if gone and self.path is not None:
             write_json(self.path, {"verdicts": [_entry(v) for v in held.values() if v not in gone]})
-        return [verdict.install.name for verdict in gone]
+        return [fault.key for verdict in gone for fault in verdict.faults]
+
+
+def _any_matches(faults: Iterable[Fault], names: set[str]) -> bool:
+    return any(fault.matches(names) for fault in faults)
 
 
 def _entry(verdict: Verdict) -> dict[str, Any]:
     fault = verdict.fault and asdict(verdict.fault)
-    return {"install": asdict(verdict.install), "fault": fault, "output": verdict.output}
+    return {"install": asdict(verdict.install), "fault": fault, "output": verdict.output,
+            "probes": [asdict(probe) for probe in verdict.probes]}
 
 
 def _verdict(entry: dict[str, Any]) -> Verdict:
     fault = entry["fault"]
-    return Verdict(Install(**entry["install"]), Fault(**fault) if fault is not None else None, str(entry["output"]))
+    return Verdict(Install(**entry["install"]), Fault(**fault) if fault is not None else None, str(entry["output"]),
+                   tuple(Fault(**probe) for probe in entry["probes"]))
 
 
 class Quarantine:
@@ -204,7 +224,7 @@ class Quarantine:
     def _unchecked(self, verdict: Verdict | None, install: Install) -> bool:
         if verdict is None or verdict.install != install:
             return True
-        return verdict.fault is not None and verdict.fault.matches(self.retry)
+        return _any_matches(verdict.faults, self.retry)
 
 
 def _can_start_a_child() -> bool:
@@ -214,27 +234,32 @@ def _can_start_a_child() -> bool:
 
 
 def check(installs: list[Install], timeout: float | None) -> list[Verdict]:
-    """Check ``installs`` in as few children as they allow: a new one after each that ends or hangs."""
+    """Check ``installs`` in as few children as they allow: a new one after each that ends or hangs,
+    which goes on with the plugin it ended in if that was in a probe (skipping the probes that failed)."""
     verdicts: list[Verdict] = []
-    pending = installs
-    while pending:
-        found = _check_in_one_child(pending, timeout)
-        if not found:  # the child failed before any plugin's code ended it: the rest stay unchecked
+    unfinished = Verdict(installs[0]) if installs else None
+    while unfinished is not None:
+        done, left = _check_in_one_child(installs[len(verdicts):], timeout, unfinished)
+        if not done and left == unfinished:  # the child failed before any plugin's code ended it: the rest stay unchecked
             warn_once(("plugin check failed",), "could not check plugins in a child process (%s -c ...): "
                       "they are loaded unchecked", sys.executable)
             break
-        verdicts += found
-        pending = pending[len(found):]
+        verdicts += done
+        unfinished = left
     return verdicts
 
 
-def _check_in_one_child(installs: list[Install], timeout: float | None) -> list[Verdict]:
-    """The verdicts of the first of ``installs``, up to and with the one that ends or hangs the child."""
+def _check_in_one_child(installs: list[Install], timeout: float | None,
+                        first: Verdict) -> tuple[list[Verdict], Verdict | None]:
+    """The verdicts of the first of ``installs``, up to and with the one that ends or hangs the child, and
+    the verdict so far on the one to check next (None: none left). ``first``: the verdict so far on the
+    first, whose probes that failed in an earlier child are not run again."""
     import subprocess
     import tempfile
 
     path = [os.fsdecode(entry) for entry in sys.path if isinstance(entry, (str, bytes, os.PathLike))]
-    request = json.dumps({"path": path, "plugins": [asdict(install) for install in installs]}) + "\n"
+    request = json.dumps({"path": path, "plugins": [asdict(install) for install in installs],
+                          "skip": [probe.backend for probe in first.probes]}) + "\n"
     try:
         with tempfile.TemporaryFile() as stderr:
             child = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -243,13 +268,13 @@ def _check_in_one_child(installs: list[Install], timeout: float | None) -> list[
                 messages = _messages(child.stdout)
                 child.stdin.write(request.encode())  # type: ignore[union-attr]
                 child.stdin.close()  # type: ignore[union-attr]
-                return _Follower(child, installs, timeout, stderr).follow(messages)
+                return _Follower(child, installs, timeout, stderr, first).follow(messages)
             finally:
                 if child.poll() is None:
                     child.kill()
                 child.wait()
     except (OSError, RuntimeError):  # no temporary file, process or thread to be had; a child that did not read
-        return []
+        return [], first
 
 
 def _messages(stream: IO[bytes] | None) -> "queue.SimpleQueue[dict[str, Any] | None]":
@@ -273,16 +298,19 @@ def _messages(stream: IO[bytes] | None) -> "queue.SimpleQueue[dict[str, Any] | N
 
 
 class _Follower:
-    """Follows one child through its checks: which plugin and stage it is in, and how it ended."""
+    """Follows one child through its checks: which plugin, stage and backend it is in, and how it ended."""
 
-    def __init__(self, child: Any, installs: list[Install], timeout: float | None, stderr: IO[bytes]) -> None:
+    def __init__(self, child: Any, installs: list[Install], timeout: float | None, stderr: IO[bytes],
+                 first: Verdict) -> None:
         self.child, self.installs, self.timeout, self.stderr = child, installs, timeout, stderr
         self.verdicts: list[Verdict] = []
-        self.stage: tuple[int, str, int] | None = None  # the plugin's index, the stage, where its output starts
+        self.current: Verdict | None = first  # the verdict so far on the plugin in check: installs[len(verdicts)]
+        self.stage: tuple[str, str, int] | None = None  # the stage, the backend probed, where its output starts
 
-    def follow(self, messages: "queue.SimpleQueue[dict[str, Any] | None]") -> list[Verdict]:
+    def follow(self, messages: "queue.SimpleQueue[dict[str, Any] | None]") -> tuple[list[Verdict], Verdict | None]:
+        """The verdicts on the plugins checked to the end, and the verdict so far on the next one (None: none left)."""
         limit = None if self.timeout is None else max(self.timeout, STARTUP_SECONDS)
-        while True:
+        while self.current is not None:
             try:
                 message = messages.get(timeout=limit)
             except queue.Empty:
@@ -293,29 +321,41 @@ class _Follower:
             if message.get("index") != len(self.verdicts):
                 continue  # not from the check in progress (a plugin that forked the child): no message
             if "stage" in message:
-                self.stage = (len(self.verdicts), str(message["stage"]), int(message.get("output", 0)))
+                self.stage = (str(message["stage"]), str(message.get("backend", "")), int(message.get("output", 0)))
             elif "done" in message:
-                self.verdicts.append(Verdict(self.installs[len(self.verdicts)]))
-                self.stage = None
-                if len(self.verdicts) == len(self.installs):
-                    return self.verdicts
+                self._finish(self.current)
+        return self.verdicts, None
 
-    def _ended(self, outcome: str) -> list[Verdict]:
-        """The verdicts so far, and the fault of the plugin in the stage the child ended (or hung) in."""
-        if self.stage is None:
-            return self.verdicts
-        if outcome == "timed out":
+    def _finish(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        self.current = Verdict(self.installs[len(self.verdicts)]) if len(self.verdicts) < len(self.installs) else None
+        self.stage = None
+
+    def _ended(self, outcome: str) -> tuple[list[Verdict], Verdict | None]:
+        """The verdicts so far, with the fault of the plugin (or its backend) in the stage the child ended (or
+        hung) in; a plugin whose probe it was is checked on in the next child."""
+        if self.stage is not None and self.current is not None:
+            fault, output = self._fault(self.current.install, outcome)
+            if fault.backend:
+                self.current = self.current.failed(fault, output)
+            else:
+                self._finish(Verdict(self.current.install, fault, self.current.output + output, self.current.probes))
+        return self.verdicts, self.current
+
+    def _fault(self, install: Install, outcome: str) -> tuple[Fault, str]:
+        """The fault of the stage in progress, and what the child printed since it began."""
+        assert self.stage is not None
+        timed_out = outcome == "timed out"
+        if timed_out:
             self.child.kill()
         code = self.child.wait()
-        index, stage, start = self.stage
-        install = self.installs[index]
-        timed_out = outcome == "timed out"
+        stage, backend, start = self.stage
         fault = Fault(install.name, install.distribution, install.version, stage, outcome, self.child.pid, _host_name(),
-                      _now(), seconds=(self.timeout or 0.0) if timed_out else 0.0,
+                      _now(), backend, seconds=(self.timeout or 0.0) if timed_out else 0.0,
                       ended="killed at the time limit" if timed_out else _how_it_ended(code))
         self.stderr.seek(max(start, os.fstat(self.stderr.fileno()).st_size - 4 * OUTPUT_CHARS))  # its tail, however long
         output = self.stderr.read().decode(errors="replace")[-OUTPUT_CHARS:].rstrip("\n")
-        return self.verdicts + [Verdict(install, fault, output + "\n" if output else "")]
+        return fault, output + "\n" if output else ""
 
 
 def _how_it_ended(code: int) -> str:
@@ -338,13 +378,15 @@ class _Told(FaultLog):
     def begin(self, plugin: str, distribution: str, version: str, stage: str, backend: str = "") -> Path | None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
-        self.say(index=self.index, stage=stage, output=os.fstat(2).st_size)  # where what the stage prints begins
+        self.say(index=self.index, stage=stage, backend=backend, output=os.fstat(2).st_size)  # where its output begins
         return None
 
 
-def serve(plugins: list[dict[str, Any]]) -> None:
-    """The child: import and register each plugin as discovery does, telling the parent each stage on the
-    original stdout; what the plugins print goes to stderr. Ends the process when done."""
+def serve(plugins: list[dict[str, Any]], skip: list[str]) -> None:
+    """The child: import and register each plugin as discovery does, then ask each of its backends
+    whether it is available as a command does (but those of the first plugin named in ``skip``), telling
+    the parent each stage on the original stdout; what the plugins print goes to stderr. Ends the process
+    when done."""
     from importlib.metadata import EntryPoint
 
     from ._global import discovering
@@ -368,7 +410,10 @@ def serve(plugins: list[dict[str, Any]]) -> None:
         for told.index, plugin in enumerate(plugins):
             install = Install(**plugin)
             record = PluginRecord(install.name, install.distribution, install.version)
-            loader.imported(record, EntryPoint(install.name, install.value, GROUP).load)
+            outcome = loader.imported(record, EntryPoint(install.name, install.value, GROUP).load)
+            for backend in outcome.staged._backends.values() if outcome.staged is not None else ():
+                if told.index or backend.name not in skip:
+                    backend.availability()  # its probe's answer is the command's to find: not told
             say(index=told.index, done=True)
     report.close()
     os._exit(0)  # what the plugins left behind (threads, atexit functions) is not the check's business

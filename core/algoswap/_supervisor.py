@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from ._faults import Fault, FaultLog
 from ._guard import Frame, Guard, TimedOut, named_frame
@@ -32,14 +32,16 @@ def unresolvable(what: str, ref: str, owner: str, exc: BaseException) -> str:
 
 class Supervisor:
     """Runs one plugin's code under its guard; if the plugin is installed (has a distribution), each
-    stage is marked in the fault log while it runs, and remembered if it times out."""
+    stage is marked in the fault log while it runs, and remembered if it times out. ``checked``: the
+    faults of the probes that ended or hung the process that checked the plugin (``_quarantine``)."""
 
     def __init__(self, plugin: str, distribution: str, version: str, guard: Guard, faults: FaultLog,
-                 retry: set[str]) -> None:
+                 retry: set[str], checked: Iterable[Fault] = ()) -> None:
         self.plugin, self.distribution, self.version = plugin, distribution, version
         self.guard = guard
         self.faults = faults
         self.retry = retry
+        self.checked = {fault.backend: fault for fault in checked}
 
     @property
     def owner(self) -> str:
@@ -50,7 +52,9 @@ class Supervisor:
         return named_frame(f"<algoswap plugin {self.plugin!r} ({self.owner}): {what}>")
 
     def previous_fault(self, backend: str = "") -> Fault | None:
-        """The fault an earlier stage left, unless retried or another version is installed now."""
+        """The fault an earlier stage (or the plugin's check) left, unless retried or another version is installed now."""
+        if backend in self.checked:
+            return self.checked[backend]
         if not self.distribution:
             return None
         fault = self.faults.fault(self.plugin, backend)

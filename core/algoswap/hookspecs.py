@@ -11,10 +11,12 @@ runs on a helper thread within ``ALGOSWAP_PLUGIN_TIMEOUT`` seconds (default 20; 
 the calling thread), so do main-thread-only work (``signal.signal``) lazily, in implementations.
 Any exception it raises, ``SystemExit`` and other ``BaseException`` subclasses included
 (KeyboardInterrupt aside), is reported, never raised. A new, upgraded or reinstalled plugin is
-first imported and registered (``algoswap_api_version``, ``algoswap_register``) once in a child
-process: one that ends that process (a crash, ``os._exit``) or does not finish in time there is
-skipped without ever being imported in a command's own process. A probe that does not finish in
-time or ends the process is remembered in the user's state directory. Either way the plugin (or
+first imported and registered (``algoswap_api_version``, ``algoswap_register``), and each of its
+backends probed, once in a child process: a plugin that ends that process (a crash, ``os._exit``)
+or does not finish in time there is skipped without ever being imported in a command's own process,
+and a backend whose probe does so is out of selection (the plugin's other backends are used); the
+probes run again, for their answer, in each command. A probe that does not finish in time or ends
+a command's own process is remembered in the user's state directory. Either way the plugin (or
 backend) is skipped until another version is installed or the user retries it (``algoswap retry``).
 """
 

@@ -1,8 +1,9 @@
 """Plugins that crash, end, hang or raise a BaseException, each run in a child process (the harm
 would take pytest down with it). At import and registration the harm ends or hangs only the child
-process that checks a new plugin before it is loaded: the command works and names the plugin. In a
-probe it takes down the process it happens in, and the next command works and names the plugin; a
-hang costs the time limit once and is reported "timed out".
+process that checks a new plugin before it is loaded: the command works and names the plugin. So does
+the harm of a probe, which the check runs too; one that the check did not see (it happens only in the
+command's environment) takes down the process it happens in, and the next command works and names the
+plugin. A hang costs the time limit once and is reported "timed out".
 
 The plugins are algoswap-test-hazards' (see conftest.py): ``hazard_<kind>`` does its harm at the
 stage ``ALGOSWAP_TEST_HAZARD_STAGE`` names. Every child loads only numpy and that one plugin, with
@@ -177,25 +178,89 @@ def test_the_check_copes_with_its_process(hazards: Installed, tmp_path: Path, se
     assert json.loads(done.stdout)["numpy"][1] == "loaded"
 
 
+def single_file_plugin(tmp_path: Path, name: str, code: str) -> Installed:
+    """A site directory holding one installed distribution ``<name>-plugin`` 1.0, as pip leaves one: its
+    entry point ``name`` is the module ``<name>_plugin``, whose source is ``code``."""
+    site = tmp_path / "site"
+    dist_info = site / f"{name}_plugin-1.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}-plugin\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(f"[algoswap.backends]\n{name} = {name}_plugin\n")
+    (site / f"{name}_plugin.py").write_text(code)
+    return Installed(site, 0.0)
+
+
 def test_a_plugin_using_the_registry_at_import_is_broken_in_its_check_too(tmp_path: Path) -> None:
     """The check's process refuses the registry to plugin code as discovery does (else its discovery would
     check the plugin in a child of its own, which would do the same)."""
-    site = tmp_path / "site"
-    dist_info = site / "impatient_plugin-1.0.dist-info"  # an installed distribution, as pip leaves one
-    dist_info.mkdir(parents=True)
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: impatient-plugin\nVersion: 1.0\n")
-    (dist_info / "entry_points.txt").write_text("[algoswap.backends]\nimpatient = impatient_plugin\n")
-    (site / "impatient_plugin.py").write_text("import algoswap\nalgoswap.registry()\n")
-    done = cli(Installed(site, 0.0), tmp_path, "backends", "--json", ALGOSWAP_PLUGINS="numpy,impatient")
+    site = single_file_plugin(tmp_path, "impatient", "import algoswap\nalgoswap.registry()\n")
+    done = cli(site, tmp_path, "backends", "--json", ALGOSWAP_PLUGINS="numpy,impatient")
     row = backend_rows(done)[("impatient", None)]
     assert row["status"] == "broken", row
     assert "may not use algoswap's registry while plugins are being imported and registered" in row["reason"]
 
 
+PROBED = ("import json, logging, algoswap\n"
+          "logging.basicConfig(level=logging.DEBUG, format='%(message)s')\n"
+          "chosen = algoswap.select('relu', [(3,)])\n"
+          "caps = algoswap.capabilities('relu').to_dict()['backends']\n"
+          "print(json.dumps([chosen.impl.qualified, dict(chosen.rejected), caps]))\n")
+
+
+@pytest.mark.parametrize("kind, story", [
+    ("segfault", "ended the process that checked it before loading it (process {pid}: SIGSEGV)"),
+    ("exit", "ended the process that checked it before loading it (process {pid}: exit status 3)"),
+    ("sleep", "did not finish within 0.5 s (ALGOSWAP_PLUGIN_TIMEOUT) in the process that checked it before loading it "
+              "(process {pid})"),
+], ids=["segfault", "exit", "sleep"])
+def test_a_probe_that_ends_or_hangs_the_process_ends_only_its_check(
+        hazards: Installed, tmp_path: Path, kind: str, story: str) -> None:
+    name = f"hazard_{kind}"
+    env = hazard_env(name, "probe", ALGOSWAP_PLUGIN_TIMEOUT="0.5")
+    first = cli(hazards, tmp_path, "backends", "--json", **env)  # the first command that finds it, and probes it
+    row = row_of(first, name, "probe")
+    status = "timed out" if kind == "sleep" else "crashed"
+    assert row["status"] == status, row
+    pid = re.search(r"checked it before loading it \(process (\d+)", row["reason"])
+    assert pid and f"its availability probe of backend {name!r} {story.format(pid=pid.group(1))} on " in row["reason"], row
+    assert f"skipped until retried: `algoswap retry {name}` or ALGOSWAP_RETRY_PLUGINS={name}" in row["reason"]
+    assert backend_rows(first)[("numpy", "numpy")]["status"] == "available"
+    second = run_python(["-c", PROBED], hazards, tmp_path, **env)  # a selection that reaches the backend
+    assert CHECKED not in second.stderr, second.stderr  # the record's verdict: no child
+    chosen, rejected, caps = json.loads(second.stdout)
+    assert chosen == "numpy:direct" and rejected == {f"{name}:direct": f"backend unavailable: {row['reason']}"}
+    assert (caps[name]["status"], caps[name]["reason"]) == (status, row["reason"])
+
+
+def test_each_backend_of_a_plugin_is_probed_and_those_whose_probe_ends_the_check_are_out(tmp_path: Path) -> None:
+    """The plugin's check goes on in a new child after each probe that ends one, without that probe."""
+    code = ("import ctypes, os\n"
+            "def algoswap_api_version():\n    return '>=1,<2'\n"
+            "def algoswap_register(registry):\n"
+            "    registry.add_backend('exits', probe=lambda: os._exit(3))\n"
+            "    registry.add_backend('segfaults', probe=lambda: ctypes.string_at(0))\n"
+            "    registry.add_backend('fine', probe=lambda: True)\n")
+    site = single_file_plugin(tmp_path, "probing", code)
+    env = {"ALGOSWAP_PLUGINS": "numpy,probing"}
+    rows = backend_rows(cli(site, tmp_path, "backends", "--json", **env))
+    assert {backend: row["status"] for (plugin, backend), row in rows.items() if plugin in ("numpy", "probing")} == {
+        "numpy": "available", "exits": "crashed", "segfaults": "crashed", "fine": "available"}
+    pids = {checking_pid(rows[("probing", "exits")]["reason"], "exit status 3"),
+            checking_pid(rows[("probing", "segfaults")]["reason"], "SIGSEGV")}
+    assert len(pids) == 2
+    retry = cli(site, tmp_path, "retry", "segfaults", **env)  # its plugin is checked again, whole
+    assert retry.stdout.strip() == ("forgot the faults of probing:exits, probing:segfaults: the next command imports "
+                                    "and probes them again")
+    again = backend_rows(cli(site, tmp_path, "backends", "--json", **env))
+    assert checking_pid(again[("probing", "exits")]["reason"], "exit status 3") not in pids
+
+
 @pytest.mark.parametrize("kind", ["segfault", "exit"])
-def test_a_crash_in_a_probe_takes_down_one_process_and_the_next_names_the_plugin(
+def test_a_crash_in_a_probe_its_check_did_not_see_takes_down_one_process_and_the_next_names_it(
         hazards: Installed, tmp_path: Path, kind: str) -> None:
+    """A probe whose harm depends on the command's environment: the check passed it."""
     name, env = f"hazard_{kind}", hazard_env(f"hazard_{kind}", "probe")
+    checked_harmless(hazards, tmp_path, name)
     first = cli(hazards, tmp_path, "backends", "--json", **env)
     if kind == "segfault":  # faulthandler names the plugin and the stage at the moment of the crash
         assert first.returncode != 0 and "Segmentation fault" in first.stderr, first.stderr
@@ -210,8 +275,14 @@ def test_a_crash_in_a_probe_takes_down_one_process_and_the_next_names_the_plugin
     assert backend_rows(second)[("numpy", "numpy")]["status"] == "available"
 
 
+def checked_harmless(hazards: Installed, cwd: Path, name: str) -> None:
+    """Have the hazard's check pass: it does its harm only in supports(), which no check runs."""
+    assert cli(hazards, cwd, "backends", **hazard_env(name, "supports")).returncode == 0
+
+
 def test_a_crashed_plugin_is_retried_on_request(hazards: Installed, tmp_path: Path) -> None:
     env = hazard_env("hazard_exit", "probe")
+    checked_harmless(hazards, tmp_path, "hazard_exit")
     assert cli(hazards, tmp_path, "backends", **env).returncode == 3
     assert row_of(cli(hazards, tmp_path, "backends", "--json", **env), "hazard_exit", "probe")["status"] == "crashed"
     assert cli(hazards, tmp_path, "backends", ALGOSWAP_RETRY_PLUGINS="hazard_exit", **env).returncode == 3  # probed again
@@ -244,6 +315,7 @@ def test_a_plugin_that_failed_its_check_is_checked_again_on_request(hazards: Ins
 
 def test_a_new_version_of_a_crashed_plugin_is_retried(hazards: Installed, tmp_path: Path) -> None:
     env = hazard_env("hazard_exit", "probe")
+    checked_harmless(hazards, tmp_path, "hazard_exit")
     assert cli(hazards, tmp_path, "backends", **env).returncode == 3
     assert row_of(cli(hazards, tmp_path, "backends", "--json", **env), "hazard_exit", "probe")["status"] == "crashed"
     fault = tmp_path / "state" / "faults" / "hazard_exit%3Ahazard_exit.json"
@@ -263,9 +335,8 @@ def test_a_hanging_plugin_times_out_and_is_skipped_next_time(hazards: Installed,
     env = hazard_env("hazard_sleep", stage, ALGOSWAP_PLUGIN_TIMEOUT="0.5")
     first = cli(hazards, tmp_path, "backends", "--json", **env)
     row = row_of(first, "hazard_sleep", stage)
-    where = f"process {first.pid}" if stage == "probe" else "the process that checked it before loading it (process "
     story = f"its {STAGE_WORDS[stage]}{' of backend ' + repr('hazard_sleep') if stage == 'probe' else ''} did not finish " \
-            f"within 0.5 s (ALGOSWAP_PLUGIN_TIMEOUT) in {where}"
+            "within 0.5 s (ALGOSWAP_PLUGIN_TIMEOUT) in the process that checked it before loading it (process "
     assert row["status"] == "timed out" and story in row["reason"], row
     assert backend_rows(first)[("numpy", "numpy")]["status"] == "available"
     caps = json.loads(cli(hazards, tmp_path, "caps", "--format", "json", **env).stdout)  # remembered: not run again
