@@ -13,13 +13,13 @@ parent through a pipe which plugin, stage and backend it is in. If the child end
 finish within ``ALGOSWAP_PLUGIN_TIMEOUT``, the plugin (or the backend, in its probe) in that stage gets
 a ``Fault`` and the rest are checked in a new child. The probes' answers are not kept: availability
 depends on the command's environment (devices, drivers, variables), so each command asks again; only
-a probe that ends or hangs the process is remembered, and that backend is out of selection. The verdicts are kept in ``<cache>/plugin-checks-1.json``
-(``ALGOSWAP_CACHE_DIR``), one record for every process of the machine: a plugin that passed is
-imported in-process from then on (an exception it raises is caught there too, and said afresh), one
-that failed is skipped with the fault's story until it is reinstalled or retried; so is a backend
-whose probe failed, while the plugin's other backends are used. Without a writable
-record every command checks again. Where no child can be started (a frozen application), plugins are
-loaded unchecked, as the fault log (``_faults``) alone then protects.
+a probe that ends or hangs the process is remembered. The verdicts are kept in
+``<cache>/plugin-checks-2.json`` (``ALGOSWAP_CACHE_DIR``), one record for every process of the machine:
+a plugin that passed is imported in-process from then on (an exception it raises is caught there too,
+and said afresh), one that failed is skipped with the fault's story until it is reinstalled or
+retried; so is a backend whose probe failed, while the plugin's other backends are used. Without a
+writable record every command checks again. Where no child can be started (a frozen application),
+plugins are loaded unchecked, as the fault log (``_faults``) alone then protects.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from ._records import PluginRecord
 
-RECORD = "plugin-checks-1.json"  # the number changes with the record's format: versions never read each other's
+RECORD = "plugin-checks-2.json"  # the number changes with the record's format: versions never read each other's
 STARTUP_SECONDS = 60.0  # for the child to start and import algoswap, before any plugin code runs
 OUTPUT_CHARS = 4000  # of what the plugin printed on stderr before it ended the child: faulthandler's dump
 _serving = False  # whether this process is a child that checks plugins

@@ -141,7 +141,7 @@ def test_an_upgraded_or_reinstalled_plugin_is_checked_again(hazards: Installed, 
 def test_an_unreadable_record_is_written_again_and_an_unwritable_one_changes_nothing(
         hazards: Installed, tmp_path: Path) -> None:
     env = hazard_env("hazard_exit", "import")
-    record = tmp_path / "cache" / "plugin-checks-1.json"
+    record = tmp_path / "cache" / "plugin-checks-2.json"
     record.parent.mkdir()
     record.write_text('{"verdicts": [{"install": ')  # as a process killed while writing it would leave it, were it not atomic
     first = cli(hazards, tmp_path, "backends", **env)
@@ -162,7 +162,7 @@ def test_commands_checking_at_the_same_time_leave_a_whole_record(hazards: Instal
     with ThreadPoolExecutor(4) as pool:
         runs = list(pool.map(lambda _: cli(hazards, tmp_path, "backends", "--json", **env), range(4)))
     assert [row_of(done, "hazard_exit", "import")["status"] for done in runs] == ["crashed"] * 4
-    verdicts = json.loads((tmp_path / "cache" / "plugin-checks-1.json").read_text())["verdicts"]
+    verdicts = json.loads((tmp_path / "cache" / "plugin-checks-2.json").read_text())["verdicts"]
     assert sorted(v["install"]["name"] for v in verdicts) == ["hazard_exit", "numpy"]
 
 
