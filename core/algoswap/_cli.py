@@ -18,6 +18,13 @@ from ._version import API_VERSION, __version__
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a program its reader stopped listening to
 
 
+def _status_text(status: str, reason: str | None) -> str:
+    """A status and its reason, the status said once (a crashed backend's reason begins with "crashed: ")."""
+    if not reason:
+        return status
+    return reason if reason.startswith(f"{status}: ") else f"{status}: {reason}"
+
+
 def _backend_rows() -> list[dict[str, Any]]:
     from ._global import get_registry
 
@@ -51,7 +58,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     header = ("backend", "distribution", "version", "device", "memory", "status")
     table = [header] + [
         (r["backend"] or f"[{r['plugin']}]", r["distribution"], r["version"], r["device"] or "-", r["memory"] or "-",
-         r["status"] + (f": {r['reason']}" if r["reason"] else ""))
+         _status_text(r["status"], r["reason"]))
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(5)]

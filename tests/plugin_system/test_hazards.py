@@ -225,6 +225,8 @@ def test_a_probe_that_ends_or_hangs_the_process_ends_only_its_check(
     assert pid and f"its availability probe of backend {name!r} {story.format(pid=pid.group(1))} on " in row["reason"], row
     assert f"skipped until retried: `algoswap retry {name}` or ALGOSWAP_RETRY_PLUGINS={name}" in row["reason"]
     assert backend_rows(first)[("numpy", "numpy")]["status"] == "available"
+    table = cli(hazards, tmp_path, "backends", **env).stdout
+    assert f"{status}: its availability probe" in table and f"{status}: {status}" not in table, table
     second = run_python(["-c", PROBED], hazards, tmp_path, **env)  # a selection that reaches the backend
     assert CHECKED not in second.stderr, second.stderr  # the record's verdict: no child
     chosen, rejected, caps = json.loads(second.stdout)
