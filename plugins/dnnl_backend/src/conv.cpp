@@ -1,5 +1,6 @@
 // conv2d forward, backward data and backward weights.
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <limits>
 
@@ -117,8 +118,33 @@ Conv parse(const char *op, const dims &x, const dims &w, bool bias, const V &str
     return c;
 }
 
+// oneDNN 3.2 keeps the JIT kernels of its brgemm convolutions (impl "brgconv...") in one set for the life of the
+// process, where a new primitive reuses a kernel of identical machine code. A kernel with an eltwise post-op embeds
+// the address of its own constants, so it never matches: every such primitive made adds its kernels for good (30 to
+// 70 KB each, measured; the same shape made again adds them again). So at most dnnl_brgemm_eltwise of them are
+// made in a process; past that, a convolution with an activation takes the next implementation oneDNN offers (jit,
+// whose kernels go with their primitive), unless only its reference kernel is left.
+KindLimit brgemm_eltwise("dnnl_brgemm_eltwise", 512);
+std::atomic<size_t> brgemm_eltwise_made{0};
+
+bool is_brgconv(const conv_fwd::primitive_desc &pd) { return std::string(pd.impl_info_str()).rfind("brgconv", 0) == 0; }
+
+conv_fwd::primitive_desc forward_inference(const Conv &c) {
+    auto pd = c.forward(pk::forward_inference, c.fused_attr());
+    if (c.activation == "none" || !is_brgconv(pd)) return pd;
+    if (brgemm_eltwise_made.fetch_add(1) < brgemm_eltwise.get()) return pd;
+    --brgemm_eltwise_made;
+    while (pd.next_impl())  // moves pd itself
+        if (!is_brgconv(pd)) {
+            if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) return pd;
+            break;
+        }
+    ++brgemm_eltwise_made;  // only the reference kernel is left: the brgemm one all the same (counted)
+    return c.forward(pk::forward_inference, c.fused_attr());
+}
+
 Plan make_forward(const Conv &c) {
-    Plan p(conv_fwd(c.forward(pk::forward_inference, c.fused_attr())));
+    Plan p(conv_fwd(forward_inference(c)));
     p.bind(DNNL_ARG_SRC, 0, false, c.user_act(c.x));
     p.bind(DNNL_ARG_WEIGHTS, 1, false, c.user_w());
     if (c.bias) p.bind(DNNL_ARG_BIAS, 2, false, c.bias_md());
@@ -294,6 +320,8 @@ py::array_t<float> backward_weights(py::handle dy, py::handle x, const V &weight
 }  // namespace
 
 void init_conv(py::module_ &m) {
+    m.def("brgemm_eltwise_made", [] { return brgemm_eltwise_made.load(); },
+          "How many brgemm convolutions with an activation post-op this process made (oneDNN keeps their kernels).");
     auto geometry = [](auto... first) {
         return std::make_tuple(first..., py::arg("stride"), py::arg("padding_l"), py::arg("padding_r"),
                                py::arg("dilation"), py::arg("groups"), py::arg("algorithm") = "direct",
