@@ -81,7 +81,7 @@ def set_cache_limit(name: str, size: int) -> None:
     _KINDS[name].size = _checked_size(name, size)
 
 
-TRIM_EVERY = 256  # entries stored between two returns of freed memory to the system
+TRIM_EVERY = 32  # entries stored between two returns of freed memory to the system
 
 
 class _Stored:
