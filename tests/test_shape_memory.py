@@ -36,7 +36,8 @@ def _tiny(request: str | None = None) -> tuple[Any, Any]:
 @needs_dnnl
 def test_brgemm_convolutions_with_an_activation_are_made_at_most_their_limit(cache_limit: Any) -> None:
     """oneDNN 3.2 keeps the kernels of every brgemm convolution made with an eltwise post-op until the process ends:
-    past dnnl_brgemm_eltwise of them, such convolutions take its next implementation, and still compute the same."""
+    past dnnl_brgemm_eltwise of them, the convolution is made without it and the activation runs apart, with the
+    same results (NaN kept by relu as by PyTorch's)."""
     from algoswap_dnnl._ext import dnnl
 
     made = dnnl.brgemm_eltwise_made()
@@ -45,11 +46,28 @@ def test_brgemm_convolutions_with_an_activation_are_made_at_most_their_limit(cac
     kernels = []
     for i in range(12):
         x = torch.randn(1, 2, 3 + i, 5)
+        x[0, 0, 1, 2] = float("nan")
         with torch.no_grad():
-            assert relative_error(model(x), module(x)) <= 1e-5
+            got, expected = model(x), module(x)
+        assert torch.equal(got.isnan(), expected.isnan())
+        assert relative_error(got.nan_to_num(), expected.nan_to_num()) <= 1e-5
         kernels.append(next(row.kernel for row in model.explain() if row.op.startswith("conv2d")))
     assert dnnl.brgemm_eltwise_made() == made + 2
-    assert kernels[0].startswith("brgconv") and not kernels[-1].startswith("brgconv"), kernels
+    assert "+ eltwise" not in kernels[0] and kernels[-1].startswith("brgconv") and "+ eltwise" in kernels[-1], kernels
+
+
+@needs_dnnl
+def test_resnet_blocks_past_the_brgemm_limit_compute_the_same(cache_limit: Any) -> None:
+    """Convolutions with a residual and an activation (ResNet-18's blocks) made apart from their activation."""
+    from algoswap_dnnl._ext import dnnl
+
+    cache_limit("dnnl_brgemm_eltwise", dnnl.brgemm_eltwise_made())
+    module = algoswap.zoo.build("resnet18").eval()
+    model = algoswap.swap_backend(module, "dnnl:default")
+    x = torch.randn(1, 3, 40, 36)
+    with torch.no_grad():
+        assert relative_error(model(x), module(x)) <= 1e-4
+    assert any("+ eltwise" in row.kernel for row in model.explain())
 
 
 @needs_dnnl

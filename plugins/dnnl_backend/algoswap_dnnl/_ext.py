@@ -38,8 +38,8 @@ PLANS = declare_cache(
 BRGEMM_ELTWISE = declare_cache(
     "dnnl_brgemm_eltwise", 512,
     "oneDNN 3.2: brgemm convolutions made with an activation post-op over the process's life (oneDNN keeps each "
-    "one's JIT kernels, 30-70 KB, until the process ends); past this many, such convolutions take oneDNN's next "
-    "implementation (jit), whose kernels are freed with it")
+    "one's JIT kernels, 30-70 KB, until the process ends); past this many, such convolutions are made without it "
+    "and the activation runs after them, in place (kernel name '... + eltwise')")
 IDLE_BUFFERS = declare_cache(
     "dnnl_idle_buffer_mib", 1024,
     "oneDNN: MiB (not entries) of output buffers of 1 MiB and more kept for reuse by outputs of the same size, "

@@ -93,6 +93,7 @@ void Plan::run(const std::vector<void *> &ptrs, int packed_arg, const memory *pa
     }
     if (scratchpad.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad, eng));
     prim.execute(stream, args);
+    for (const Plan &step : after) step.run({args.at(DNNL_ARG_DST).get_data_handle()});
     for (auto &out : outputs) out.first->convert.execute(stream, out.second.first, out.second.second);
     stream.wait();
 }

@@ -45,6 +45,9 @@ struct Plan {
     double ms = 0;       // when chosen by pick_faster: the measured time per run
     std::vector<Slot> slots;
     memory::desc scratchpad;
+    // Plans run after the primitive, in place on its output (in the primitive's layout), in order: an activation
+    // made apart from its convolution (conv.cpp says when). Each reads and writes its user buffer 0.
+    std::vector<Plan> after;
 
     // Everything a plan says about its primitive (kernel name, scratchpad, each argument's layout) is
     // read from the primitive itself, never from the descriptor it was made from: oneDNN's primitive
