@@ -3,8 +3,8 @@ calls, each call with an input shape not seen before, per program and per CPU ba
 
   tiny      issue 33's model, swap_backend(nn.Sequential(nn.Conv2d(2, 3, 1), nn.ReLU())), inputs
             (1, 2, 1 + i % 100, 1 + i // 100): 11,000 distinct shapes
-  resnet18  algoswap.zoo.build("resnet18") swapped, inputs (1, 3, 32 + i % 64, 32 + i // 64): 2,000 resolutions
-            (each new one plans ResNet-18's layers anew; 2,000 keep the run near a minute per backend)
+  resnet18  algoswap.zoo.build("resnet18") swapped, inputs (1, 3, 32 + i % 64, 32 + i // 64): 3,000 resolutions
+            (each new one plans ResNet-18's layers anew: 7 minutes on dnnl:default, 2 cores; --shapes for fewer)
   ops       algoswap.ops.conv2d on (1, 1, h, w) arrays: 11,000 distinct shapes
 
 Every cache is bounded (algoswap.cache_limits()), so RSS levels off once they are full: the figure to read is the
@@ -13,6 +13,7 @@ growth after the first 1,000 shapes (the last row's RSS less the row at 1,000).
     .venv/bin/python benchmarks/cache_memory.py                                  # every program, every backend
     .venv/bin/python benchmarks/cache_memory.py --plot docs/cache_memory.png --json docs/cache_memory.json
     .venv/bin/python benchmarks/cache_memory.py --programs tiny --requests numpy:default --shapes 3000
+    .venv/bin/python benchmarks/cache_memory.py --replot tiny.json resnet18.json --plot docs/cache_memory.png
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Callable
 
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # before torch loads libgomp: see algoswap._cli.quiet_openmp_spinning
 
-PROGRAMS = {"tiny": (11_000, 500), "resnet18": (2_000, 100), "ops": (11_000, 500)}  # shapes, a row every
+PROGRAMS = {"tiny": (11_000, 500), "resnet18": (3_000, 100), "ops": (11_000, 500)}  # shapes, a row every
 REQUESTS = ("default", "numpy:default", "dnnl:default", "sycl:default")
 FROM = 1_000  # the growth reported is the RSS after this many shapes to the end
 
@@ -133,7 +134,7 @@ def plot(results: dict[str, dict[str, list[dict[str, Any]]]], path: str) -> None
             start = rows[0]["rss_mb"]
             axis.plot([r["shapes"] for r in rows], [r["rss_mb"] - start for r in rows], label=request)
         axis.axvline(FROM, color="grey", linewidth=0.6, linestyle=":")
-        axis.set_title(f"{name}: {PROGRAMS[name][0]:,} input shapes", fontsize=9)
+        axis.set_title(f"{name}: up to {max(rows[-1]['shapes'] for rows in by_request.values()):,} input shapes", fontsize=9)
         axis.set_xlabel("distinct input shapes so far", fontsize=8)
         axis.set_ylabel("RSS grown (MB)", fontsize=8)
         axis.set_ylim(bottom=0)
@@ -145,6 +146,15 @@ def plot(results: dict[str, dict[str, list[dict[str, Any]]]], path: str) -> None
     print(f"plot written to {path}")
 
 
+def merged(paths: list[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The rows of several --json files, as one."""
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for path in paths:
+        for name, by_request in json.loads(Path(path).read_text()).items():
+            results.setdefault(name, {}).update(by_request)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", default=",".join(PROGRAMS), help="which programs (comma-separated)")
@@ -152,8 +162,12 @@ def main() -> None:
     parser.add_argument("--shapes", type=int, help="distinct input shapes per run (default: the program's)")
     parser.add_argument("--plot", help="also draw RSS against shapes to this PNG file (needs matplotlib)")
     parser.add_argument("--json", help="also write every row to this JSON file")
+    parser.add_argument("--replot", nargs="+", metavar="JSON", help="draw --plot from files written by --json (runs nothing)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.replot:
+        plot(merged(args.replot), args.plot or "cache_memory.png")
+        return
     if args.child:
         print(json.dumps(measure(args.child, args.requests, args.shapes or PROGRAMS[args.child][0])))
         return
