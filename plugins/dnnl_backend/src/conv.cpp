@@ -135,24 +135,19 @@ std::atomic<size_t> brgemm_eltwise_made{0};
 
 bool is_brgconv(const conv_fwd::primitive_desc &pd) { return std::string(pd.impl_info_str()).rfind("brgconv", 0) == 0; }
 
-// An eltwise primitive running ops (eltwise post-ops only) in place on memory of layout md: the first as the
-// primitive, the others as its post-ops.
-Plan eltwise_step(const dnnl::post_ops &ops, const memory::desc &md) {
-    dnnl::primitive_attr attr = user_scratchpad();
-    dnnl::post_ops rest;
-    dnnl::algorithm first, alg;
-    float first_alpha, first_beta, alpha, beta;
-    ops.get_params_eltwise(0, first, first_alpha, first_beta);
-    for (int i = 1; i < ops.len(); ++i) {
+// Eltwise primitives running ops (eltwise post-ops only) in place on memory of layout md, in order.
+std::vector<Plan> eltwise_steps(const dnnl::post_ops &ops, const memory::desc &md) {
+    std::vector<Plan> steps;
+    for (int i = 0; i < ops.len(); ++i) {
+        dnnl::algorithm alg;
+        float alpha, beta;
         ops.get_params_eltwise(i, alg, alpha, beta);
-        rest.append_eltwise(alg, alpha, beta);
+        steps.emplace_back(dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(
+            cpu_engine(), pk::forward_inference, alg, md, md, alpha, beta, user_scratchpad())));
+        steps.back().bind(DNNL_ARG_SRC, 0, false, md);
+        steps.back().bind(DNNL_ARG_DST, 0, true, md);
     }
-    attr.set_post_ops(rest);
-    Plan step{dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(cpu_engine(), pk::forward_inference, first,
-                                                                          md, md, first_alpha, first_beta, attr))};
-    step.bind(DNNL_ARG_SRC, 0, false, md);
-    step.bind(DNNL_ARG_DST, 0, true, md);
-    return step;
+    return steps;
 }
 
 Plan make_forward(const Conv &c) {
@@ -164,7 +159,7 @@ Plan make_forward(const Conv &c) {
     }
     Plan p{conv_fwd(pd)};
     if (apart) {
-        p.after.push_back(eltwise_step(c.activation_ops(), p.arg_md(DNNL_ARG_DST)));
+        p.after = eltwise_steps(c.activation_ops(), p.arg_md(DNNL_ARG_DST));
         p.impl += " + eltwise";
     }
     p.bind(DNNL_ARG_SRC, 0, false, c.user_act(c.x));
