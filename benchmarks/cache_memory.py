@@ -114,7 +114,7 @@ def growth(rows: list[dict[str, Any]]) -> tuple[float, float]:
 
 def print_table(name: str, request: str, rows: list[dict[str, Any]]) -> None:
     first, after = growth(rows)
-    print(f"\n{name}, {request}: +{first:.0f} MB by {FROM:,} shapes, then {after:+.0f} MB to {rows[-1]['shapes']:,}")
+    print(f"\n{name}, {request}: {first:+.0f} MB by {FROM:,} shapes, then {after:+.0f} MB to {rows[-1]['shapes']:,}")
     columns = [key for key in rows[-1] if key not in ("shapes", "rss_mb")]
     print(f"{'shapes':>7} {'RSS MB':>8} {'+MB':>7} " + " ".join(f"{c:>14}" for c in columns))
     for row in rows:
@@ -132,15 +132,16 @@ def plot(results: dict[str, dict[str, list[dict[str, Any]]]], path: str) -> None
     for axis, (name, by_request) in zip(axes[0], results.items()):
         for request, rows in by_request.items():
             start = rows[0]["rss_mb"]
-            axis.plot([r["shapes"] for r in rows], [r["rss_mb"] - start for r in rows], label=request)
+            color = f"C{REQUESTS.index(request)}" if request in REQUESTS else None  # one color per request
+            axis.plot([r["shapes"] for r in rows], [r["rss_mb"] - start for r in rows], label=request, color=color)
         axis.axvline(FROM, color="grey", linewidth=0.6, linestyle=":")
         axis.set_title(f"{name}: up to {max(rows[-1]['shapes'] for rows in by_request.values()):,} input shapes", fontsize=9)
         axis.set_xlabel("distinct input shapes so far", fontsize=8)
         axis.set_ylabel("RSS grown (MB)", fontsize=8)
-        axis.set_ylim(bottom=0)
+        axis.axhline(0, color="grey", linewidth=0.6)
         axis.tick_params(labelsize=7)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
+    axis.legend(fontsize=7, loc="center right")  # one legend: every panel has the same requests
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     print(f"plot written to {path}")
