@@ -13,8 +13,10 @@ Entries come with calls not seen before (input shapes, above all), and as caches
 and in the libraries below (a plugin's compiled kernels, oneDNN's primitives). Freed memory is not always given
 back to the system: glibc keeps freed pages that lie between live allocations (a program seeing ever new input
 shapes grew 6 MB per 1,000 shapes that way, every cache full). So every ``TRIM_EVERY`` entries stored (all caches
-together), freed memory is handed back (glibc's ``malloc_trim``: 0.2 to 3 ms on a 300 MB process; nothing
-elsewhere). A program that keeps seeing the calls it has seen stores nothing and never pays for it.
+together), freed memory is handed back (glibc's ``malloc_trim``: 0.4 to 1.2 ms on a 360 MB process, where planning
+a new shape of issue 33's model on oneDNN takes 2.2 ms and stores about 4 entries; nothing elsewhere). Every 256
+entries left RSS swinging by up to 25 MB between two trims, every 32 by 7 MB. A program that keeps seeing the calls
+it has seen stores nothing and never pays for it.
 """
 
 from __future__ import annotations
