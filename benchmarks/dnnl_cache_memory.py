@@ -9,7 +9,9 @@ it level off (issue 12: one reordered weight copy per input shape grew RSS by 45
 The weight is frozen (algoswap.freeze; a Model's weights are frozen by swap_backend), so its reordered
 copies are cached: one per packed layout, shared by every input shape whose primitive reads that layout.
 The plans (oneDNN primitives with their reorders) are bounded by the dnnl_plans cache kind (1024 by
-default; ALGOSWAP_CACHE_DNNL_PLANS above lowers it to show the plateau sooner).
+default; ALGOSWAP_CACHE_DNNL_PLANS above lowers it to show the plateau sooner); idle output buffers (1 MiB and
+more, kept for reuse) by dnnl_idle_buffer_mib (1024 MiB, the least recently released freed first). The whole
+process over ever new shapes, every CPU backend: benchmarks/cache_memory.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -50,6 +50,22 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def _test_key(nodeid: str) -> list[int]:
     return [SEED, zlib.crc32(nodeid.encode())]
+
+
+@pytest.fixture
+def cache_limit() -> Iterator[Callable[[str, int], None]]:
+    """algoswap.set_cache_limit, with every limit it changed restored afterwards."""
+    import algoswap
+
+    saved: dict[str, int] = {}
+
+    def set_limit(name: str, size: int) -> None:
+        saved.setdefault(name, algoswap.cache_limits()[name].size)
+        algoswap.set_cache_limit(name, size)
+
+    yield set_limit
+    for name, size in saved.items():
+        algoswap.set_cache_limit(name, size)
 
 
 @pytest.fixture

@@ -57,20 +57,6 @@ def blocked_weights() -> Iterator[Any]:
         algoswap_dnnl.set_layout(None)
 
 
-@pytest.fixture
-def cache_limit() -> Iterator[Any]:
-    """algoswap.set_cache_limit, with every limit it changed restored afterwards."""
-    saved: dict[str, int] = {}
-
-    def set_limit(name: str, size: int) -> None:
-        saved.setdefault(name, algoswap.cache_limits()[name].size)
-        algoswap.set_cache_limit(name, size)
-
-    yield set_limit
-    for name, size in saved.items():
-        algoswap.set_cache_limit(name, size)
-
-
 def test_every_cache_is_a_declared_kind_with_its_default_documented() -> None:
     from algoswap_dnnl import conv  # noqa: F401 - declares the conv2d kinds
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SelectionCache", "cache_limits", "set_cache_limit"]
 
-SELECTIONS = declare_cache("selections", 4096, "the registry's validated calls and the implementation chosen for each")
+SELECTIONS = declare_cache("selections", 2048, "the registry's validated calls and the implementation chosen for each")
 OPS_CALLS = declare_cache("ops_calls", 1024, "algoswap.ops calls ready to run (per op, request, input types and attributes)")
 TORCH_CALLS = declare_cache("torch_calls", 1024, "swapped torch layers' calls ready to run (per op, request, tensor shapes)")
 GRAPH_PROGRAMS = declare_cache("graph_programs", 32, "per graph Executor: its planned program for each set of input shapes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -62,12 +63,15 @@ def serves_memory(backend: BackendRecord, memory: str | None) -> bool:
 
 
 def _reject_reason(registry: Registry, impl: ImplRecord, call: OpCall, memory: str | None) -> str | None:
+    """Why ``impl`` cannot serve ``call`` (None if it can). Every cached selection keeps its rejections: the reasons
+    that do not depend on the call are one string each, shared (interned), not one per selection."""
     backend = registry.backends[impl.backend]
     available = backend.availability()
     if available is not True:
-        return f"backend unavailable: {available}"
+        return sys.intern(f"backend unavailable: {available}")
     if not serves_memory(backend, memory):
-        return f"works on {backend.memory.name} memory; the inputs are in {memory} memory (pass transfer=True to move them)"
+        return sys.intern(f"works on {backend.memory.name} memory; the inputs are in {memory} memory "
+                          "(pass transfer=True to move them)")
     answer = impl.check(call)
     return None if answer is True else str(answer)
 
@@ -97,7 +101,7 @@ def choose(registry: Registry, call: OpCall, request: str = "default", memory: s
             chosen = Selection(impl, registry.backends[impl.backend], call, request, tuple(rejected))
             selected(chosen)
             return chosen
-        rejected.append((impl.qualified, reason))
+        rejected.append((sys.intern(impl.qualified), reason))
     lines = "\n".join(f"  {name}: {reason}" for name, reason in rejected)
     raise NoImplementationError(
         f"{call.op}: no implementation matching {request!r} supports input shapes {call.shapes} "

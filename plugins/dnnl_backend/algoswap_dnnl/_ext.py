@@ -35,7 +35,17 @@ PLANS = declare_cache(
     "dnnl_plans", 1024,
     "oneDNN: plans (a primitive with the reorders around it), one per op, shapes, attributes and layout; below "
     "them oneDNN keeps its own primitive cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY, 1024 by default)")
-dnnl.use_plan_cache_kind(PLANS)
+BRGEMM_ELTWISE = declare_cache(
+    "dnnl_brgemm_eltwise", 512,
+    "oneDNN 3.2: brgemm convolutions made with an activation post-op over the process's life (oneDNN keeps each "
+    "one's JIT kernels, 30-70 KB, until the process ends); past this many, such convolutions are made without it "
+    "and the activation runs after them, in place (kernel name '... + eltwise')")
+IDLE_BUFFERS = declare_cache(
+    "dnnl_idle_buffer_mib", 1024,
+    "oneDNN: MiB (not entries) of output buffers of 1 MiB and more kept for reuse by outputs of the same size, "
+    "the least recently released freed first")
+for _kind in (PLANS, BRGEMM_ELTWISE, IDLE_BUFFERS):
+    dnnl.use_cache_kind(_kind)
 
 
 MAX_DIMS = 12  # DNNL_MAX_NDIMS of oneDNN 3.2: the most dimensions a memory descriptor has
@@ -62,4 +72,4 @@ def refusal(make_plan: Callable[[], object], dtype: str = "float32") -> bool | s
     return True
 
 
-__all__ = ["MAX_DIMS", "PLANS", "dnnl", "refusal", "too_many_dims"]
+__all__ = ["BRGEMM_ELTWISE", "IDLE_BUFFERS", "MAX_DIMS", "PLANS", "dnnl", "refusal", "too_many_dims"]

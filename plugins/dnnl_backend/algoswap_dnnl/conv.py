@@ -31,7 +31,7 @@ def _primitive_args(g: ConvGeometry, mode: str) -> tuple[tuple[int, ...], dict[s
 # reordered once per packed layout and the copy kept while the weight lives; any other weight is
 # reordered at every call. Input shapes whose primitives read the weight in one layout share one copy.
 CALLS = declare_cache(
-    "dnnl_conv_calls", 4096,
+    "dnnl_conv_calls", 2048,
     "oneDNN conv2d: what the forward primitive of each call signature (input and weight shapes, attributes, fusion, "
     "dtype, layout setting) is given: its positional arguments, and the packed layout it reads the weights in")
 PACKED = declare_cache(

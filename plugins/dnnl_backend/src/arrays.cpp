@@ -1,6 +1,8 @@
 // The arrays Python hands in (checked, never copied) and the arrays handed back (large ones from a
 // pool of reused buffers).
 #include <cstdlib>
+#include <iterator>
+#include <list>
 #include <sstream>
 
 #include "common.hpp"
@@ -61,12 +63,48 @@ void *optional_like(const py::handle &obj, dt type, const char *op, const char *
 namespace {
 // Output buffers of 1 MiB and more are kept when their array dies and handed out again for the same
 // size: fresh memory costs a page fault per 4 KiB page at first touch (a VGG-16 112x112 layer took
-// 12 ms on fresh output memory, 6 ms on reused memory). At most 1 GiB is kept idle.
+// 12 ms on fresh output memory, 6 ms on reused memory). At most dnnl_idle_buffer_mib MiB are kept idle,
+// the least recently released freed first: the sizes a program stopped using (input shapes it no longer
+// sees) go, those of the shapes it runs now stay.
+KindLimit idle_mib("dnnl_idle_buffer_mib", 1024);
+
 struct BufferPool {
-    static constexpr size_t min_bytes = size_t(1) << 20, max_idle = size_t(1) << 30, header = 64;
+    static constexpr size_t min_bytes = size_t(1) << 20, header = 64;
+    using Idle = std::list<std::pair<size_t, void *>>;  // (bytes, buffer), most recently released first
     std::mutex lock;
-    std::unordered_multimap<size_t, void *> idle;
+    Idle idle;
+    std::unordered_multimap<size_t, Idle::iterator> by_size;
     size_t idle_bytes = 0;
+
+    void *take(size_t bytes) {
+        auto found = by_size.find(bytes);
+        if (found == by_size.end()) return nullptr;
+        void *buffer = found->second->second;
+        idle.erase(found->second);
+        by_size.erase(found);
+        idle_bytes -= bytes;
+        return buffer;
+    }
+    // Keeps buffer; returns the least recently released buffers beyond `limit` bytes, for the caller to free.
+    std::vector<void *> keep(size_t bytes, void *buffer, size_t limit) {
+        idle.emplace_front(bytes, buffer);
+        by_size.emplace(bytes, idle.begin());
+        idle_bytes += bytes;
+        std::vector<void *> dropped;
+        while (idle_bytes > limit) {
+            auto [size, oldest] = idle.back();
+            dropped.push_back(oldest);
+            auto range = by_size.equal_range(size);
+            for (auto it = range.first; it != range.second; ++it)
+                if (it->second == std::prev(idle.end())) {
+                    by_size.erase(it);
+                    break;
+                }
+            idle.pop_back();
+            idle_bytes -= size;
+        }
+        return dropped;
+    }
 };
 
 BufferPool &buffer_pool() {
@@ -78,13 +116,7 @@ void *acquire_buffer(size_t bytes) {
     BufferPool &pool = buffer_pool();
     {
         std::lock_guard<std::mutex> guard(pool.lock);
-        auto found = pool.idle.find(bytes);
-        if (found != pool.idle.end()) {
-            void *buffer = found->second;
-            pool.idle.erase(found);
-            pool.idle_bytes -= bytes;
-            return buffer;
-        }
+        if (void *buffer = pool.take(bytes)) return buffer;
     }
     size_t rounded = (bytes + BufferPool::header - 1) / BufferPool::header * BufferPool::header;
     auto *raw = static_cast<char *>(std::aligned_alloc(BufferPool::header, BufferPool::header + rounded));
@@ -93,19 +125,18 @@ void *acquire_buffer(size_t bytes) {
     return raw + BufferPool::header;
 }
 
+void free_buffer(void *buffer) { std::free(static_cast<char *>(buffer) - BufferPool::header); }
+
 void release_buffer(void *buffer) {
-    char *raw = static_cast<char *>(buffer) - BufferPool::header;
-    size_t bytes = *reinterpret_cast<size_t *>(raw);
+    size_t bytes = *reinterpret_cast<size_t *>(static_cast<char *>(buffer) - BufferPool::header);
+    size_t limit = idle_mib.get() << 20;
     BufferPool &pool = buffer_pool();
+    std::vector<void *> dropped;
     {
         std::lock_guard<std::mutex> guard(pool.lock);
-        if (pool.idle_bytes + bytes <= BufferPool::max_idle) {
-            pool.idle.emplace(bytes, buffer);
-            pool.idle_bytes += bytes;
-            return;
-        }
+        dropped = pool.keep(bytes, buffer, limit);
     }
-    std::free(raw);
+    for (void *old : dropped) free_buffer(old);
 }
 
 py::array pooled_array(const py::dtype &dtype, const dims &shape) {
@@ -128,6 +159,11 @@ py::array_t<float> empty_f32(const dims &shape) {
 size_t pooled_idle_bytes() {
     std::lock_guard<std::mutex> guard(buffer_pool().lock);
     return buffer_pool().idle_bytes;
+}
+
+size_t pooled_idle_count() {
+    std::lock_guard<std::mutex> guard(buffer_pool().lock);
+    return buffer_pool().idle.size();
 }
 
 }  // namespace algoswap_dnnl

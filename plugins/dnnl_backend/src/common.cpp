@@ -93,6 +93,7 @@ void Plan::run(const std::vector<void *> &ptrs, int packed_arg, const memory *pa
     }
     if (scratchpad.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad, eng));
     prim.execute(stream, args);
+    for (const Plan &step : after) step.run({args.at(DNNL_ARG_DST).get_data_handle()});
     for (auto &out : outputs) out.first->convert.execute(stream, out.second.first, out.second.second);
     stream.wait();
 }
@@ -148,22 +149,22 @@ Plan pick_faster(std::vector<Plan> candidates) {
 PlanInfo info(const PlanPtr &plan) { return PlanInfo{plan->impl, plan->layout, plan->ms}; }
 
 namespace {
+std::unordered_map<std::string, KindLimit *> &limits() {
+    static auto *all = new std::unordered_map<std::string, KindLimit *>();  // never destroyed, like the limits
+    return *all;
+}
+KindLimit plan_limit("dnnl_plans", 1024);
+
 struct Cache {
     std::mutex lock;
-    std::atomic<size_t> limit{1024};
-    PyObject *kind = nullptr;      // an algoswap CacheKind (a new reference, never released: it outlives us)
     std::list<std::string> order;  // most recently used first
     std::unordered_map<std::string, std::pair<PlanPtr, std::list<std::string>::iterator>> plans;
 
     void trim() {
-        while (plans.size() > limit) {
+        while (plans.size() > plan_limit.get()) {
             plans.erase(order.back());
             order.pop_back();
         }
-    }
-    // The kind's size now (algoswap.set_cache_limit may have changed it): read while the GIL is held.
-    void refresh_limit() {
-        if (kind != nullptr && PyGILState_Check()) limit = py::handle(kind).attr("size").cast<size_t>();
     }
 };
 Cache &cache() {
@@ -172,11 +173,46 @@ Cache &cache() {
 }
 }  // namespace
 
+KindLimit::KindLimit(const char *name, size_t initial) : name_(name), value_(initial) { limits()[name_] = this; }
+
+size_t KindLimit::get() {
+    if (kind_ != nullptr && PyGILState_Check()) {
+        static PyObject *size = PyUnicode_InternFromString("size");
+        PyObject *value = PyObject_GetAttr(kind_, size);
+        size_t n = value == nullptr ? static_cast<size_t>(-1) : PyLong_AsSize_t(value);
+        Py_XDECREF(value);
+        if (n == static_cast<size_t>(-1)) {
+            PyErr_Clear();  // set_cache_limit only stores ints >= 0: keep the last value
+        } else {
+            value_ = n;
+        }
+    }
+    return value_;
+}
+
+void KindLimit::use(const py::handle &kind) {
+    auto name = kind.attr("name").cast<std::string>();
+    kind.attr("size").cast<size_t>();  // a CacheKind, or a TypeError now rather than at the next call
+    auto found = limits().find(name);
+    if (found == limits().end()) throw py::key_error("algoswap_dnnl: no bound is named '" + name + "'");
+    KindLimit &limit = *found->second;
+    PyObject *previous = limit.kind_;
+    limit.kind_ = kind.inc_ref().ptr();
+    Py_XDECREF(previous);
+    limit.get();
+}
+
+void refresh_limits() {
+    for (auto &entry : limits()) entry.second->get();
+}
+
 PlanPtr cached_plan(const std::string &key, const std::function<Plan()> &make) {
     Cache &c = cache();
-    c.refresh_limit();
     std::optional<py::gil_scoped_release> nogil;
-    if (PyGILState_Check()) nogil.emplace();
+    if (PyGILState_Check()) {
+        refresh_limits();
+        nogil.emplace();
+    }
     std::lock_guard<std::mutex> guard(c.lock);
     auto found = c.plans.find(key);
     if (found != c.plans.end()) {
@@ -201,15 +237,6 @@ void cache_clear() {
     std::lock_guard<std::mutex> guard(cache().lock);
     cache().plans.clear();
     cache().order.clear();
-}
-
-void use_plan_cache_kind(const py::handle &kind) {
-    kind.attr("size").cast<size_t>();  // a CacheKind, or a TypeError now rather than at the next call
-    Cache &c = cache();
-    PyObject *previous = c.kind;
-    c.kind = kind.inc_ref().ptr();
-    Py_XDECREF(previous);
-    c.refresh_limit();
 }
 
 dnnl::primitive_attr user_scratchpad() {
@@ -306,9 +333,11 @@ PYBIND11_MODULE(_dnnl, m) {
         });
     m.def("cache_size", &cache_size, "Number of cached plans (primitives with their reorders).");
     m.def("pooled_idle_bytes", &pooled_idle_bytes, "Bytes of output buffers kept for reuse (1 MiB and larger).");
+    m.def("pooled_idle_count", &pooled_idle_count, "Number of output buffers kept for reuse.");
     m.def("cache_clear", &cache_clear, "Drop every cached plan.");
-    m.def("use_plan_cache_kind", &use_plan_cache_kind, py::arg("kind"),
-          "Keep at most kind.size plans (an algoswap CacheKind, read at each call: set_cache_limit reaches it).");
+    m.def("use_cache_kind", &KindLimit::use, py::arg("kind"),
+          "Bound what the extension keeps by an algoswap CacheKind of a name it knows (dnnl_plans, dnnl_brgemm_eltwise, "
+          "dnnl_idle_buffer_mib): its size, read again at each call made with the GIL held (set_cache_limit reaches it).");
     m.def("version", []() {
         const dnnl_version_t *v = dnnl_version();
         return py::make_tuple(v->major, v->minor, v->patch, std::string(v->hash), v->cpu_runtime);

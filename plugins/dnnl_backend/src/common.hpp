@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +45,9 @@ struct Plan {
     double ms = 0;       // when chosen by pick_faster: the measured time per run
     std::vector<Slot> slots;
     memory::desc scratchpad;
+    // Plans run after the primitive, in place on its output (in the primitive's layout), in order: an activation
+    // made apart from its convolution (conv.cpp says when). Each reads and writes its user buffer 0.
+    std::vector<Plan> after;
 
     // Everything a plan says about its primitive (kernel name, scratchpad, each argument's layout) is
     // read from the primitive itself, never from the descriptor it was made from: oneDNN's primitive
@@ -88,14 +92,28 @@ struct PlanInfo {
 };
 PlanInfo info(const PlanPtr &plan);
 
+// A bound of the extension, set by an algoswap cache kind of the same name (use_cache_kind): its size, read
+// again by get() whenever the GIL is held (algoswap.set_cache_limit reaches it), the last value read otherwise.
+class KindLimit {
+  public:
+    KindLimit(const char *name, size_t initial);
+    size_t get();
+    static void use(const py::handle &kind);  // the KindLimit named kind.name reads kind.size from now on
+
+  private:
+    std::string name_;
+    std::atomic<size_t> value_;
+    PyObject *kind_ = nullptr;  // a new reference, never released: it outlives us
+};
+
 // Plans keyed by everything that defines their primitives; created once, shared by threads.
-// Least recently used plans beyond the limit are dropped: the size of the algoswap cache kind given
-// to use_plan_cache_kind (read at each call made with the GIL held; 1024 until one is given).
+// Least recently used plans beyond the dnnl_plans kind's size are dropped (1024 until it is given).
 // make() runs without the GIL and must not touch Python objects.
 PlanPtr cached_plan(const std::string &key, const std::function<Plan()> &make);
 size_t cache_size();
 void cache_clear();
-void use_plan_cache_kind(const py::handle &kind);
+// Read by cached_plan while it holds the GIL: the limits plan makers use without it.
+void refresh_limits();
 
 // A primitive_attr with a user-managed scratchpad (each run allocates its own: thread safe).
 dnnl::primitive_attr user_scratchpad();
@@ -117,6 +135,7 @@ struct F32 {
 F32 check_f32(const py::handle &obj, const char *op, const char *name);
 py::array_t<float> empty_f32(const dims &shape);  // large outputs come from a pool of reused buffers
 size_t pooled_idle_bytes();
+size_t pooled_idle_count();
 
 // Checked view of a float32 or bfloat16 (numpy arrays of ml_dtypes.bfloat16) C-contiguous array.
 struct Tensor {

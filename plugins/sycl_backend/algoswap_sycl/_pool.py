@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Any
 
-PER_SIZE = 4  # free allocations kept per size
-MAX_BYTES = 512 * 2**20  # at most this much free memory is kept; the rest is freed
+# Free allocations kept: at most PER_SIZE of one size, MAX_FREE in all and MAX_BYTES together, the least recently
+# given back freed first. A program seeing ever new input shapes gives back allocations of ever new sizes: the
+# count bounds their number (small ones too: each also costs its runtime's bookkeeping), the bytes their memory.
+PER_SIZE = 4
+MAX_FREE = 256
+MAX_BYTES = 512 * 2**20
 
 
 class Lease:
@@ -36,10 +41,11 @@ class HostWindow:
 
 
 class Pool:
-    """Free USM allocations by size, bounded by PER_SIZE and MAX_BYTES (module attributes: tests lower them)."""
+    """Free USM allocations by size, bounded by PER_SIZE, MAX_FREE and MAX_BYTES (module attributes: tests lower them)."""
 
     def __init__(self) -> None:
         self.free: dict[int, list[Any]] = {}
+        self.given: OrderedDict[int, Any] = OrderedDict()  # id -> every free allocation, least recently given back first
         self.free_bytes = 0
         self._lock = threading.RLock()  # re-entrant: a lease may come back during a collection inside take()
 
@@ -49,20 +55,31 @@ class Pool:
             free = self.free.get(nbytes)
             if not free:
                 return None
-            self.free_bytes -= nbytes
-            memory = free.pop()
-            if not free:
-                del self.free[nbytes]
+            memory = free[-1]
+            self._unlist(memory)
             return memory
 
     def give(self, memory: Any) -> None:
-        """``memory`` is no longer used: keep it for reuse if the bounds allow (else it is freed)."""
+        """``memory`` is no longer used: keep it for reuse if the bounds allow (else it is freed), freeing the least
+        recently given back allocations beyond MAX_FREE and MAX_BYTES."""
         with self._lock:
             free = self.free.get(memory.nbytes, [])
-            if len(free) < PER_SIZE and self.free_bytes + memory.nbytes <= MAX_BYTES:
-                free.append(memory)
-                self.free[memory.nbytes] = free  # a size is listed only while it has free allocations
-                self.free_bytes += memory.nbytes
+            if len(free) >= PER_SIZE or memory.nbytes > MAX_BYTES:
+                return
+            free.append(memory)
+            self.free[memory.nbytes] = free  # a size is listed only while it has free allocations
+            self.given[id(memory)] = memory
+            self.free_bytes += memory.nbytes
+            while len(self.given) > MAX_FREE or self.free_bytes > MAX_BYTES:
+                self._unlist(next(iter(self.given.values())))
+
+    def _unlist(self, memory: Any) -> None:
+        free = self.free[memory.nbytes]
+        free.remove(memory)
+        if not free:
+            del self.free[memory.nbytes]
+        del self.given[id(memory)]
+        self.free_bytes -= memory.nbytes
 
     def lease(self, memory: Any) -> Lease:
         """A lease on ``memory``: it comes back here when the lease is gone."""
