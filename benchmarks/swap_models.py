@@ -80,7 +80,7 @@ def model_rows(name: str, batch: int, small: bool, repeats: int, algorithms: lis
     bfloat16, "sycl" swap_backend(model, "sycl:default"): every op on the SYCL device)."""
     model, x = zoo.build(name), zoo.sample_input(name, batch, small=small)
     runs: dict[str, Callable[[], Any]] = {"torch": lambda: model(x)}
-    for algorithm in algorithms if algorithms is not None else conv_algorithms():
+    for algorithm in algorithms if algorithms is not None else conv_algorithms()[0]:
         swapped = algoswap.swap_conv2d(copy.deepcopy(model), algoswap.prefer(algorithm), sample_input_shape=tuple(x.shape))
         runs[f"swap_conv2d {algorithm}"] = lambda swapped=swapped: swapped(x)
     variants: dict[str, tuple[str | None, dict[str, Any]]] = {

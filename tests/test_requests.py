@@ -105,6 +105,12 @@ def test_selector_errors_name_the_subject(selector: Any, words: str) -> None:
     assert words in str(caught.value)
 
 
+@pytest.mark.parametrize("args, kwargs", [((["winograd", "smm"],), {}), (("winograd",), {"otherwise": None})])
+def test_prefer_takes_strings(args: Any, kwargs: Any) -> None:
+    with pytest.raises(SelectorError, match=r"prefer: each request must be a string such as 'winograd'.*not a list\); got (list|NoneType)"):
+        prefer(*args, **kwargs)
+
+
 def test_functions_of_the_input_shape_and_prefer_need_it() -> None:
     unknown = [Subject("relu", "act", None)]
     with pytest.raises(SelectorError, match=r"layer 'act' \(relu\): the selector takes the input shape; pass sample_input_shape"):

@@ -82,6 +82,10 @@ def prefer(*requests: str, otherwise: str = "default") -> Preference:
 
     >>> swap_conv2d(model, prefer("winograd"), sample_input_shape=(1, 3, 224, 224))
     """
+    for request in (*requests, otherwise):
+        if not isinstance(request, str):
+            raise SelectorError(f"prefer: each request must be a string such as 'winograd' or 'dnnl:direct' "
+                                f"(several as prefer('a', 'b'), not a list); got {type(request).__name__} {request!r}")
     return Preference(tuple(requests), otherwise)
 
 
