@@ -84,6 +84,27 @@ try_plugin() {  # NAME [--cpp]
   [ "$typed" -le "$MOST_COMMANDS" ]
 }
 
+# Issue 33: in this venv without CuPy, the CUDA plugin (installed without its GPU extras) offers what it declares:
+# its cuDNN algorithms with their dtypes, unavailable here but not broken, and check-plugin checks it from its code.
+offers_without_cupy() {
+  pip install --quiet "$REPO/plugins/cuda_backend"
+  python -c "import cupy" 2>/dev/null && { echo "FAILED: CuPy is importable in the fresh venv"; return 1; }
+  algoswap check-plugin cuda
+  algoswap caps --format json | python -c '
+import json, sys
+shown = json.load(sys.stdin)
+assert shown["backends"]["cuda"]["status"] == "unavailable", shown["backends"]["cuda"]
+for op in ("conv2d", "conv2d_fused"):
+    for algorithm in ("guess", "find", "gemm", "implicit_gemm", "implicit_precomp_gemm", "fft", "fft_tiling", "winograd_nonfused"):
+        cell = shown["ops"][op]["backends"]["cuda"][algorithm]
+        assert cell["supported"] and cell["reason"] is None and cell["dtypes"], (op, algorithm, cell)
+assert {"float16", "bfloat16"} <= set(shown["ops"]["conv2d"]["backends"]["cuda"]["guess"]["dtypes"])
+print("cuda without CuPy: every cuDNN algorithm offered with its dtypes, unavailable here")
+'
+  pip uninstall --quiet --yes algoswap-cuda
+}
+
 try_plugin e2epy
 try_plugin e2ecpp --cpp
+offers_without_cupy
 echo "plugin end-to-end: passed"
