@@ -123,8 +123,10 @@ def constructed(caller: str, cls: type, op: str, name: str, orig: nn.Module, alg
     try:
         made = cls(orig, algorithm)
     except Exception as exc:  # the user's own constructor: its error as it is, saying for which layer
-        exc.add_note(f"{caller}: raised by swap_with={cls.__qualname__} constructing layer {name!r} as "
-                     f"{cls.__name__}({type(orig).__name__}, {algorithm!r})")
+        note = (f"{caller}: raised by swap_with={cls.__qualname__} constructing layer {name!r} as "
+                f"{cls.__name__}({type(orig).__name__}, {algorithm!r})")
+        if hasattr(exc, "add_note"):  # Python 3.11 and later
+            exc.add_note(note)
         raise
     if not callable(made):
         raise OpArgumentError(caller, "swap_with", f"the class {cls.__name__}", f"a class whose instances are callable "
