@@ -174,9 +174,16 @@ def test_a_guard_on_a_number_torch_computes_is_checked_at_each_call(rng: np.rand
 
 
 def test_a_loop_over_a_tuple_says_to_unpack_it(rng: np.random.Generator) -> None:
+    """torch.fx says how to make it traceable; torch.export (given a sample shape) captures it as it is."""
     looped = Fn(lambda m, x: torch.cat([p * 2 for p in torch.split(x, 2, dim=1)], 1)).eval()
     with pytest.raises(ConversionError, match=r"unpack it \(a, b = torch.split"):
-        swap_backend(looped, None, (2, 4, 5, 6), fallback="torch")
+        swap_backend(looped, None, (2, 4, 5, 6), fallback="torch", tracer="torch.fx")
+    with pytest.raises(ConversionError, match=r"unpack it \(a, b = torch.split.*give a sample_input_shape"):
+        swap_backend(looped, fallback="torch")
+    exported = swap_backend(looped, None, (2, 4, 5, 6))
+    assert exported.tracer == "torch.export"
+    x = random_input(rng, (2, 4, 5, 6))
+    assert_close(exported(x), x * 2)
 
     def unpacked(m: Any, x: torch.Tensor) -> torch.Tensor:
         a, b = torch.split(x, 2, dim=1)

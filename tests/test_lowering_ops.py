@@ -282,7 +282,13 @@ def test_multihead_attention(batch_first: bool, kdim: int | None, rng: np.random
     check_lowered(module, (2, 8, 2, 3), ["linear", "scaled_dot_product_attention", "transpose", "reshape"], rng, reduction_length=9)
 
 
-def test_multihead_attention_weights_read_are_refused() -> None:
-    module = Fn(lambda m, x: m.attention(x, x, x)[1], attention=nn.MultiheadAttention(6, 2, batch_first=True))
+def test_multihead_attention_weights_read_are_refused_by_fx_and_exported(rng: np.random.Generator) -> None:
+    """Reading the weights is no sdpa: torch.fx refuses the module; torch.export captures its ops one by one."""
+    module = Fn(lambda m, x: m.attention(x, x, x)[1], attention=nn.MultiheadAttention(6, 2, batch_first=True)).eval()
     with pytest.raises(UnsupportedModelError, match="attention weights are read"):
-        swap_backend(module.eval(), None, (2, 5, 6))
+        swap_backend(module, None, (2, 5, 6), tracer="torch.fx")
+    model = swap_backend(module, None, (2, 5, 6))
+    assert model.tracer == "torch.export"
+    x = random_input(rng, (2, 5, 6))
+    with torch.no_grad():
+        assert_close(model(x), module(x))

@@ -75,12 +75,16 @@ def test_strided_slices_and_gathers_are_refused_with_the_reason() -> None:
 
 
 def test_a_tuple_used_whole_is_left_to_pytorch_whole(rng: np.random.Generator) -> None:
+    """By torch.fx; torch.export sees the tuple's items one by one, and the default tracing keeps its graph."""
     module = Fn(lambda m, x: torch.cat(x.chunk(2, dim=1), dim=3)).eval()
-    model = swap_backend(module, None, NCHW, fallback="torch")
+    model = swap_backend(module, None, NCHW, fallback="torch", tracer="torch.fx")
     row = next(row for row in model.explain() if row.implementation.startswith("torch"))
     assert "its tuple is used as a whole by 'cat'" in row.note
     x = random_input(rng, NCHW)
     torch.testing.assert_close(model(x), module(x), rtol=0, atol=0)
+    exported = swap_backend(module, None, NCHW, fallback="torch")
+    assert exported.tracer == "torch.export" and not any(r.implementation.startswith("torch") for r in exported.explain())
+    torch.testing.assert_close(exported(x), module(x), rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------------------- folding

@@ -10,7 +10,6 @@ and the requests of ``algorithm`` are attached to the op nodes and checked here.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import io
 from typing import Any, Sequence
 
@@ -25,11 +24,11 @@ from .._select import select
 from ..graph._fusion import find_chains
 from ..graph._node import GraphError, Node, nodes_in
 from .builder import FunctionalCall, ModelBuilder, ModelGraph
-from .custom import SWAPPED_WITH
 from .errors import ConversionError, UnsupportedModelError, UnsupportedNode
 from .model import Model
 from .targets import subject
-from .modules import SwappedModule, batched, binding_for
+from .modules import batched, binding_for
+from .tracing import EXPORT, FX, TRACERS, TraceFailed, export, symbolic_trace
 from .bridge import COMPUTE_DTYPES
 from .tensors import DTYPE_NAMES
 
@@ -48,6 +47,7 @@ def swap_backend(
     fuse: bool = True,
     backends: Sequence[str] | None = None,
     capture: bool | None = None,
+    tracer: str | None = None,
     algos: Selector = None,
     algorithms: Selector = None,
 ) -> Model:
@@ -91,6 +91,15 @@ def swap_backend(
     ``capture`` (default None: on unless ALGOSWAP_CAPTURE=0): a model whose every step runs in one memory
     space that records graphs (CUDA) records its forward pass per input signature at the second call and
     replays it from then on; False runs every call step by step (``Model.capture`` switches it later).
+
+    ``tracer`` ("torch.fx", "torch.export" or None, the default) is how the model's forward becomes a
+    graph (``model.tracer`` says which did). torch.fx's symbolic tracing keeps every size symbolic (one
+    conversion serves any input shape); torch.export runs the model's Python at the sample input, so
+    forwards that branch on sizes convert, and values computed from weights and sizes alone (positional
+    encodings, masks, index tables) become constants; every size is then fixed but the batch's (where the
+    model lets it vary, and the sample's batch is not 1), and the Model refuses other input shapes. None
+    traces with torch.fx and, given a sample_input_shape, captures with torch.export where torch.fx cannot
+    trace the model or leaves nodes no registry op serves, keeping the graph that leaves fewer.
     """
     if not isinstance(module, nn.Module):
         raise ConversionError(f"{CALLER}: expected a torch.nn.Module, got {type(module).__name__}")
@@ -99,11 +108,9 @@ def swap_backend(
     if fallback not in (None, "torch"):
         raise ConversionError(f"{CALLER}: fallback must be None or 'torch'; got {fallback!r}")
     selector = selector_argument(CALLER, algorithm, algos=algos, algorithms=algorithms)
-    traced = _trace(module)
-    sample = None if sample_input_shape is None else _batched_sample(traced, tuple(sample_input_shape))
-    if sample is not None:
-        _propagate(traced, module, sample)
-    graph = ModelBuilder(CALLER, traced, compute, fallback == "torch").build()
+    traced, sample, graph, used = _capture(module, sample_input_shape, compute, tracer)
+    if graph.unsupported and fallback != "torch":
+        raise UnsupportedModelError(CALLER, graph.unsupported)
     requests = _assign_requests(graph, traced, selector, backends, sample is not None, compute)
     kept = frozenset(name for name, request in requests.items() if request == IN_TORCH)
     if kept:  # built again with those nodes (and the batch norms folded into them) left in PyTorch
@@ -114,6 +121,7 @@ def swap_backend(
     chains = find_chains(_outputs(graph)) if fuse else []
     model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch", graph.guards)
     model.capture = capture
+    model.tracer = used
     if sample is not None:
         _preselect(model, graph, sample)
     return model
@@ -148,40 +156,50 @@ def _compute_dtype(module: nn.Module, dtype: torch.dtype | str | None) -> str:
     return _DTYPES[dtype]
 
 
-class _Tracer(fx.Tracer):
-    """torch.fx's tracer, with layers swapped by ``swap_operation`` kept as leaves (their op is known), and
-    those a ``swap_with`` class made (they run as written)."""
-
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        swapped = isinstance(m, SwappedModule) or SWAPPED_WITH in m.__dict__
-        return swapped or super().is_leaf_module(m, module_qualified_name)
-
-
-def _trace(module: nn.Module) -> fx.GraphModule:
-    """The module traced with the defaults of its forward's optional arguments (``attn_mask=None``):
-    code that branches on them takes the default's branch, and the Model's inputs are the others."""
-    try:
-        graph = _Tracer().trace(module, concrete_args=_defaults(module) or None)
-    except Exception as exc:
-        hint = _ITERATED if "cannot be iterated" in str(exc) else ""
-        raise ConversionError(
-            f"{CALLER}: torch.fx cannot trace {type(module).__name__} ({type(exc).__name__}: {exc}); "
-            f"the model's forward must be traceable by torch.fx.symbolic_trace (no control flow on tensor values){hint}"
-        ) from exc
-    return fx.GraphModule(module, graph)
-
-
-_ITERATED = ("; a loop over what a call returns (for p in torch.split(x, 2, 1)) has a length torch.fx does not know when "
-             "tracing: unpack it (a, b = torch.split(x, 2, 1)) or take its items by index")
-
-
-def _defaults(module: nn.Module) -> dict[str, Any]:
-    try:
-        parameters = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return {}
-    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty
-            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+def _capture(module: nn.Module, shape: Sequence[int] | None, compute: str, tracer: str | None
+             ) -> tuple[fx.GraphModule, tuple[int, ...] | None, ModelGraph, str]:
+    """The model as a graph by ``tracer`` (None: torch.fx, or torch.export where it serves better, see
+    ``swap_backend``), its sample shape (batched) and its built graph (fallback nodes for what no registry
+    op serves); and the tracer used."""
+    if tracer not in (None, *TRACERS):
+        raise ConversionError(f"{CALLER}: tracer must be None, {FX!r} or {EXPORT!r}; got {tracer!r}")
+    if tracer == EXPORT and shape is None:
+        raise ConversionError(f"{CALLER}: tracer={EXPORT!r} captures the model at its sample input: give sample_input_shape")
+    best: tuple[fx.GraphModule, tuple[int, ...] | None, ModelGraph, str] | None = None
+    failed: ConversionError | None = None
+    if tracer in (None, FX):
+        try:
+            traced = symbolic_trace(CALLER, module)
+        except TraceFailed as exc:
+            if tracer == FX or shape is None:
+                raise
+            failed = exc
+        else:
+            sample = None if shape is None else _batched_sample(traced, tuple(shape))
+            if sample is not None:
+                _propagate(traced, module, sample)
+            best = (traced, sample, ModelBuilder(CALLER, traced, compute, True).build(), FX)
+    if shape is None or tracer == FX or (best is not None and not best[2].unsupported):
+        assert best is not None
+        return best
+    sample = best[1] if best is not None else tuple(shape)
+    assert sample is not None
+    for dynamic_batch in (True, False):
+        try:
+            exported = export(CALLER, module, _sample_tensor(module, sample), dynamic_batch)
+            _propagate(exported, module, sample)
+            graph = ModelBuilder(CALLER, exported, compute, True).build()
+        except ConversionError as exc:
+            failed = failed or exc
+            continue
+        if best is None or len(graph.unsupported) < len(best[2].unsupported):
+            best = (exported, sample, graph, EXPORT)
+        if not graph.unsupported:
+            break
+    if best is None:
+        assert failed is not None
+        raise failed
+    return best
 
 
 class _Recorder(ShapeProp):
@@ -207,13 +225,18 @@ def _batched_sample(traced: fx.GraphModule, shape: tuple[int, ...]) -> tuple[int
     return widened.pop() if len(widened) == 1 else shape
 
 
-def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]) -> None:
+def _sample_tensor(module: nn.Module, shape: tuple[int, ...]) -> torch.Tensor:
+    """A random input of ``shape`` in the module's dtype, on its device."""
     tensors = [*module.parameters(), *module.buffers()]
     dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
     device = next((t.device for t in tensors), torch.device("cpu"))
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+def _propagate(traced: fx.GraphModule, module: nn.Module, shape: tuple[int, ...]) -> None:
     try:
         with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints the traceback itself
-            _Recorder(traced).propagate(torch.randn(shape, dtype=dtype, device=device))
+            _Recorder(traced).propagate(_sample_tensor(module, shape))
     except Exception as exc:
         cause = exc.__cause__ or exc
         raise ConversionError(f"{CALLER}: running the module on a sample input of shape {shape} failed: {type(cause).__name__}: {cause}") from exc

@@ -69,6 +69,15 @@ def check_is_none(value: Any, message: Any = "") -> None:
         raise GuardError(f"the model's guard failed: {message}")
 
 
+def check_captured_shape(array: Any, sizes: tuple[int | None, ...]) -> None:
+    """The input shape a model captured by ``torch.export`` takes: its fixed ``sizes`` (None: any)."""
+    shape = tuple(array.shape)
+    if len(shape) != len(sizes) or any(want is not None and want != got for want, got in zip(sizes, shape)):
+        shown = "(" + ", ".join("*" if s is None else str(s) for s in sizes) + ")" + (" (* any size)" if None in sizes else "")
+        raise GuardError(f"the model was captured by torch.export with input shape {shown}; it cannot run an "
+                         f"input of shape {shape}: convert it again with that sample_input_shape")
+
+
 PYTHON_OPERATORS: dict[Any, Callable[..., Any]] = {
     f: f for f in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
                    operator.pow, operator.neg, operator.getitem, operator.iadd, operator.imul, operator.eq,
@@ -155,6 +164,7 @@ FUNCTIONS: dict[Any, Handler] = {
     builtins.getattr: _getattr,
     torch._assert: _guard(check_guard),
     torch.fx._symbolic_trace._assert_is_none: _guard(check_is_none),
+    check_captured_shape: lambda lw, node: PythonCall(check_captured_shape, tuple(node.args), guard=True),
     **{f: python_only(f) for f in PYTHON_OPERATORS if f not in _TENSOR_ARITHMETIC},
 }
 

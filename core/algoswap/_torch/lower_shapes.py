@@ -99,6 +99,22 @@ def split_sections(array: Any, size: int, dim: int) -> tuple[int, ...]:
     return (size,) * (n // size) + ((n % size,) if n % size else ())
 
 
+def part_number(sections: Any, index: int) -> int:
+    """The item ``index`` of a split into ``sections`` (their sizes, or their count), a negative one counted
+    from the end as Python counts it."""
+    count = sections if isinstance(sections, int) else len(sections)
+    if not -count <= index < count:
+        raise IndexError(f"item {index} of a split into {count} parts")
+    return index % count
+
+
+def _part(sections: Any, index: int) -> Any:
+    """``index`` as the split op's attribute: computed when planning where it counts from the end."""
+    if index >= 0:
+        return index
+    return part_number(sections, index) if isinstance(sections, (int, tuple)) else Deferred(part_number, (sections, index))
+
+
 def torch_pads(pad: Any) -> tuple[tuple[int, int], ...]:
     """F.pad's flat (last dimension first) list as (before, after) pairs from the first padded dimension."""
     if len(pad) % 2:
@@ -277,21 +293,21 @@ def _chunk(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "chunks", dim=0), node)
     x, dim = bound["input"], bound["dim"]
     sections = Deferred(chunk_sections, (x, bound["chunks"], dim))
-    return parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
+    return parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": _part(sections, i), "axis": dim}))
 
 
 def _split(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "split_size_or_sections", dim=0), node)
     x, dim, size = bound["input"], bound["dim"], bound["split_size_or_sections"]
     sections = tuple(size) if isinstance(size, (list, tuple)) else Deferred(split_sections, (x, size, dim))
-    return parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": i, "axis": dim}))
+    return parts(lw, node, lambda i: LoweredOp("split", [x], {"sections": sections, "index": _part(sections, i), "axis": dim}))
 
 
 def _unbind(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", dim=0), node)
     x, dim = bound["input"], bound["dim"]
     count, shape = Deferred(size_along, (x, dim)), Deferred(without_dim, (x, dim))
-    return parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": i, "axis": dim}), shape))
+    return parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": _part(count, i), "axis": dim}), shape))
 
 
 def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:

@@ -6,7 +6,7 @@ sizes and shape guards), ``lower_elementwise`` (arithmetic, activations, softmax
 ``lower_shapes`` (views, permutations, indexing, splitting, padding), ``lower_linalg`` (linear,
 convolutions, pools, normalisations, reductions, matrix products, attention), ``lower_modules``
 (``nn.Module`` calls) and ``lower_torchvision`` (torchvision's fx-wrapped functions, by name).
-Before any rule, a node computed from weights and literals alone is folded into a constant
+Before any rule, a node computed from weights and literals alone (``torch.arange(16)`` too) is folded into a constant
 (``Constant``); in-place ops were rewritten before lowering (``lower_in_place``).
 """
 
@@ -37,7 +37,8 @@ NAMED: dict[str, Handler] = {**lower_torchvision.NAMED}  # functions of librarie
 
 _RANDOM = {"rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli", "normal",
            "multinomial", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-           "feature_alpha_dropout", "rrelu", "gumbel_softmax"}  # functions and methods never folded into constants
+           "feature_alpha_dropout", "rrelu", "gumbel_softmax",
+           "empty", "empty_like", "empty_strided", "new_empty"}  # functions and methods never folded into constants
 
 
 class Lowerer:
@@ -83,13 +84,13 @@ class Lowerer:
         """The node's value if it is computed from weights and literals alone (not randomly): a call, or a
         module (in eval mode) called on weights (Swin V2's position-bias MLP). An in-place call changes a
         copy: the weights stay as they are, and the readers of the changed value read this node."""
-        random = node.op != "call_module" and target_name(node.target).rpartition(".")[2] in _RANDOM
+        random = node.op != "call_module" and _base_name(node.target) in _RANDOM
         if node.op not in ("call_function", "call_method", "call_module") or random:
             return None
         inputs = fx_nodes(node.args, node.kwargs)
-        if not inputs or not all(n in self.constants for n in inputs):
+        if not all(n in self.constants for n in inputs):
             return None
-        if not any(_holds_tensor(self.constants[n]) for n in inputs):  # a tensor, or torch's named tuple of them
+        if inputs and not any(_holds_tensor(self.constants[n]) for n in inputs):  # a tensor, or torch's named tuple of them
             return None
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: self.constants[n])
         if mutates(node, self.root):
@@ -104,6 +105,8 @@ class Lowerer:
                 value = function(*args, **kwargs)
         except Exception:
             return None  # left to the rules (and, if none applies, to PyTorch at run time)
+        if not inputs and not _holds_tensor(value):
+            return None  # a Python value of literals (``int(2.5)``): the rules say what it is
         return Constant(value.detach() if isinstance(value, torch.Tensor) else value)
 
     def _validate(self, lowered: LoweredOp) -> None:
@@ -209,6 +212,13 @@ def _indices_read(node: fx.Node, fields: tuple[str, ...]) -> list[int]:
 
 def _holds_tensor(value: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in leaves(value))
+
+
+def _base_name(target: Any) -> str:
+    """The function's name without its module: "randn" for torch.randn, Tensor.randn_ and ATen's randn.default."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target._opname)
+    return target_name(target).rpartition(".")[2]
 
 
 def _hashable(target: Any) -> bool:

@@ -61,6 +61,7 @@ class Model:
         self.sample_ranks = _sample_ranks(inputs, nodes)
         self.providers = providers(self.op_nodes())
         self._capture: bool | None = None  # None: follow ALGOSWAP_CAPTURE
+        self.tracer = "torch.fx"  # how swap_backend made the graph: "torch.fx" or "torch.export"
         self._executor: Executor | None = None
 
     @property
@@ -76,10 +77,10 @@ class Model:
         return self._executor
 
     def _new_executor(self) -> Executor:
-        """One subgraph: the outputs, then the model's shape guards, which planning checks for every
-        input signature (they compute nothing when the model runs)."""
+        """One subgraph: the model's shape guards, which planning checks first for every input signature
+        (they compute nothing when the model runs), then the outputs."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
-        return Executor({SUBGRAPH: [*(self._outputs or self.inputs[:1]), *self.guards]}, options=options,
+        return Executor({SUBGRAPH: [*self.guards, *(self._outputs or self.inputs[:1])]}, options=options,
                         capture=self._capture)
 
     def retarget(self, algorithm: Selector, *, backends: Sequence[str] | None = None) -> Model:
@@ -208,7 +209,7 @@ class Model:
         ``algoswap.benchmark_wish``), as torch would run the model."""
         with following_torch():
             results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
-        values = {id(node): value for node, value in zip(self._outputs, results)}
+        values = {id(node): value for node, value in zip(self._outputs, results[len(self.guards):])}
         return with_values(self.output, values)
 
     def plan(self, *shapes: Sequence[int]) -> Program:
@@ -249,7 +250,7 @@ class Model:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # pickled before capture or providers existed: their defaults
-        self.__dict__.update({"_capture": None, "providers": {}, **unflat_state(state), "_executor": None})
+        self.__dict__.update({"_capture": None, "providers": {}, "tracer": "torch.fx", **unflat_state(state), "_executor": None})
         self.sample_ranks = _sample_ranks(self.inputs, self.nodes)
         for node in topological(self._outputs):
             if node.kind == "constant":
@@ -298,7 +299,7 @@ class Model:
             parts.append(", ".join(f"{count} {op} chain{'s' if count != 1 else ''}" for op, count in heads.items()) + " fusable")
         for why, count in Counter("requested" if n.request == IN_TORCH else "fallback" for n in self.nodes if n.kind == "torch").items():
             parts.append(f"{count} node{'s' if count != 1 else ''} in torch ({why})")
-        parts += [f"backends: {backends}", f"dtype {self.dtype}"]
+        parts += [f"backends: {backends}", f"dtype {self.dtype}", f"traced by {self.tracer}"]
         return f"algoswap.Model({'; '.join(parts)})"
 
 

@@ -82,5 +82,13 @@ class NamedFunction:
     path: str
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function()(*args, **kwargs)
+
+    def function(self) -> Any:
+        if self.path.startswith("torch.ops."):  # an ATen op of torch.export's graph: torch.ops.aten.cumsum.default
+            found: Any = torch.ops
+            for part in self.path.split(".")[2:]:
+                found = getattr(found, part)
+            return found
         module, _, name = self.path.rpartition(".")
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        return getattr(importlib.import_module(module), name)

@@ -1,0 +1,159 @@
+"""``torch.export``'s ATen graph as the torch functions and methods the lowering tables know.
+
+An ATen op ``aten.<name>.<overload>`` takes the arguments of its torch twin in the same order: it becomes
+``torch.<name>``, ``torch.nn.functional.<name>`` or ``Tensor.<name>``, whichever a lowering rule serves.
+``ADAPTED`` lists the ops whose arguments differ (batch_norm's order, layer_norm's ``cudnn_enable``,
+slices and selects as indexing). An ATen op without a twin stays as it is: lowering folds it into a
+constant where its inputs are constants (``cumsum`` of a mask), else it runs in PyTorch.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from .lower_python import check_captured_shape
+
+aten = torch.ops.aten
+_DROPPED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range"}
+_ALIASES = {"alias", "lift_fresh_copy", "detach_"}  # the same values
+
+
+def _full_slice(dim: int) -> tuple[Any, ...]:
+    return (slice(None),) * dim if dim >= 0 else (Ellipsis,) + (slice(None),) * (-dim - 1)
+
+
+def _slice(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    return "call_function", operator.getitem, (x, (*_full_slice(dim), slice(start, end, step))), {}
+
+
+def _select(x: Any, dim: int, index: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    return "call_function", operator.getitem, (x, (*_full_slice(dim), index)), {}
+
+
+def _index(x: Any, indices: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    return "call_function", operator.getitem, (x, tuple(indices)), {}
+
+
+def _batch_norm(x: Any, weight: Any, bias: Any, mean: Any, var: Any, training: bool, momentum: float, eps: float,
+                *_: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    return "call_function", F.batch_norm, (x, mean, var, weight, bias, training, momentum, eps), {}
+
+
+def _without_last(function: Callable[..., Any], count: int) -> Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+    """``function`` with the ATen op's arguments less its ``count``-th and later (``cudnn_enable``)."""
+    def adapt(*args: Any, **kwargs: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+        return "call_function", function, args[:count], {k: v for k, v in kwargs.items() if k != "cudnn_enable"}
+    return adapt
+
+
+def _constant_pad(x: Any, pad: Any, value: float = 0.0) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    return "call_function", F.pad, (x, pad, "constant", value), {}
+
+
+def _method(name: str, count: int | None = None, keep: tuple[str, ...] = ()) -> Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+    """``Tensor.<name>`` with the ATen op's first ``count`` arguments (None: all) and its keywords in ``keep``."""
+    def adapt(*args: Any, **kwargs: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+        return "call_method", name, args if count is None else args[:count], {k: v for k, v in kwargs.items() if k in keep}
+    return adapt
+
+
+ADAPTED: dict[str, Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]] = {
+    "slice": _slice,
+    "select": _select,
+    "index": _index,
+    "batch_norm": _batch_norm,
+    "_native_batch_norm_legit_no_training": lambda x, w, b, m, v, momentum, eps: _batch_norm(x, w, b, m, v, False, momentum, eps),
+    "layer_norm": _without_last(F.layer_norm, 5),
+    "group_norm": _without_last(F.group_norm, 5),
+    "constant_pad_nd": _constant_pad,
+    "linalg_vector_norm": lambda *args, **kwargs: ("call_function", torch.linalg.vector_norm, args, kwargs),
+    "sym_size": _method("size"),
+    "sym_numel": _method("numel"),
+    "expand": _method("expand", 2),
+    "view": _method("view"),
+    "_unsafe_view": _method("view"),
+    "clone": _method("clone", 1),
+    "contiguous": _method("contiguous", 1),
+    "to": _method("to", None, ("dtype", "device", "non_blocking", "copy")),
+    "_to_copy": _method("to", 1, ("dtype", "device")),
+    "type_as": _method("type_as"),
+    "t": _method("t"),
+}
+
+
+def to_torch_functions(graph: fx.GraphModule, shape: tuple[int, ...]) -> None:
+    """Rewrite ``graph`` (``ExportedProgram.module()``) in place: ATen calls as their torch twins, export's
+    own checks dropped, and a guard on the input's shape (the sizes export fixed) after the input."""
+    from .lowering import FUNCTIONS, METHODS  # the tables say which twins lowering serves
+
+    for node in list(graph.graph.nodes):
+        if node.op == "call_module" and str(node.target).startswith("_guards"):
+            graph.graph.erase_node(node)
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            _rewrite(graph.graph, node, FUNCTIONS, METHODS)
+    _plain_output(graph.graph)
+    graph.graph.eliminate_dead_code()
+    _guard_input(graph.graph, shape)  # after: it is used by nothing
+    graph.recompile()
+
+
+def _rewrite(graph: fx.Graph, node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> None:
+    name = node.target._opname  # type: ignore[union-attr]
+    if name in _DROPPED:
+        graph.erase_node(node)
+        return
+    if name in _ALIASES:
+        node.replace_all_uses_with(node.args[0])  # type: ignore[arg-type]
+        graph.erase_node(node)
+        return
+    twin = _twin(name, node, functions, methods)
+    if twin is not None:
+        node.op, node.target, node.args, node.kwargs = twin
+
+
+def _twin(name: str, node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:
+    if name in ADAPTED:
+        return ADAPTED[name](*node.args, **node.kwargs)
+    for space in (torch, F):
+        function = getattr(space, name, None)
+        if function is not None and _served(function, functions):
+            return "call_function", function, node.args, dict(node.kwargs)
+    if name in methods:
+        return "call_method", name, node.args, dict(node.kwargs)
+    return None
+
+
+def _served(function: Any, functions: dict[Any, Any]) -> bool:
+    try:
+        return function in functions
+    except TypeError:
+        return False
+
+
+def _plain_output(graph: fx.Graph) -> None:
+    """The model's output as forward returns it (export's graph returns the flat list of its tensors, and
+    its code generator rebuilds the structure), with plain code generation."""
+    info = getattr(graph._codegen, "pytree_info", None)
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    if info is not None and info.out_spec is not None:
+        output.args = (torch.utils._pytree.tree_unflatten(list(output.args[0]), info.out_spec),)
+    graph._codegen = fx.graph.CodeGen()
+
+
+def _guard_input(graph: fx.Graph, shape: tuple[int, ...]) -> None:
+    """A shape guard after the (first) input: export fixed every size but the symbolic ones."""
+    placeholder = next((n for n in graph.nodes if n.op == "placeholder"), None)
+    if placeholder is None:
+        return
+    value = placeholder.meta.get("val")
+    sizes = tuple(None if not isinstance(s, int) else int(s) for s in value.shape) if value is not None else shape
+    with graph.inserting_after(placeholder):
+        graph.call_function(check_captured_shape, (placeholder, sizes))
+
+
+__all__ = ["ADAPTED", "to_torch_functions"]
