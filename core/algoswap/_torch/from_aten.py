@@ -51,6 +51,15 @@ def _without_last(function: Callable[..., Any], count: int) -> Callable[..., tup
     return adapt
 
 
+def _resize(mode: str) -> Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+    """``aten.upsample_<mode>2d.vec(x, output_size, [align_corners,] scale_factors)`` as ``F.interpolate``."""
+    def adapt(x: Any, size: Any, *rest: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+        corners, scales = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0] if rest else None)
+        given = {"size": size} if size is not None else {"scale_factor": scales}
+        return "call_function", F.interpolate, (x,), {**given, "mode": mode, "align_corners": corners}
+    return adapt
+
+
 def _constant_pad(x: Any, pad: Any, value: float = 0.0) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
     return "call_function", F.pad, (x, pad, "constant", value), {}
 
@@ -71,6 +80,9 @@ ADAPTED: dict[str, Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]
     "layer_norm": _without_last(F.layer_norm, 5),
     "group_norm": _without_last(F.group_norm, 5),
     "constant_pad_nd": _constant_pad,
+    "upsample_nearest2d": _resize("nearest"),
+    "upsample_bilinear2d": _resize("bilinear"),
+    "upsample_bicubic2d": _resize("bicubic"),
     "linalg_vector_norm": lambda *args, **kwargs: ("call_function", torch.linalg.vector_norm, args, kwargs),
     "sym_size": _method("size"),
     "sym_numel": _method("numel"),

@@ -91,6 +91,20 @@ def _unary(op: str, *names: str, **defaults: Any) -> Handler:
     return handler
 
 
+def _clamp(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.clamp(x, min, max)`` with numbers: clamp_min, hardtanh with both bounds (NaN stays NaN in both),
+    or, with max alone, -clamp_min(-x, -max)."""
+    bound = lw.bind(signature("input", min=None, max=None), node)
+    x, low, high = bound["input"], bound["min"], bound["max"]
+    if not all(v is None or isinstance(v, (int, float)) for v in (low, high)) or low is None and high is None:
+        raise Unsupported("torch.clamp is lowered with number bounds only")
+    if low is not None and high is not None:
+        return LoweredOp("hardtanh", [x], {"min_val": float(low), "max_val": float(high)})
+    if low is not None:
+        return LoweredOp("clamp_min", [x], {"value": float(low)})
+    return LoweredOp("neg", [LoweredOp("clamp_min", [LoweredOp("neg", [x], {})], {"value": -float(high)})], {})
+
+
 def _hardtanh(low: float | None = None, high: float | None = None) -> Handler:
     """``F.hardtanh(x, min_val, max_val)``; ``F.relu6`` is hardtanh(0, 6)."""
     sig = signature("input", inplace=False) if low is not None else signature("input", min_val=-1.0, max_val=1.0, inplace=False)
@@ -164,6 +178,7 @@ FUNCTIONS: dict[Any, Handler] = {
     operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.divide: _DIV, torch.true_divide: _DIV,
     operator.pow: _pow, torch.pow: _pow,
     operator.neg: _neg, torch.neg: _neg, torch.negative: _neg,
+    torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
     F.dropout: _identity_unless_training, F.dropout1d: _identity_unless_training, F.dropout2d: _identity_unless_training,
     F.dropout3d: _identity_unless_training, F.alpha_dropout: _identity_unless_training, F.feature_alpha_dropout: _identity_unless_training,
 }  # fmt: skip
@@ -174,7 +189,7 @@ METHODS: dict[str, Handler] = {
     **{name: rule for names, rule in (
         (("add", "add_"), _ADD), (("sub", "sub_", "subtract"), _SUB), (("mul", "mul_", "multiply"), _MUL),
         (("div", "div_", "divide", "true_divide"), _DIV), (("pow",), _pow), (("neg", "negative"), _neg),
-        (("relu", "relu_"), _RELU), (("sigmoid", "sigmoid_"), _SIGMOID), (("tanh", "tanh_"), _TANH),
+        (("clamp", "clip", "clamp_min"), _clamp), (("relu", "relu_"), _RELU), (("sigmoid", "sigmoid_"), _SIGMOID), (("tanh", "tanh_"), _TANH),
         (("sqrt",), _unary("sqrt")), (("rsqrt",), _unary("rsqrt")),
         (("softmax",), _softmax("softmax")), (("log_softmax",), _softmax("log_softmax")),
     ) for name in names},

@@ -18,6 +18,37 @@ if TYPE_CHECKING:
     from .lowering import Lowerer
 
 
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))
+
+
+def transposed_conv_shape(array: Any, weight_shape: tuple[int, ...], stride: tuple[int, int], padding: tuple[int, int],
+                          output_padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> tuple[int, ...]:
+    """The output shape of ``F.conv_transpose2d`` on an (N, C, H, W) input."""
+    sides = [(size - 1) * s - 2 * p + d * (k - 1) + extra + 1
+             for size, k, s, p, extra, d in zip(array.shape[2:], weight_shape[2:], stride, padding, output_padding, dilation)]
+    return (int(array.shape[0]), int(weight_shape[1]) * groups, *sides)
+
+
+def conv_transpose2d(lw: Lowerer, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, output_padding: Any,
+                     groups: int, dilation: Any) -> Lowered:
+    """A transposed convolution is the gradient of a convolution with respect to its input: conv2d_grad_input
+    of the input by the weight (as a convolution's (C_in, C_out/groups, KH, KW) weight), then the bias."""
+    shape = lw.shape(weight)
+    if shape is None or len(shape) != 4 or isinstance(padding, str):
+        raise Unsupported("a transposed convolution whose 4-D weight is known at conversion and padding is numbers is lowered")
+    geometry = {"stride": _pair(stride), "padding": _pair(padding), "dilation": _pair(dilation), "groups": int(groups)}
+    size = Deferred(transposed_conv_shape, (x, shape, geometry["stride"], geometry["padding"], _pair(output_padding),
+                                            geometry["dilation"], geometry["groups"]))
+    out = LoweredOp("conv2d_grad_input", [x, weight], {"input_size": size, **geometry})
+    return out if bias is None else LoweredOp("add", [out, reshape(bias, (1, -1, 1, 1))], {})
+
+
+def _conv_transpose2d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "weight", bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1), node)
+    return conv_transpose2d(lw, *bound.values())
+
+
 def layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> LoweredOp:
     """``layer_norm`` over the trailing dimensions ``normalized_shape`` names (an int, a list, or sizes computed in forward)."""
     if isinstance(normalized_shape, int):
@@ -257,6 +288,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
     F.batch_norm: _BATCH_NORM,
+    F.conv_transpose2d: _conv_transpose2d,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.mean: _MEAN, torch.sum: _SUM,
     torch.max: _MAX, torch.min: _MIN, torch.amax: _AMAX, torch.amin: _AMIN,

@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, layer_norm
+from .lower_linalg import attention, conv_transpose2d, layer_norm
 from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
@@ -48,8 +48,14 @@ def _pad_module(mode: str) -> ModuleRule:
 
 _HARDTANH = _attrs("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max_val})
 
+def _conv_transpose2d(lw: Lowerer, x: Any, m: Any) -> Lowered:
+    if m.padding_mode != "zeros":
+        raise Unsupported(f"ConvTranspose2d with padding_mode={m.padding_mode!r} (only 'zeros' is lowered)")
+    return conv_transpose2d(lw, x, m.weight, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
+
+
 MODULES: dict[type[nn.Module], ModuleRule] = {
-    nn.BatchNorm2d: _batch_norm,
+    nn.BatchNorm2d: _batch_norm, nn.ConvTranspose2d: _conv_transpose2d,
     nn.ReLU6: _HARDTANH, nn.Hardtanh: _HARDTANH,
     nn.SiLU: _attrs("silu", lambda m: {}), nn.Mish: _attrs("mish", lambda m: {}),
     nn.GELU: _attrs("gelu", lambda m: {"approximate": m.approximate}),

@@ -115,6 +115,13 @@ def _part(sections: Any, index: int) -> Any:
     return part_number(sections, index) if isinstance(sections, (int, tuple)) else Deferred(part_number, (sections, index))
 
 
+def rolled_begin(array: Any, shift: int, dim: int) -> tuple[int, ...]:
+    """Where ``torch.roll(array, shift, dim)`` starts in ``array`` concatenated with itself along ``dim``."""
+    d = _dim(dim, len(array.shape))
+    n = int(array.shape[d])
+    return tuple(n - shift % n if axis == d else 0 for axis in range(len(array.shape)))
+
+
 def torch_pads(pad: Any) -> tuple[tuple[int, int], ...]:
     """F.pad's flat (last dimension first) list as (before, after) pairs from the first padded dimension."""
     if len(pad) % 2:
@@ -310,6 +317,23 @@ def _unbind(lw: Lowerer, node: fx.Node) -> Lowered:
     return parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": _part(count, i), "axis": dim}), shape))
 
 
+def _roll(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.roll(x, shifts, dims)``: per dimension, the window of ``x`` concatenated with itself that starts
+    ``shift`` before its end (no empty piece, whatever the shift)."""
+    bound = lw.bind(signature("input", "shifts", dims=None), node)
+    x, shifts, dims = bound["input"], bound["shifts"], bound["dims"]
+    if dims is None or dims == []:
+        raise Unsupported("torch.roll without dims (of the flattened tensor) is not lowered")
+    shifts, dims = (shifts, dims) if isinstance(dims, (list, tuple)) else ((shifts,), (dims,))
+    if not isinstance(shifts, (list, tuple)) or len(shifts) != len(dims):
+        raise Unsupported(f"torch.roll with shifts {shifts!r} for dims {dims!r}")
+    value = x
+    for shift, dim in zip(shifts, dims):
+        doubled = LoweredOp("concat", [value, value], {"axis": dim})
+        value = LoweredOp("slice", [doubled], {"begin": Deferred(rolled_begin, (value, shift, dim)), "size": Deferred(shape_of, (value,))})
+    return value
+
+
 def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
     entries: list[tuple[Any, ...]] = []
     for item in index if isinstance(index, tuple) else (index,):
@@ -386,7 +410,7 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.permute: _permute, torch.transpose: _transpose, torch.swapaxes: _transpose, torch.swapdims: _transpose,
     torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE, torch.unflatten: _UNFLATTEN,
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
-    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind,
+    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.roll: _roll,
     F.pad: _pad, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,
@@ -398,5 +422,5 @@ METHODS: dict[str, Handler] = {
     "t": lambda lw, node: transpose(node.args[0], None),
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
     "expand": _expand, "expand_as": _like("broadcast_to"),
-    "chunk": _chunk, "split": _split, "unbind": _unbind,
+    "chunk": _chunk, "split": _split, "unbind": _unbind, "roll": _roll,
 }  # fmt: skip
