@@ -327,11 +327,11 @@ def _roll(lw: Lowerer, node: fx.Node) -> Lowered:
     shifts, dims = (shifts, dims) if isinstance(dims, (list, tuple)) else ((shifts,), (dims,))
     if not isinstance(shifts, (list, tuple)) or len(shifts) != len(dims):
         raise Unsupported(f"torch.roll with shifts {shifts!r} for dims {dims!r}")
-    value = x
+    value: Any = x
     for shift, dim in zip(shifts, dims):
         doubled = LoweredOp("concat", [value, value], {"axis": dim})
         value = LoweredOp("slice", [doubled], {"begin": Deferred(rolled_begin, (value, shift, dim)), "size": Deferred(shape_of, (value,))})
-    return value
+    return Alias(x) if value is x else value
 
 
 def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
