@@ -309,10 +309,13 @@ def with_values(value: Any, values: dict[int, Any]) -> Any:
 
 
 def leaves(value: Any) -> list[Any]:
-    """Everything inside ``value``'s lists, tuples and dicts, in order."""
-    found: list[Any] = []
-    mapped(value, found.append)
-    return found
+    """Everything inside ``value``'s lists, tuples and dicts, in order (nothing rebuilt: a tuple type that
+    takes only numbers, torch.Size, is read as it is)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if not isinstance(value, (list, tuple)):
+        return [value]
+    return [leaf for item in value for leaf in leaves(item)]
 
 
 def nodes_in(value: Any) -> list[Node]:

@@ -1,0 +1,133 @@
+"""swap_backend's capture by torch.export (issue 34): forwards torch.fx cannot trace, values computed from
+sizes and weights alone folded into constants, sizes as torch reads them, the guard on the sizes export
+fixed, and the ops that models captured so need (roll, transposed convolutions, clamp)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+nn = torch.nn
+
+from algoswap._torch.convert import swap_backend  # noqa: E402
+from algoswap._torch.errors import ConversionError  # noqa: E402
+from algoswap.graph import GraphError  # noqa: E402
+from helpers import assert_close  # noqa: E402
+from lowering_check import Fn, check_lowered, random_input  # noqa: E402
+
+NCHW = (2, 4, 6, 8)
+ODD = (2, 4, 6, 7)  # _branches_on_sizes pads it
+
+
+def _branches_on_sizes(m: Any, x: torch.Tensor) -> torch.Tensor:
+    if x.shape[-1] % 2:  # torch.fx: "symbolically traced variables cannot be used as inputs to control flow"
+        x = F.pad(x, (0, 1))
+    return m.conv(x) * 2
+
+
+def _sine_position(m: Any, x: torch.Tensor) -> torch.Tensor:
+    """EdgeNeXt's positional encoding: masks, cumsum, arange, floor division, sin/cos of sizes alone."""
+    b, c, h, w = x.shape
+    mask = torch.zeros(b, h, w).bool()
+    rows = (~mask).cumsum(1, dtype=torch.float32)
+    cols = (~mask).cumsum(2, dtype=torch.float32)
+    steps = torch.arange(c // 2, dtype=torch.float32, device=x.device)
+    steps = 10000 ** (2 * (steps // 2) / (c // 2))
+    position = torch.cat([(rows[..., None] / steps).sin(), (cols[..., None] / steps).cos()], dim=3).permute(0, 3, 1, 2)
+    return x + position
+
+
+def test_a_forward_that_branches_on_sizes_is_captured_by_export(rng: np.random.Generator) -> None:
+    module = Fn(_branches_on_sizes, conv=nn.Conv2d(4, 3, 3)).eval()
+    with pytest.raises(ConversionError, match="torch.fx cannot trace Fn.*give a sample_input_shape"):
+        swap_backend(module)
+    with pytest.raises(ConversionError, match="torch.fx cannot trace"):
+        swap_backend(module, None, ODD, tracer="torch.fx")
+    model = check_lowered(module, ODD, ["pad", "conv2d"], rng, other_shape=(3, *ODD[1:]))
+    assert model.tracer == "torch.export" and "traced by torch.export" in repr(model)
+    assert swap_backend(Fn(lambda m, x: x * 2).eval(), None, NCHW).tracer == "torch.fx"  # fx when it serves
+
+
+def test_sizes_only_computations_become_constants_at_every_batch(rng: np.random.Generator) -> None:
+    """torch.export folds the encoding's ops (cumsum, sin, ...) into one constant.
+    The batch size enters the encoding: the batch is fixed too, and another is refused by the guard."""
+    module = Fn(_sine_position).eval()
+    with pytest.raises(ConversionError, match="torch.fx cannot trace"):  # torch.zeros of traced sizes
+        swap_backend(module, None, NCHW, fallback="torch", tracer="torch.fx")
+    model = swap_backend(module, None, NCHW)
+    assert model.tracer == "torch.export"
+    assert [row.op for row in model.explain()] == ["add"]
+    x = random_input(rng, NCHW)
+    with torch.no_grad():
+        assert_close(model(x), module(x), layers=1)
+    with pytest.raises(GraphError, match=r"captured by torch.export with input shape \(2, 4, 6, 8\); it cannot run an input "
+                                         r"of shape \(3, 4, 6, 8\): convert it again with that sample_input_shape"):
+        model(random_input(rng, (3, *NCHW[1:])))
+
+
+def test_export_keeps_the_batch_dynamic_where_the_model_allows(rng: np.random.Generator) -> None:
+    module = Fn(lambda m, x: m.conv(x[:, :, :, :-1] if x.shape[-1] % 2 else x).flatten(1)[:, 2:], conv=nn.Conv2d(4, 3, 3)).eval()
+    model = check_lowered(module, NCHW, ["conv2d"], rng, other_shape=(5, *NCHW[1:]))
+    assert model.tracer == "torch.export"
+    with pytest.raises(GraphError, match=r"input shape \(\*, 4, 6, 8\) \(\* any size\)"):
+        model(random_input(rng, (2, 4, 6, 10)))
+
+
+def test_a_sample_batch_of_one_fixes_the_batch(rng: np.random.Generator) -> None:
+    """torch.export specialises sizes of 1; the Model then takes that batch only."""
+    module = Fn(_branches_on_sizes, conv=nn.Conv2d(4, 3, 3)).eval()
+    model = swap_backend(module, None, (1, *NCHW[1:]))
+    with pytest.raises(GraphError, match=r"input shape \(1, 4, 6, 8\)"):
+        model(random_input(rng, NCHW))
+
+
+def test_an_item_counted_from_the_end_is_read_as_python_reads_it(rng: np.random.Generator) -> None:
+    """Res2Net and EdgeNeXt take ``x.split(...)[-1]``; torch.fx and torch.export alike."""
+    module = Fn(lambda m, x: x.split(3, dim=-1)[-1].sum(-1, keepdim=True) * x + x.chunk(2, dim=1)[-1].sum(1, keepdim=True)
+                + x.unbind(2)[-1].mean())
+    check_lowered(module, NCHW, ["split"], rng, other_shape=(3, 4, 6, 9), reduction_length=8)
+
+
+def test_roll_is_lowered_for_any_shift(rng: np.random.Generator) -> None:
+    """Swin's shifted windows: positive, negative, larger than the size, and a multiple of it (no empty piece)."""
+    module = Fn(lambda m, x: torch.roll(x, shifts=(-3, 2), dims=(2, 3)) + x.roll(17, 3) + torch.roll(x, 8, -1))
+    check_lowered(module, NCHW, ["concat", "slice"], rng, other_shape=(3, 4, 5, 7))
+
+
+def test_transposed_convolutions_are_the_gradient_of_a_convolution(rng: np.random.Generator) -> None:
+    module = Fn(lambda m, x: m.up(x) + F.conv_transpose2d(x, m.grouped.weight, stride=2, output_padding=1, groups=2)[:, :, 1:, 1:],
+                up=nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+                grouped=nn.ConvTranspose2d(4, 6, 2, groups=2, bias=False))
+    check_lowered(module, NCHW, ["conv2d_grad_input", "add"], rng, other_shape=(1, 4, 5, 7), reduction_length=36)
+
+
+@pytest.mark.parametrize("tracer", ["torch.fx", "torch.export"])
+def test_clamp_keeps_nan_and_infinities_as_torch(tracer: str, rng: np.random.Generator) -> None:
+    module = Fn(lambda m, x: torch.clamp(x, min=-0.5) + x.clamp(-0.2, 0.3) + torch.clamp(x, max=0.1) + x.clamp_min(0.05)).eval()
+    model = swap_backend(module, None, NCHW, tracer=tracer)
+    x = random_input(rng, NCHW)
+    x[0, 0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    torch.testing.assert_close(model(x), module(x), equal_nan=True, rtol=0, atol=0)
+
+
+def test_a_constant_computed_from_a_weights_size_is_folded(rng: np.random.Generator) -> None:
+    """A torch.Size among the constants (HaloNet's) is read as it is."""
+    module = Fn(lambda m, x: x + torch.zeros(m.w.shape) + m.w, w=nn.Parameter(torch.randn(NCHW[1:]), requires_grad=False))
+    check_lowered(module, NCHW, ["add"], rng)
+
+
+def test_a_model_captured_by_export_pickles(rng: np.random.Generator) -> None:
+    import pickle
+
+    module = Fn(_sine_position).eval()
+    model = pickle.loads(pickle.dumps(swap_backend(module, None, NCHW)))
+    assert model.tracer == "torch.export"
+    x = random_input(rng, NCHW)
+    with torch.no_grad():
+        assert_close(model(x), module(x), layers=1)
+    with pytest.raises(GraphError, match="captured by torch.export"):
+        model(random_input(rng, (3, *NCHW[1:])))
