@@ -46,6 +46,8 @@ CASES: list[Case] = [
     ("transpose", "direct", ((64, 256, 28, 28),), {"perm": (0, 2, 3, 1)},
      lambda x, perm: x.permute(*perm).contiguous()),
     ("instance_norm", "direct", ((32, 64, 56, 56), (64,), (64,)), {}, lambda x, w, b: F.instance_norm(x, weight=w, bias=b)),
+    ("group_norm", "direct", ((32, 64, 56, 56), (64,), (64,)), {"num_groups": 1},
+     lambda x, w, b, num_groups: F.group_norm(x, num_groups, weight=w, bias=b)),
     # ops that scan their inputs for NaN and infinity (README: the oneDNN backend)
     ("relu", "direct", ((64, 256, 28, 28),), {}, torch.relu),
     ("relu_grad", "direct", ((64, 256, 28, 28), (64, 256, 28, 28)), {}, lambda dy, x: torch.where(x > 0, dy, 0)),

@@ -52,6 +52,7 @@ def cases(rng: np.random.Generator) -> list[tuple[str, str, Callable[[Any], Any]
         ("batch_norm_train 8x64x56x56", "norm", lambda m: m.batch_norm_train(x1, w, b, eps=1e-5)),
         ("batch_norm_train_grad_input 8x64x56x56", "norm", lambda m: m.batch_norm_train_grad_input(x1, x1, w, eps=1e-5)),
         ("instance_norm 8x64x56x56", "norm", lambda m: m.instance_norm(x1, w, b, eps=1e-5)),
+        ("group_norm 8x64x56x56 (1 group)", "norm", lambda m: m.group_norm(x1, w, b, num_groups=1, eps=1e-5)),
         ("dropout 8x64x56x56", "dropout", lambda m: m.dropout(x1, p=0.5, seed=1, training=True)),
         ("relu_grad 8x64x56x56", "activation", lambda m: m.relu_grad(x1, x1)),
         ("softmax_cross_entropy 256x1000", "loss", lambda m: m.softmax_cross_entropy(logits, labels, reduction="mean")),

@@ -242,6 +242,8 @@ def test_batch_norms_with_infinite_parameters_follow_torchs_folded_form(rng: np.
          F.batch_norm(t(x), None, None, t(weight), t(bias), True, 0.0, 1e-5), "batch_norm_train")
     same(algoswap.ops.call("instance_norm", x, weight, bias, eps=1e-5, algorithm="dnnl:direct"),
          F.instance_norm(t(x), weight=t(weight), bias=t(bias), eps=1e-5), "instance_norm")
+    same(algoswap.ops.call("group_norm", x, weight, bias, num_groups=1, eps=1e-5, algorithm="dnnl:direct"),
+         F.group_norm(t(x), 1, weight=t(weight), bias=t(bias), eps=1e-5), "group_norm")
 
 
 # ---------------------------------------------------------------- convolution

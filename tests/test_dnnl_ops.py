@@ -96,6 +96,16 @@ def test_instance_norm_and_gradients_on_a_larger_input(rng: np.random.Generator)
         _check(op, arrays)
 
 
+def test_group_norm_and_gradients_on_a_larger_input(rng: np.random.Generator) -> None:
+    x = rng.standard_normal((4, 16, 12, 10), dtype=np.float32) * 3 + 1
+    w, bias = rng.standard_normal(16, dtype=np.float32), rng.standard_normal(16, dtype=np.float32)
+    dy = rng.standard_normal(x.shape, dtype=np.float32)
+    for groups in (1, 4):
+        for op, arrays in (("group_norm", [x, w, bias]), ("group_norm_grad_input", [dy, x, w]),
+                           ("group_norm_grad_weight", [dy, x])):
+            _check(op, arrays, num_groups=groups)
+
+
 def test_arith_predicates_say_why_onednn_cannot_run_a_call() -> None:
     refusals = [
         ("div", [(4, 1), (3,)], {}, "broadcasts only one operand"),
@@ -137,6 +147,7 @@ def test_ops_report_their_kernels() -> None:
         ("batch_matmul", [(4, 1, 16, 8), (3, 8, 16)], {}, ("brg", "gemm")),
         ("transpose", [(8, 16, 32)], {"perm": (2, 0, 1)}, ("jit", "simple")),
         ("instance_norm", [(2, 8, 16, 16), (8,), (8,)], {}, ("bnorm",)),
+        ("group_norm", [(2, 8, 16, 16), (8,), (8,)], {"num_groups": 2}, ("bnorm",)),
     ]:
         selection = algoswap.select(op, shapes, algorithm="dnnl:default", **attrs)
         assert selection.impl.backend == "dnnl", op

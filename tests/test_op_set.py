@@ -21,7 +21,7 @@ DIFFERENTIABLE = {
     "pow_scalar": {"input"}, "matmul": {"a", "b"}, "batch_matmul": {"a", "b"}, "reduce_sum": {"input"},
     "reduce_mean": {"input"}, "broadcast_to": {"input"}, "sum_to_shape": {"input"}, "slice": {"input"},
     "split": {"input"}, "pad": {"input"}, "transpose": {"input"}, "where": {"x", "y"}, "embedding": {"weight"},
-    "instance_norm": {"input", "weight", "bias"}, "dropout": {"input"}, "dropout2d": {"input"}, "softmax_cross_entropy": {"logits"},
+    "instance_norm": {"input", "weight", "bias"}, "group_norm": {"input", "weight", "bias"}, "dropout": {"input"}, "dropout2d": {"input"}, "softmax_cross_entropy": {"logits"},
     "binary_cross_entropy": {"input"}, "csrmv": {"vector"}, "csrmm": {"dense"},
 }
 SELF_ADJOINT = {"neg": "neg", "mul_scalar": "mul_scalar", "transpose": "transpose", "csrmv": "csrmv",

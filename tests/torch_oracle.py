@@ -234,6 +234,7 @@ FORWARD: dict[str, Fn] = {
     "where": torch.where,
     "embedding": lambda w, i: F.embedding(i, w),
     "instance_norm": lambda x, w, b, eps=1e-5: F.instance_norm(x, weight=w, bias=b, eps=eps),
+    "group_norm": lambda x, w, b, num_groups, eps=1e-5: F.group_norm(x, num_groups, weight=w, bias=b, eps=eps),
     "dropout": _dropout(channels=False),
     "dropout2d": _dropout(channels=True),
     "softmax_cross_entropy": _cross_entropy,
@@ -308,6 +309,11 @@ GRADIENT: dict[str, Fn] = {
     "instance_norm_grad_weight": lambda dy, x, eps=1e-5: _vjp(lambda w: F.instance_norm(x, weight=w, eps=eps),
                                                                torch.ones(x.shape[1], dtype=x.dtype), dy),
     "instance_norm_grad_bias": lambda dy: dy.sum((0, 2, 3)),
+    "group_norm_grad_input": lambda dy, x, w, num_groups, eps=1e-5: _vjp(
+        lambda v: F.group_norm(v, num_groups, weight=w, eps=eps), x, dy),
+    "group_norm_grad_weight": lambda dy, x, num_groups, eps=1e-5: _vjp(
+        lambda w: F.group_norm(x, num_groups, weight=w, eps=eps), torch.ones(x.shape[1], dtype=x.dtype), dy),
+    "group_norm_grad_bias": lambda dy: dy.sum((0, *range(2, dy.ndim))),
     "softmax_grad": lambda dy, y, axis=-1: aten._softmax_backward_data(dy, y, axis, y.dtype),
     "log_softmax_grad": lambda dy, y, axis=-1: aten._log_softmax_backward_data(dy, y, axis, y.dtype),
     "sub_grad_b": lambda dy, shape: _vjp(lambda b: _zeros(dy.shape) - b, _zeros(shape), dy),

@@ -1,5 +1,5 @@
 """Normalisation: inference batch norm (batchnorm2d, and batchnorm2d_fused with an activation after it), training batch norm with batch statistics
-(batch_norm_train), layer norm and instance norm, with the gradients of the last three."""
+(batch_norm_train), layer norm, instance norm and group norm, with the gradients of the last four."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numbers
 from typing import Any
 
 from .._errors import InvalidSpec
-from ._geometry import ANY_RANK
+from ._geometry import ANY_RANK, MAX_RANK
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
 from ._convert import expected, expecting, integer
 from .conv import ACTIVATION
@@ -88,34 +88,57 @@ batchnorm2d_fused = OpSpec(
 # ------------------------------------------------------------------------- batch_norm_train
 
 
-def _bn_attrs(call: OpCall) -> dict[str, Any]:
-    return {"eps": call.attrs["eps"]}
+_NCHW = (4,)
+_CHANNELS_FIRST = tuple(range(2, MAX_RANK + 1))  # (N, C, *spatial), any number of spatial dimensions
+
+
+def _groups(shapes: dict[str, Any], attrs: dict[str, Any]) -> None:
+    """group_norm's channels must split into num_groups equal groups (no other op has the attribute)."""
+    groups, channels = attrs.get("num_groups"), shapes["input"][1]
+    if groups is not None and channels % groups:
+        raise InvalidSpec("num_groups", groups, f"a divisor of the {channels} channels of the input {shapes['input']}")
+
+
+def _channel_norm_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    _groups(shapes, attrs)
+    return _per_channel(shapes, ("weight", "bias"))
 
 
 def _bn_grad_input_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
     _check_grad(shapes)
+    _groups(shapes, attrs)
     return _per_channel(shapes, ("weight",))
 
 
-def _channel_norm(name: str, eps: Attr, statistics: str, doc: str) -> tuple[OpSpec, OpSpec, OpSpec, OpSpec]:
-    """A per-channel normalisation of NCHW input (batch_norm_train, instance_norm) and its three gradients."""
+def _bn_grad_weight_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
+    _groups(shapes, attrs)
+    return (_check_grad(shapes)[1],)
+
+
+def _channel_norm(name: str, attrs: tuple[Attr, ...], statistics: str, doc: str,
+                  ranks: tuple[int, ...] = _NCHW) -> tuple[OpSpec, OpSpec, OpSpec, OpSpec]:
+    """A per-channel normalisation of (N, C, ...) input (batch_norm_train, instance_norm: NCHW; group_norm:
+    any rank >= 2) and its three gradients; the input's and weight's gradients take the forward's ``attrs``."""
+    def grad_attrs(call: OpCall) -> dict[str, Any]:
+        return {attr.name: call.attrs[attr.name] for attr in attrs}
+
     forward = OpSpec(
         name,
-        (Input("input", (4,)), Input("weight", (1,), optional=True), Input("bias", (1,), optional=True)),
-        (eps,),
-        shape_rule=lambda shapes, attrs: _per_channel(shapes, ("weight", "bias")),
+        (Input("input", ranks), Input("weight", (1,), optional=True), Input("bias", (1,), optional=True)),
+        attrs,
+        shape_rule=_channel_norm_shape,
         family="norm",
         gradients=(
-            GradRule("input", f"{name}_grad_input", ("grad_output", "input", "weight"), _bn_attrs),
-            GradRule("weight", f"{name}_grad_weight", ("grad_output", "input"), _bn_attrs),
+            GradRule("input", f"{name}_grad_input", ("grad_output", "input", "weight"), grad_attrs),
+            GradRule("weight", f"{name}_grad_weight", ("grad_output", "input"), grad_attrs),
             GradRule("bias", f"{name}_grad_bias"),
         ),
         doc=doc,
     )
     grad_input = OpSpec(
         f"{name}_grad_input",
-        (Input("grad_output", (4,)), Input("input", (4,)), Input("weight", (1,), optional=True)),
-        (eps,),
+        (Input("grad_output", ranks), Input("input", ranks), Input("weight", (1,), optional=True)),
+        attrs,
         shape_rule=_bn_grad_input_shape,
         family="norm",
         grad_of=name,
@@ -123,38 +146,47 @@ def _channel_norm(name: str, eps: Attr, statistics: str, doc: str) -> tuple[OpSp
     )
     grad_weight = OpSpec(
         f"{name}_grad_weight",
-        (Input("grad_output", (4,)), Input("input", (4,))),
-        (eps,),
-        shape_rule=lambda shapes, attrs: (_check_grad(shapes)[1],),
+        (Input("grad_output", ranks), Input("input", ranks)),
+        attrs,
+        shape_rule=_bn_grad_weight_shape,
         family="norm",
         grad_of=name,
         empty_fill=0.0,  # a sum over an empty batch
-        doc=f"Gradient of {name} with respect to its weight: grad_output * normalised input, summed over N, H, W.",
+        doc=f"Gradient of {name} with respect to its weight: grad_output * normalised input, summed over all "
+            "dimensions but the channels (1).",
     )
     grad_bias = OpSpec(
         f"{name}_grad_bias",
-        (Input("grad_output", (4,)),),
+        (Input("grad_output", ranks),),
         (),
         shape_rule=lambda shapes, attrs: (shapes["grad_output"][1],),
         family="norm",
         grad_of=name,
         empty_fill=0.0,
-        doc=f"Gradient of {name} with respect to its bias: grad_output summed over N, H and W.",
+        doc=f"Gradient of {name} with respect to its bias: grad_output summed over all dimensions but the channels (1).",
     )
     return forward, grad_input, grad_weight, grad_bias
 
 
 batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight, batch_norm_train_grad_bias = _channel_norm(
-    "batch_norm_train", _TRAIN_EPS, "batch statistics",
+    "batch_norm_train", (_TRAIN_EPS,), "batch statistics",
     "(input - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), with the mean and biased "
     "variance of this batch over (N, H, W), like torch.nn.BatchNorm2d in training mode. Only the "
     "normalised output is returned: updating running statistics is the caller's business.",
 )
 instance_norm, instance_norm_grad_input, instance_norm_grad_weight, instance_norm_grad_bias = _channel_norm(
-    "instance_norm", _EPS, "per-sample statistics",
+    "instance_norm", (_EPS,), "per-sample statistics",
     "(input - mean) / sqrt(var + eps) * weight + bias, with the mean and biased variance of each "
     "sample and channel over (H, W), and weight and bias per channel, like torch.nn.functional.instance_norm "
     "without running statistics.",
+)
+_GROUPS = Attr("num_groups", convert=integer(1), doc="how many groups the channels are split into (it divides C)")
+group_norm, group_norm_grad_input, group_norm_grad_weight, group_norm_grad_bias = _channel_norm(
+    "group_norm", (_GROUPS, _EPS), "per-sample, per-group statistics",
+    "(input - mean) / sqrt(var + eps) * weight + bias on (N, C, *spatial) input of any rank >= 2, with the mean "
+    "and biased variance of each sample and group of C / num_groups consecutive channels (over those channels and "
+    "every spatial position), and weight and bias per channel, like torch.nn.functional.group_norm.",
+    _CHANNELS_FIRST,
 )
 
 # ------------------------------------------------------------------------------- layer_norm
@@ -242,4 +274,5 @@ SPECS = (
     batch_norm_train, batch_norm_train_grad_input, batch_norm_train_grad_weight, batch_norm_train_grad_bias,
     layer_norm, layer_norm_grad_input, layer_norm_grad_weight, layer_norm_grad_bias,
     instance_norm, instance_norm_grad_input, instance_norm_grad_weight, instance_norm_grad_bias,
+    group_norm, group_norm_grad_input, group_norm_grad_weight, group_norm_grad_bias,
 )

@@ -79,6 +79,13 @@ def _binary(kind: str, alpha: bool = False, rounding: bool = False, swapped: boo
     return handler
 
 
+def _addcmul(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.addcmul(input, tensor1, tensor2, value=1)``: input + value * tensor1 * tensor2, in torch's order."""
+    bound = lw.bind(signature("input", "tensor1", "tensor2", value=1), node)
+    first = bound["tensor1"] if bound["value"] == 1 else arithmetic(lw, "mul", bound["tensor1"], bound["value"])
+    return arithmetic(lw, "add", bound["input"], arithmetic(lw, "mul", first, bound["tensor2"]))
+
+
 def _unary(op: str, *names: str, **defaults: Any) -> Handler:
     """A one-input op; the other arguments (except ``inplace``) become its attributes."""
     sig = signature("input", *names, **defaults)
@@ -179,6 +186,7 @@ FUNCTIONS: dict[Any, Handler] = {
     operator.pow: _pow, torch.pow: _pow,
     operator.neg: _neg, torch.neg: _neg, torch.negative: _neg,
     torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
+    torch.addcmul: _addcmul,
     F.dropout: _identity_unless_training, F.dropout1d: _identity_unless_training, F.dropout2d: _identity_unless_training,
     F.dropout3d: _identity_unless_training, F.alpha_dropout: _identity_unless_training, F.feature_alpha_dropout: _identity_unless_training,
 }  # fmt: skip
@@ -189,7 +197,8 @@ METHODS: dict[str, Handler] = {
     **{name: rule for names, rule in (
         (("add", "add_"), _ADD), (("sub", "sub_", "subtract"), _SUB), (("mul", "mul_", "multiply"), _MUL),
         (("div", "div_", "divide", "true_divide"), _DIV), (("pow",), _pow), (("neg", "negative"), _neg),
-        (("clamp", "clip", "clamp_min"), _clamp), (("relu", "relu_"), _RELU), (("sigmoid", "sigmoid_"), _SIGMOID), (("tanh", "tanh_"), _TANH),
+        (("addcmul",), _addcmul), (("clamp", "clip", "clamp_min"), _clamp),
+        (("relu", "relu_"), _RELU), (("sigmoid", "sigmoid_"), _SIGMOID), (("tanh", "tanh_"), _TANH),
         (("sqrt",), _unary("sqrt")), (("rsqrt",), _unary("rsqrt")),
         (("softmax",), _softmax("softmax")), (("log_softmax",), _softmax("log_softmax")),
     ) for name in names},

@@ -1,9 +1,10 @@
-"""Rules for the ops that combine or reduce: linear, convolution, pooling, normalisations,
-reductions over dimensions, matrix products (``@``, ``bmm``, the einsum forms that are a batched
+"""Rules for the ops that combine or reduce: linear, convolution, pooling, normalisations (batch norm of
+any rank, group and layer norm), reductions and 2-norms over dimensions, matrix products (``@``, ``bmm``, the einsum forms that are a batched
 matrix product) and scaled dot-product attention."""
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
+from .lower_python import shape_of
 from .lower_shapes import parts, permutation, reshape, swapped_perm, unsqueezed_shape
 from .lowered import Deferred, Handler, Lowered, LoweredOp, Unsupported, op_rule, signature
 
@@ -63,6 +65,82 @@ def layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float
 def _layer_norm(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "normalized_shape", weight=None, bias=None, eps=1e-5), node)
     return layer_norm(bound["input"], bound["normalized_shape"], bound["weight"], bound["bias"], bound["eps"])
+
+
+def channels_first_4d(array: Any) -> tuple[int, int, int, int]:
+    """(N, C, *rest) as (N, C, prod(rest), 1): the 4-D shape a batch norm of any other rank runs on."""
+    n, c, *rest = array.shape
+    return n, c, math.prod(rest), 1
+
+
+def batch_norm(x: Any, mean: Any, var: Any, weight: Any, bias: Any, eps: float, four_d: bool,
+               module: Any = None) -> LoweredOp:
+    """Inference batch norm: ``batchnorm2d`` on NCHW input; input of another rank (BatchNorm1d's (N, C) and
+    (N, C, L), BatchNorm3d's) reshaped to (N, C, prod(rest), 1) for it and back (two views)."""
+    if four_d:
+        return LoweredOp("batchnorm2d", [x, mean, var, weight, bias], {"eps": eps}, module)
+    seen = reshape(x, Deferred(channels_first_4d, (x,)))
+    return reshape(LoweredOp("batchnorm2d", [seen, mean, var, weight, bias], {"eps": eps}, module), Deferred(shape_of, (x,)))
+
+
+_BATCH_NORM_SIG = signature("input", "running_mean", "running_var", weight=None, bias=None, training=False, momentum=0.1,
+                            eps=1e-5)
+
+
+def _batch_norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``F.batch_norm`` in inference (running statistics), of any rank; its rank unknown, as NCHW (the op checks)."""
+    bound = lw.bind(_BATCH_NORM_SIG, node)
+    if bound["training"] is not False:
+        raise Unsupported(f"training={bound['training']!r} (only training=False is supported)")
+    if bound["running_mean"] is None or bound["running_var"] is None:
+        raise Unsupported("batch norm without running statistics normalises with batch statistics")
+    shape = lw.shape(bound["input"])
+    return batch_norm(bound["input"], bound["running_mean"], bound["running_var"], bound["weight"], bound["bias"],
+                      bound["eps"], shape is None or len(shape) == 4)
+
+
+def euclidean_norm(x: Any, dim: Any, keepdim: bool) -> LoweredOp:
+    """sqrt(sum(x * x)) over ``dim`` (every dimension when None), as torch's 2-norm computes it (no rescaling:
+    inf where the squares overflow, as torch's float32 does; NaN and inf kept)."""
+    squares = LoweredOp("reduce_sum", [LoweredOp("mul", [x, x], {})], {"axes": _axes(dim), "keepdims": keepdim})
+    return LoweredOp("sqrt", [squares], {})
+
+
+def _two_norm(what: str, order: Any, dtype: Any, out: Any) -> None:
+    """Only the 2-norm, in the input's dtype, is lowered."""
+    if dtype is not None or out is not None:
+        raise Unsupported(f"{what} with {'dtype' if dtype is not None else 'out'}= (only the input's own dtype is lowered)")
+    if isinstance(order, bool) or order not in (2, "fro"):
+        raise Unsupported(f"{what} of order {order!r} (only the 2-norm, sqrt(sum(x * x)), is lowered)")
+
+
+def _norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.norm`` and ``Tensor.norm``: p=2, or "fro" (the same over at most two dimensions)."""
+    bound = lw.bind(signature("input", p="fro", dim=None, keepdim=False, out=None, dtype=None), node)
+    _two_norm("torch.norm", bound["p"], bound["dtype"], bound["out"])
+    if bound["p"] == "fro" and isinstance(bound["dim"], (list, tuple)) and len(bound["dim"]) > 2:
+        raise Unsupported(f"torch.norm p='fro' over dim={bound['dim']!r} (torch takes at most two dimensions)")
+    return euclidean_norm(bound["input"], bound["dim"], bound["keepdim"])
+
+
+def _vector_norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("x", ord=2, dim=None, keepdim=False, dtype=None, out=None), node)
+    if bound["ord"] == "fro":
+        raise Unsupported("torch.linalg.vector_norm with ord='fro' (a matrix norm)")
+    _two_norm("torch.linalg.vector_norm", bound["ord"], bound["dtype"], bound["out"])
+    return euclidean_norm(bound["x"], bound["dim"], bound["keepdim"])
+
+
+def _linalg_norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.linalg.norm``: ord None (the 2-norm of the elements over dim, all of them when None), "fro", or
+    2 over one dimension (a vector); ord=2 over two dimensions is the spectral norm, not lowered."""
+    bound = lw.bind(signature("A", ord=None, dim=None, keepdim=False, out=None, dtype=None), node)
+    order, dim = bound["ord"], bound["dim"]
+    _two_norm("torch.linalg.norm", 2 if order is None else order, bound["dtype"], bound["out"])
+    vector = isinstance(dim, int) or (isinstance(dim, (list, tuple)) and len(dim) == 1)
+    if order == 2 and not vector and (dim is not None or lw.rank(bound["A"], "torch.linalg.norm with ord=2") != 1):
+        raise Unsupported("torch.linalg.norm with ord=2 over a matrix (its largest singular value: no registry op computes it)")
+    return euclidean_norm(bound["A"], dim, bound["keepdim"])
 
 
 def _reduction(op: str) -> Handler:
@@ -129,9 +207,7 @@ def _amax_amin(lowest: bool) -> Handler:
 
 def normalized(x: Any, dim: int, eps: float) -> LoweredOp:
     """``F.normalize(x, p=2, dim, eps)``: x / max(sqrt(sum(x * x, dim)), eps)."""
-    squares = LoweredOp("reduce_sum", [LoweredOp("mul", [x, x], {})], {"axes": (dim,), "keepdims": True})
-    norm = LoweredOp("clamp_min", [LoweredOp("sqrt", [squares], {})], {"value": eps})
-    return LoweredOp("div", [x, norm], {})
+    return LoweredOp("div", [x, LoweredOp("clamp_min", [euclidean_norm(x, dim, True)], {"value": eps})], {})
 
 
 def _normalize(lw: Lowerer, node: fx.Node) -> Lowered:
@@ -274,10 +350,6 @@ _AVGPOOL = op_rule(
     "avgpool2d", signature("input", "kernel_size", stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None),
     ("input",),
 )
-_BATCH_NORM = op_rule(
-    "batchnorm2d", signature("input", "running_mean", "running_var", weight=None, bias=None, training=False, momentum=0.1, eps=1e-5),
-    ("input", "running_mean", "running_var", "weight", "bias"), drop=("momentum",), require={"training": False},
-)
 _MEAN, _SUM = _reduction("reduce_mean"), _reduction("reduce_sum")
 _MAX, _MIN, _AMAX, _AMIN = _max_min(False), _max_min(True), _amax_amin(False), _amax_amin(True)
 
@@ -287,9 +359,11 @@ FUNCTIONS: dict[Any, Handler] = {
     F.adaptive_avg_pool2d: op_rule("adaptiveavgpool2d", signature("input", "output_size"), ("input",)),
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
-    F.batch_norm: _BATCH_NORM,
+    F.batch_norm: _batch_norm,
+    F.group_norm: op_rule("group_norm", signature("input", "num_groups", weight=None, bias=None, eps=1e-5), ("input", "weight", "bias")),
     F.conv_transpose2d: _conv_transpose2d,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
+    torch.norm: _norm, torch.linalg.vector_norm: _vector_norm, torch.linalg.norm: _linalg_norm,
     torch.mean: _MEAN, torch.sum: _SUM,
     torch.max: _MAX, torch.min: _MIN, torch.amax: _AMAX, torch.amin: _AMIN,
     torch.matmul: _matmul, operator.matmul: _matmul, torch.bmm: _bmm,
@@ -298,6 +372,6 @@ FUNCTIONS: dict[Any, Handler] = {
 }  # fmt: skip
 
 METHODS: dict[str, Handler] = {
-    "mean": _MEAN, "sum": _SUM, "matmul": _matmul, "bmm": _bmm,
+    "mean": _MEAN, "sum": _SUM, "matmul": _matmul, "bmm": _bmm, "norm": _norm,
     "max": _MAX, "min": _MIN, "amax": _AMAX, "amin": _AMIN,
 }

@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, conv_transpose2d, layer_norm
+from .lower_linalg import attention, batch_norm, conv_transpose2d, layer_norm
 from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
@@ -30,7 +30,7 @@ def _attrs(op: str, read: Callable[[Any], dict[str, Any]]) -> ModuleRule:
 def _batch_norm(lw: Lowerer, x: Any, m: Any) -> Lowered:
     if m.running_mean is None or m.running_var is None:
         raise Unsupported("batch norm without running statistics (track_running_stats=False) normalises with batch statistics")
-    return LoweredOp("batchnorm2d", [x, m.running_mean, m.running_var, m.weight, m.bias], {"eps": m.eps}, m)
+    return batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, m.eps, isinstance(m, nn.BatchNorm2d), m)
 
 
 def _softmax(op: str) -> ModuleRule:
@@ -55,7 +55,9 @@ def _conv_transpose2d(lw: Lowerer, x: Any, m: Any) -> Lowered:
 
 
 MODULES: dict[type[nn.Module], ModuleRule] = {
-    nn.BatchNorm2d: _batch_norm, nn.ConvTranspose2d: _conv_transpose2d,
+    nn.BatchNorm1d: _batch_norm, nn.BatchNorm2d: _batch_norm, nn.BatchNorm3d: _batch_norm,
+    nn.GroupNorm: lambda lw, x, m: LoweredOp("group_norm", [x, m.weight, m.bias], {"num_groups": m.num_groups, "eps": m.eps}),
+    nn.ConvTranspose2d: _conv_transpose2d,
     nn.ReLU6: _HARDTANH, nn.Hardtanh: _HARDTANH,
     nn.SiLU: _attrs("silu", lambda m: {}), nn.Mish: _attrs("mish", lambda m: {}),
     nn.GELU: _attrs("gelu", lambda m: {"approximate": m.approximate}),

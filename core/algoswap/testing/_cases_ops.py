@@ -1,4 +1,4 @@
-"""Cases of the operator set (arithmetic, matmul, reductions, slicing, indexing, instance norm,
+"""Cases of the operator set (arithmetic, matmul, reductions, slicing, indexing, instance and group norm,
 dropout, losses, CSR products, optimizer updates) and of the comm family, merged into algoswap/testing/_cases.py."""
 
 from __future__ import annotations
@@ -90,6 +90,14 @@ INSTANCE_NORM: list[Case] = [
     (((3, 4, 3, 3), None, None), {}),
     (((2, 2, 4, 3), (2,), None), {"eps": 1e-3}),
 ]
+# (N, C, *spatial) of every rank from 2 to 5; groups of one channel (instance norm's) and of all (poolformer's GroupNorm1)
+GROUP_NORM: list[Case] = [
+    (((2, 6, 5, 4), (6,), (6,)), {"num_groups": 3}),
+    (((3, 4, 3, 3), None, None), {"num_groups": 1}),
+    (((2, 4, 7), (4,), None), {"num_groups": 2, "eps": 1e-3}),
+    (((3, 12), (12,), (12,)), {"num_groups": 2}),  # (torch 2.13 fails the backward of a bias without a weight)
+    (((2, 4, 2, 3, 2), (4,), (4,)), {"num_groups": 4}),
+]
 
 DROPOUT: list[Case] = [
     (((4, 5),), {"seed": 1}),
@@ -179,6 +187,7 @@ OPS_FORWARD: dict[str, list[Case]] = {
     "where": WHERE,
     "embedding": EMBEDDING,
     "instance_norm": INSTANCE_NORM,
+    "group_norm": GROUP_NORM,
     "dropout": DROPOUT,
     "dropout2d": DROPOUT2D,
     "softmax_cross_entropy": SOFTMAX_CROSS_ENTROPY,
@@ -218,6 +227,9 @@ OPS_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "instance_norm_grad_input": ("instance_norm", lambda s, a, y: ((y, s[0], s[1]), a)),
     "instance_norm_grad_weight": ("instance_norm", lambda s, a, y: ((y, s[0]), a)),
     "instance_norm_grad_bias": ("instance_norm", lambda s, a, y: ((y,), {})),
+    "group_norm_grad_input": ("group_norm", lambda s, a, y: ((y, s[0], s[1]), a)),
+    "group_norm_grad_weight": ("group_norm", lambda s, a, y: ((y, s[0]), a)),
+    "group_norm_grad_bias": ("group_norm", lambda s, a, y: ((y,), {})),
     "dropout_grad": ("dropout", lambda s, a, y: ((y,), a)),
     "dropout2d_grad": ("dropout2d", lambda s, a, y: ((y,), a)),
     "softmax_cross_entropy_grad": ("softmax_cross_entropy", lambda s, a, y: ((y, s[0], s[1]), a)),

@@ -35,7 +35,7 @@ SUMS = {
     "matmul", "matmul_grad_a", "matmul_grad_b", "batch_matmul", "batch_matmul_grad_a", "batch_matmul_grad_b",
     "csrmv", "csrmm", "csrmm_grad_dense", "reduce_sum", "reduce_sum_grad", "sum_to_shape", "mul", "mul_grad",
     "div", "div_grad_a", "div_grad_b", "sub_grad_b", "maxpool2d_grad", "embedding_grad", "pad_grad", "slice_grad",
-    "where_grad", "layer_norm_grad_bias", "batch_norm_train_grad_bias", "instance_norm_grad_bias",
+    "where_grad", "layer_norm_grad_bias", "batch_norm_train_grad_bias", "instance_norm_grad_bias", "group_norm_grad_bias",
 }
 # One rounding of exact inputs is an error relative to the result itself, even for a - b near zero.
 ELEMENTWISE = {
@@ -169,26 +169,31 @@ def _log_softmax_grad(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scal
     return dy + np.exp(y) * np.sum(dy, axis=axis, keepdims=True), y.shape[axis]
 
 
-def _norm_axes(op: str, x: np.ndarray, attrs: dict[str, Any]) -> tuple[int, ...]:
-    """The axes normalised together: trailing ones (layer_norm), spatial (instance_norm), all but channels."""
+def _norm_view(op: str, x: np.ndarray, attrs: dict[str, Any]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """x as its normalisation sees it, and the axes normalised together: trailing ones (layer_norm), spatial
+    (instance_norm), a group's channels and space ((N, G, C/G, spatial): group_norm), all but channels."""
     if op.startswith("layer_norm"):
-        return tuple(range(x.ndim - attrs.get("normalized_ndim", 1), x.ndim))
-    return (2, 3) if op.startswith("instance_norm") else (0, 2, 3)
+        return x, tuple(range(x.ndim - attrs.get("normalized_ndim", 1), x.ndim))
+    if op.startswith("group_norm"):
+        groups = attrs["num_groups"]
+        return x.reshape(x.shape[0], groups, x.shape[1] // groups, -1), (2, 3)
+    return x, (2, 3) if op.startswith("instance_norm") else (0, 2, 3)
 
 
 def _param(op: str, p: Any, x: np.ndarray) -> Any:
     """|weight| or |bias| broadcast against x (1 or 0 when absent)."""
     if p is None:
         return None
-    return np.abs(p) if op.startswith("layer_norm") else np.abs(p)[:, None, None]
+    return np.abs(p) if op.startswith("layer_norm") else np.abs(p).reshape((-1,) + (1,) * (x.ndim - 2))
 
 
 def _centred_terms(op: str, x: np.ndarray, attrs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, int]:
-    """(|x| + |mean|) / std, the magnitude of the normalised input's terms; std; the group size."""
-    axes = _norm_axes(op, x, attrs)
-    mean = np.mean(x, axis=axes, keepdims=True)
-    std = np.sqrt(np.var(x, axis=axes, keepdims=True) + attrs.get("eps", 1e-5))
-    return (np.abs(x) + np.abs(mean)) / std, std, math.prod(x.shape[a] for a in axes)
+    """(|x| + |mean|) / std, the magnitude of the normalised input's terms; std (both in x's shape); the group size."""
+    view, axes = _norm_view(op, x, attrs)
+    mean = np.mean(view, axis=axes, keepdims=True)
+    std = np.sqrt(np.var(view, axis=axes, keepdims=True) + attrs.get("eps", 1e-5))
+    terms = (np.abs(view) + np.abs(mean)) / std
+    return terms.reshape(x.shape), np.broadcast_to(std, view.shape).reshape(x.shape), math.prod(view.shape[a] for a in axes)
 
 
 def _norm_forward(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
@@ -201,17 +206,21 @@ def _norm_forward(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
 def _norm_grad_input(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
     dy, x, weight = inputs
     terms, std, count = _centred_terms(op, x, attrs)
-    axes = _norm_axes(op, x, attrs)
     w = _param(op, weight, x)
     d = np.abs(dy) * (1 if w is None else w)
-    return (d + np.mean(d, axis=axes, keepdims=True) + terms * np.mean(d * terms, axis=axes, keepdims=True)) / std, count
+
+    def group_mean(a: np.ndarray) -> np.ndarray:
+        view, axes = _norm_view(op, a, attrs)
+        return np.broadcast_to(np.mean(view, axis=axes, keepdims=True), view.shape).reshape(a.shape)
+
+    return (d + group_mean(d) + terms * group_mean(d * terms)) / std, count
 
 
 def _norm_grad_weight(op: str, inputs: list[Any], attrs: dict[str, Any]) -> Scale:
     """Sum of dy * x_hat over what the parameter is shared by: that sum's terms, then the group's statistics."""
     dy, x = inputs
     terms, _, group = _centred_terms(op, x, attrs)
-    summed = tuple(range(x.ndim - attrs["normalized_ndim"])) if op.startswith("layer_norm") else (0, 2, 3)
+    summed = tuple(range(x.ndim - attrs["normalized_ndim"])) if op.startswith("layer_norm") else (0, *range(2, x.ndim))
     return np.sum(np.abs(dy) * terms, axis=summed), math.prod(x.shape[a] for a in summed) + group
 
 
@@ -319,7 +328,7 @@ SPELLED_OUT: dict[str, Callable[[str, list[Any], dict[str, Any]], Scale]] = {
     "softmax_cross_entropy_grad": _cross_entropy_grad,
     "binary_cross_entropy": _binary_cross_entropy,
     "binary_cross_entropy_grad": _binary_cross_entropy_grad,
-    **{f"{family}{part}": rule for family in ("layer_norm", "instance_norm", "batch_norm_train")
+    **{f"{family}{part}": rule for family in ("layer_norm", "instance_norm", "batch_norm_train", "group_norm")
        for part, rule in (("", _norm_forward), ("_grad_input", _norm_grad_input), ("_grad_weight", _norm_grad_weight))},
 }
 

@@ -1,4 +1,4 @@
-"""Batch norm (inference and training) and layer norm with gradients, as CuPy reductions in the
+"""Batch norm (inference and training), layer, instance and group norm with gradients, as CuPy reductions in the
 input's dtype (two-pass variance); the inference batch norm (with its activation too: batchnorm2d_fused)
 and the layer norm as one kernel launch each (``_passes``, every float dtype: float16 and bfloat16 computed
 in float32). The rest computes float16 and bfloat16 in float32, rounded once (``_types.in_float32``)."""
@@ -113,3 +113,36 @@ def layer_norm_grad_bias(dy: Any, *, normalized_ndim: int) -> Any:
 
 instance_norm, instance_norm_grad_input, instance_norm_grad_weight = _per_channel_family((2, 3), "instance_norm")
 instance_norm_grad_bias = batch_norm_train_grad_bias  # the same sum over (N, H, W)
+
+
+def _grouped(x: Any, num_groups: int) -> Any:
+    """(N, C, *spatial) seen as (N, G, C/G * prod(spatial)): each row one sample's group."""
+    return x.reshape(x.shape[0], num_groups, -1)
+
+
+@in_float32
+def group_norm(x: Any, weight: Any, bias: Any, *, num_groups: int, eps: float) -> Any:
+    """The statistics per (sample, group), spread over the group's channels, then PyTorch's folded affine."""
+    n, c = x.shape[:2]
+    mean, _, rstd = _moments(_grouped(x, num_groups), (2,), eps)  # (N, G, 1)
+    mean, rstd = (cp.repeat(a, c // num_groups, axis=1)[..., None] for a in (mean, rstd))  # (N, C, 1, 1)
+    return _per_channel_affine(x.reshape(n, c, -1, 1), mean, rstd, weight, bias).reshape(x.shape)
+
+
+@in_float32
+def group_norm_grad_input(dy: Any, x: Any, weight: Any, *, num_groups: int, eps: float) -> Any:
+    """The weight varies within a group, so it scales dy first (as layer norm's)."""
+    scaled = dy if weight is None else dy * weight.reshape((-1,) + (1,) * (x.ndim - 2))
+    xhat, rstd = _standardise(_grouped(x, num_groups), (2,), eps)
+    return _standardise_grad(_grouped(scaled, num_groups), xhat, rstd, (2,)).reshape(x.shape)
+
+
+@in_float32
+def group_norm_grad_weight(dy: Any, x: Any, *, num_groups: int, eps: float) -> Any:
+    n, c = x.shape[:2]
+    xhat = _standardise(_grouped(x, num_groups), (2,), eps)[0]
+    return (dy.reshape(n, c, -1) * xhat.reshape(n, c, -1)).sum(axis=(0, 2))
+
+
+def group_norm_grad_bias(dy: Any) -> Any:
+    return total(dy, (0, *range(2, dy.ndim)))

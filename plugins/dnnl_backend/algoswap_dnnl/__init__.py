@@ -105,6 +105,8 @@ _FAMILIES = {"conv": "supports", "linear": "supports", "pool": "supports", "acti
 _BF16_ANY = {"dtypes": BF16, "layout": "any"}  # forward ops that run in bfloat16 and take channels-last arrays as they are
 _ANY = {"layout": "any"}  # float32 ops that take arrays in any memory order as they are
 _INSTANCE = {"description": "oneDNN batch normalization of the input seen as (1, N*C, H, W)"}
+_GROUP = {"description": "oneDNN batch normalization of the input seen as (1, N*G, C/G * spatial, 1); NumPy's per-channel "
+          "weight and bias"}
 _ANY = {"layout": "any"}  # float32 forward ops that take channels-last arrays as they are (and keep their order)
 # op -> how it differs from its family's defaults
 _OPS: dict[str, dict[str, Any]] = {
@@ -119,6 +121,7 @@ _OPS: dict[str, dict[str, Any]] = {
     "transpose": {**_ANY, "description": "oneDNN reorder from the input's memory order (none where that already is the "
                   "output's, or where the input seen through permuted strides is channels-last: that view)"},
     "instance_norm": _INSTANCE, "instance_norm_grad_input": _INSTANCE, "instance_norm_grad_weight": _INSTANCE,
+    "group_norm": _GROUP, "group_norm_grad_input": _GROUP, "group_norm_grad_weight": _GROUP,
 }
 _BIAS_GRADIENT = {"algorithm": "direct", "supports": None, "kernel": BIAS_KERNEL}
 

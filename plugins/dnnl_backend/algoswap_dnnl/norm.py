@@ -17,6 +17,14 @@ plane becomes a channel of a batch of one, so the batch statistics over (1, H, W
 statistics over (H, W), and the gradients through them are instance norm's. The per-channel weight
 is repeated for each sample; its gradient comes back per (sample, channel) and is summed over the
 N samples by NumPy (N * C numbers).
+
+group_norm (oneDNN 3.2 has no group normalization primitive) is batch normalisation, without scale or shift,
+of the input seen as (1, N*G, C/G * prod(spatial), 1): each (sample, group) becomes a channel of a batch of
+one. The weight and bias are per channel, which varies within a group, so NumPy applies them after it (in
+PyTorch's folded form where one is not finite, see _group_folded); the input's gradient is oneDNN's backward
+of grad_output * weight, and the weight's is the sum of grad_output * the normalised input over N and space.
+Where an input of a gradient is not finite (a scan), PyTorch's own formula runs instead (_torch_group_grads): it
+puts NaN where its sums meet inf - inf, which the standardised form does not.
 """
 
 from __future__ import annotations
@@ -191,6 +199,107 @@ def instance_norm_grad_bias(dy: np.ndarray) -> np.ndarray:
     return batch_norm_train_grad_bias(dy)
 
 
+# ------------------------------------------------------------------------------- group norm
+
+
+def _group_rows(a: np.ndarray, num_groups: int) -> np.ndarray:
+    """(N, C, *spatial) seen as (1, N*G, C/G * prod(spatial), 1)."""
+    return np.ascontiguousarray(a).reshape(1, a.shape[0] * num_groups, -1, 1)
+
+
+def _channels(a: np.ndarray, ndim: int) -> np.ndarray:
+    """A per-channel parameter shaped to broadcast against (N, C, *spatial) of ``ndim`` dimensions."""
+    return np.ascontiguousarray(a).reshape((-1,) + (1,) * (ndim - 2))
+
+
+def _standardised(x: np.ndarray, num_groups: int, eps: float) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) per (sample, group), in x's shape."""
+    return _batch_norm(_group_rows(x, num_groups), None, None, None, None, eps).reshape(x.shape)
+
+
+def _group_folded(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, num_groups: int,
+                  eps: float) -> np.ndarray:
+    """x * scale + shift per (sample, channel), scale = rstd * weight, shift = bias - mean * scale: PyTorch's form,
+    where a parameter is not finite (an infinite weight meets the mean as inf - inf = NaN)."""
+    n, c = x.shape[:2]
+    rows = x.reshape(n, num_groups, -1)
+    mean = rows.mean(axis=2, dtype=np.float64).astype(np.float32)
+    rstd = np.float32(1) / np.sqrt(rows.var(axis=2, dtype=np.float64).astype(np.float32) + np.float32(eps))
+    mean, scale = (np.repeat(a, c // num_groups, axis=1) for a in (mean, rstd))  # (N, C)
+    if weight is not None:
+        scale = scale * weight.reshape(-1)
+    shift = -mean * scale if bias is None else bias.reshape(-1) - mean * scale
+    with np.errstate(invalid="ignore", over="ignore"):
+        y: np.ndarray = x.reshape(n, c, -1) * scale[:, :, None] + shift[:, :, None]
+    return y.reshape(x.shape)
+
+
+def group_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, num_groups: int,
+               eps: float) -> np.ndarray:
+    if not _finite(weight, bias):
+        return _group_folded(np.ascontiguousarray(x), weight, bias, num_groups, eps)
+    y = _standardised(x, num_groups, eps)
+    if weight is not None:
+        y *= _channels(weight, x.ndim)
+    if bias is not None:
+        y += _channels(bias, x.ndim)
+    return y
+
+
+def _finite(*arrays: np.ndarray | None) -> bool:
+    return all(a is None or dnnl.all_finite(np.ascontiguousarray(a)) for a in arrays)
+
+
+def _torch_group_grads(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, num_groups: int,
+                       eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch's group-norm backward, where an input is not finite (NaN and inf land where its formula puts them):
+    per (sample, channel) ds = sum(dy * x) and db = sum(dy) over space; dx = c1 * dy + c2 * x + c3 with
+    c1 = rstd * weight, c2 and c3 per (sample, group) from the group's sums of weight * ds and weight * db;
+    dweight = sum over N of (ds - db * mean) * rstd. Returns (dx, dweight)."""
+    n, c = x.shape[:2]
+    rows = x.reshape(n, num_groups, -1)
+    mean = rows.mean(axis=2, dtype=np.float64).astype(np.float32)
+    rstd = np.float32(1) / np.sqrt(rows.var(axis=2, dtype=np.float64).astype(np.float32) + np.float32(eps))
+    dy3, x3 = dy.reshape(n, c, -1), x.reshape(n, c, -1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ds, db = np.einsum("ncs,ncs->nc", dy3, x3), dy3.sum(axis=2)
+        gamma = np.ones(c, np.float32) if weight is None else weight.reshape(-1)
+        ds_group, db_group = ((a * gamma).reshape(n, num_groups, -1).sum(axis=2) for a in (ds, db))
+        s = np.float32(num_groups * n / x.size)
+        c2 = (db_group * mean - ds_group) * rstd * rstd * rstd * s
+        c3 = -c2 * mean - db_group * rstd * s
+        mean, rstd, c2, c3 = (np.repeat(a, c // num_groups, axis=1) for a in (mean, rstd, c2, c3))  # (N, C)
+        dx = (rstd * gamma)[:, :, None] * dy3 + c2[:, :, None] * x3 + c3[:, :, None]
+        dweight: np.ndarray = np.sum((ds - db * mean) * rstd, axis=0)
+    return dx.reshape(x.shape), dweight
+
+
+def group_norm_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, num_groups: int,
+                          eps: float) -> np.ndarray:
+    """oneDNN's backward of the (sample, group) standardisation, of dy * weight (the weight varies in a group)."""
+    if not _finite(dy, x, weight):
+        return _torch_group_grads(np.ascontiguousarray(dy), np.ascontiguousarray(x), weight, num_groups, eps)[0]
+    scaled = dy if weight is None else dy * _channels(weight, x.ndim)
+    dx = dnnl.batch_norm_backward(_group_rows(scaled, num_groups), _group_rows(x, num_groups), None, eps, "input")
+    return dx.reshape(x.shape)
+
+
+def group_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, num_groups: int, eps: float) -> np.ndarray:
+    """dy * the standardised x (oneDNN), summed over N and space by NumPy."""
+    if not _finite(dy, x):
+        return _torch_group_grads(np.ascontiguousarray(dy), np.ascontiguousarray(x), None, num_groups, eps)[1]
+    xhat = _standardised(x, num_groups, eps)
+    n, c = x.shape[:2]
+    total: np.ndarray = np.einsum("ncs,ncs->c", dy.reshape(n, c, -1), xhat.reshape(n, c, -1))
+    return total
+
+
+def group_norm_grad_bias(dy: np.ndarray) -> np.ndarray:
+    """dy summed over all dimensions but the channels (NumPy, as for the other bias gradients)."""
+    total: np.ndarray = dy.sum(axis=(0, *range(2, dy.ndim)))
+    return total
+
+
 # ---------------------------------------------------------------------- selection and kernels
 
 
@@ -202,8 +311,19 @@ def _norm_input(call: Any) -> tuple[str, list[int]]:
     return call.op.replace("instance_norm", "batch_norm_train"), [1, n * c, h, w]
 
 
+def _group_plan(call: Any) -> Any:
+    """The primitive a group_norm op runs: the standardisation of (1, N*G, C/G * spatial, 1), or its backward."""
+    x, groups = call.shape("input"), call.attrs["num_groups"]
+    shape = [1, x[0] * groups, math.prod(x) // (x[0] * groups), 1]
+    if call.op == "group_norm_grad_input":
+        return dnnl.batch_norm_backward_impl(shape, False, call.attrs["eps"], "input")
+    return dnnl.batch_norm_impl(shape, False, False, False, call.attrs["eps"])
+
+
 def _plan(call: Any) -> Any:
     a = call.attrs
+    if call.op.startswith("group_norm"):
+        return _group_plan(call)
     op, shape = _norm_input(call)
     if op in ("batchnorm2d", "batchnorm2d_fused"):  # as swap_backend models run it: on channels-last activations
         return dnnl.batch_norm_impl(list(call.shape("input")), True, call.shape("weight") is not None,
@@ -232,6 +352,11 @@ def supports(call: Any) -> bool | str:
     return refusal(lambda: _plan(call))
 
 
+_AFTER = {"instance_norm_grad_weight": " per (sample, channel), then numpy sum over N",
+          "group_norm": " per (sample, group), then numpy's per-channel weight and bias",
+          "group_norm_grad_input": " per (sample, group), of grad_output * weight (numpy)",
+          "group_norm_grad_weight": " per (sample, group), then numpy's sum of grad_output * it over N and space"}
+
+
 def kernel(call: Any) -> str:
-    impl = str(_plan(call).impl)
-    return f"{impl} per (sample, channel), then numpy sum over N" if call.op == "instance_norm_grad_weight" else impl
+    return str(_plan(call).impl) + _AFTER.get(call.op, "")

@@ -155,3 +155,64 @@ def instance_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, eps: float) -> n
 
 
 instance_norm_grad_bias = batch_norm_train_grad_bias  # the same sum over (N, H, W)
+
+
+# --------------------------------------------------------------------------------- group_norm
+
+
+def _grouped(x: np.ndarray, num_groups: int) -> np.ndarray:
+    """(N, C, *spatial) seen as (N, G, C/G * prod(spatial)): each row one sample's group."""
+    return x.reshape(x.shape[0], num_groups, -1)
+
+
+def _group_statistics(x: np.ndarray, num_groups: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and rstd of each (sample, group): (N, G) each."""
+    mean, rstd = _statistics(_grouped(x, num_groups), (2,), eps)
+    return mean[:, :, 0], rstd[:, :, 0]
+
+
+def _spread(a: np.ndarray, channels: int) -> np.ndarray:
+    """(N, G) values repeated for each channel of their group: (N, C, 1)."""
+    return np.repeat(a, channels // a.shape[1], axis=1)[:, :, None]
+
+
+def _sums(dy: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """dy and x as (N, C, prod(spatial)), and per (sample, channel) sum(dy * x) and sum(dy) over space."""
+    dy, x = dy.reshape(x.shape[0], x.shape[1], -1), x.reshape(x.shape[0], x.shape[1], -1)
+    return dy, x, np.sum(dy * x, axis=2), np.sum(dy, axis=2)
+
+
+def group_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, *, num_groups: int,
+               eps: float) -> np.ndarray:
+    """Normalisation of each sample's group of channels, then per-channel weight and bias (folded as PyTorch's)."""
+    mean, rstd = (_spread(a, x.shape[1]) for a in _group_statistics(x, num_groups, eps))  # (N, C, 1)
+    y = _per_channel_affine(x.reshape(x.shape[0], x.shape[1], -1, 1), mean[:, :, 0], rstd[:, :, 0], weight, bias)
+    return y.reshape(x.shape)
+
+
+def group_norm_grad_input(dy: np.ndarray, x: np.ndarray, weight: np.ndarray | None, *, num_groups: int,
+                          eps: float) -> np.ndarray:
+    """PyTorch's formula (so that NaN and inf land where its do): dx = c1 * dy + c2 * x + c3, c1 = rstd * weight
+    per channel, c2 and c3 per (sample, group) from the group's sums of weight * sum(dy * x) and weight * sum(dy)."""
+    n, c = x.shape[:2]
+    mean, rstd = _group_statistics(x, num_groups, eps)
+    dy3, x3, ds, db = _sums(dy, x)
+    gamma = np.ones(c, x.dtype) if weight is None else weight
+    ds_group, db_group = ((a * gamma).reshape(n, num_groups, -1).sum(axis=2) for a in (ds, db))
+    s = x.dtype.type(num_groups * n / x.size)  # 1 / the group's size
+    c2 = (db_group * mean - ds_group) * rstd * rstd * rstd * s
+    c3 = -c2 * mean - db_group * rstd * s
+    c1 = _spread(rstd, c) * gamma[:, None]
+    return (c1 * dy3 + _spread(c2, c) * x3 + _spread(c3, c)).reshape(x.shape)
+
+
+def group_norm_grad_weight(dy: np.ndarray, x: np.ndarray, *, num_groups: int, eps: float) -> np.ndarray:
+    """PyTorch's formula: sum over N of (sum(dy * x) - sum(dy) * mean) * rstd, each sum over space."""
+    mean, rstd = _group_statistics(x, num_groups, eps)
+    _, _, ds, db = _sums(dy, x)
+    return np.sum((ds - db * _spread(mean, x.shape[1])[:, :, 0]) * _spread(rstd, x.shape[1])[:, :, 0], axis=0)
+
+
+def group_norm_grad_bias(dy: np.ndarray) -> np.ndarray:
+    """sum over all dimensions but the channels (1) of dy."""
+    return np.sum(dy, axis=(0, *range(2, dy.ndim)))
