@@ -131,3 +131,16 @@ def test_a_model_captured_by_export_pickles(rng: np.random.Generator) -> None:
         assert_close(model(x), module(x), layers=1)
     with pytest.raises(GraphError, match="captured by torch.export"):
         model(random_input(rng, (3, *NCHW[1:])))
+
+
+@pytest.mark.parametrize("zero", [0, 0.0])
+def test_a_tensor_divided_by_a_python_zero_is_as_in_torch(zero: float, rng: np.random.Generator) -> None:
+    """FastViT divides by a number computed from sizes that can be 0: torch.fx plans it as a product by the
+    reciprocal, which a 0 refuses; torch.export sees the 0 and divides as torch does (infinities, NaN for 0 and
+    NaN). A literal -0.0 keeps its sign (torch.export's symbolic sizes lose it: ``-0.0 * s0`` becomes 0.0)."""
+    module = Fn(lambda m, x: torch.cat([x / (zero * x.shape[0]), x / -0.0], 1)).eval()
+    model = swap_backend(module, None, NCHW)
+    assert model.tracer == "torch.export"
+    x = random_input(rng, NCHW)
+    x[0, 0, 0, :4] = torch.tensor([0.0, float("nan"), float("inf"), -float("inf")])
+    torch.testing.assert_close(model(x), module(x), equal_nan=True, rtol=0, atol=0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import fx, nn
@@ -108,20 +108,49 @@ def swap_backend(
     if fallback not in (None, "torch"):
         raise ConversionError(f"{CALLER}: fallback must be None or 'torch'; got {fallback!r}")
     selector = selector_argument(CALLER, algorithm, algos=algos, algorithms=algorithms)
-    traced, sample, graph, used = _capture(module, sample_input_shape, compute, tracer)
-    if graph.unsupported and fallback != "torch":
-        raise UnsupportedModelError(CALLER, graph.unsupported)
+    if tracer not in (None, *TRACERS):
+        raise ConversionError(f"{CALLER}: tracer must be None, {FX!r} or {EXPORT!r}; got {tracer!r}")
+    if tracer == EXPORT and sample_input_shape is None:
+        raise ConversionError(f"{CALLER}: tracer={EXPORT!r} captures the model at its sample input: give sample_input_shape")
+    best: tuple[Model, int] | None = None
+    failed: ConversionError | None = None
+    for captured in _captures(module, sample_input_shape, tracer):
+        try:
+            traced, sample, used = captured()
+            graph = ModelBuilder(CALLER, traced, compute, True).build()
+            if best is not None and len(graph.unsupported) >= best[1]:
+                continue
+            if graph.unsupported and fallback != "torch":
+                raise UnsupportedModelError(CALLER, graph.unsupported)
+            model = _model(traced, sample, graph, used, selector, backends, compute, fuse, fallback == "torch")
+        except SelectorError:
+            raise  # the request itself
+        except ConversionError as exc:
+            failed = failed or exc
+            continue
+        model.capture = capture
+        best = (model, len(graph.unsupported))
+        if not graph.unsupported:
+            break
+    if best is None:
+        assert failed is not None
+        raise failed
+    return best[0]
+
+
+def _model(traced: fx.GraphModule, sample: tuple[int, ...] | None, graph: ModelGraph, tracer: str, selector: Selector,
+           backends: Sequence[str] | None, compute: str, fuse: bool, fallback: bool) -> Model:
+    """The Model of a built graph, its requests assigned and (given a sample shape) its implementations selected."""
     requests = _assign_requests(graph, traced, selector, backends, sample is not None, compute)
     kept = frozenset(name for name, request in requests.items() if request == IN_TORCH)
     if kept:  # built again with those nodes (and the batch norms folded into them) left in PyTorch
-        graph = ModelBuilder(CALLER, traced, compute, fallback == "torch", kept).build()
+        graph = ModelBuilder(CALLER, traced, compute, fallback, kept).build()
     for node in graph.nodes:
         if node.kind == "op":
             node.request = requests[node.name]
     chains = find_chains(_outputs(graph)) if fuse else []
-    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback == "torch", graph.guards)
-    model.capture = capture
-    model.tracer = used
+    model = Model(graph.inputs, graph.input_names, graph.output, graph.nodes, compute, chains, fallback, graph.guards)
+    model.tracer = tracer
     if sample is not None:
         _preselect(model, graph, sample)
     return model
@@ -156,50 +185,36 @@ def _compute_dtype(module: nn.Module, dtype: torch.dtype | str | None) -> str:
     return _DTYPES[dtype]
 
 
-def _capture(module: nn.Module, shape: Sequence[int] | None, compute: str, tracer: str | None
-             ) -> tuple[fx.GraphModule, tuple[int, ...] | None, ModelGraph, str]:
-    """The model as a graph by ``tracer`` (None: torch.fx, or torch.export where it serves better, see
-    ``swap_backend``), its sample shape (batched) and its built graph (fallback nodes for what no registry
-    op serves); and the tracer used."""
-    if tracer not in (None, *TRACERS):
-        raise ConversionError(f"{CALLER}: tracer must be None, {FX!r} or {EXPORT!r}; got {tracer!r}")
-    if tracer == EXPORT and shape is None:
-        raise ConversionError(f"{CALLER}: tracer={EXPORT!r} captures the model at its sample input: give sample_input_shape")
-    best: tuple[fx.GraphModule, tuple[int, ...] | None, ModelGraph, str] | None = None
-    failed: ConversionError | None = None
+Captured = Callable[[], tuple[fx.GraphModule, tuple[int, ...] | None, str]]
+
+
+def _captures(module: nn.Module, shape: Sequence[int] | None, tracer: str | None) -> Iterator[Captured]:
+    """The ways to capture the model, in order of preference, each made when called: the graph, its sample
+    shape (batched) and the tracer. torch.fx first (sizes symbolic); given a sample shape, torch.export with
+    a dynamic batch, then with every size fixed (see ``swap_backend``)."""
+    batched: list[tuple[int, ...]] = []
+
+    def fx_trace() -> tuple[fx.GraphModule, tuple[int, ...] | None, str]:
+        traced = symbolic_trace(CALLER, module)
+        sample = None if shape is None else _batched_sample(traced, tuple(shape))
+        if sample is not None:
+            batched.append(sample)
+            _propagate(traced, module, sample)
+        return traced, sample, FX
+
+    def exported(dynamic_batch: bool) -> Captured:
+        def capture() -> tuple[fx.GraphModule, tuple[int, ...] | None, str]:
+            sample = batched[0] if batched else tuple(shape or ())
+            graph = export(CALLER, module, _sample_tensor(module, sample), dynamic_batch)
+            _propagate(graph, module, sample)
+            return graph, sample, EXPORT
+        return capture
+
     if tracer in (None, FX):
-        try:
-            traced = symbolic_trace(CALLER, module)
-        except TraceFailed as exc:
-            if tracer == FX or shape is None:
-                raise
-            failed = exc
-        else:
-            sample = None if shape is None else _batched_sample(traced, tuple(shape))
-            if sample is not None:
-                _propagate(traced, module, sample)
-            best = (traced, sample, ModelBuilder(CALLER, traced, compute, True).build(), FX)
-    if shape is None or tracer == FX or (best is not None and not best[2].unsupported):
-        assert best is not None
-        return best
-    sample = best[1] if best is not None else tuple(shape)
-    assert sample is not None
-    for dynamic_batch in (True, False):
-        try:
-            exported = export(CALLER, module, _sample_tensor(module, sample), dynamic_batch)
-            _propagate(exported, module, sample)
-            graph = ModelBuilder(CALLER, exported, compute, True).build()
-        except ConversionError as exc:
-            failed = failed or exc
-            continue
-        if best is None or len(graph.unsupported) < len(best[2].unsupported):
-            best = (exported, sample, graph, EXPORT)
-        if not graph.unsupported:
-            break
-    if best is None:
-        assert failed is not None
-        raise failed
-    return best
+        yield fx_trace
+    if shape is not None and tracer in (None, EXPORT):
+        yield exported(True)
+        yield exported(False)
 
 
 class _Recorder(ShapeProp):

@@ -23,7 +23,8 @@ def negated(value: Any) -> float:
 
 def reciprocal(value: Any) -> float:
     if value == 0:
-        raise ZeroDivisionError("a tensor divided by a Python number computed as 0")
+        raise ZeroDivisionError("a tensor divided by a Python number computed as 0 when planning (convert with a sample "
+                                "input of this shape: a zero known at conversion divides as torch does)")
     return 1.0 / float(value)
 
 
@@ -42,8 +43,8 @@ def _tensor(lw: Lowerer, value: Any) -> Any:
 def arithmetic(lw: Lowerer, kind: str, a: Any, b: Any) -> Lowered:
     """``a <kind> b`` (kind: add, sub, mul, div) between tensors and Python numbers, one of which is a tensor."""
     if _scalar(lw, b):
-        if kind == "div" and not isinstance(b, fx.Node) and b == 0:
-            raise Unsupported("division by the constant 0")
+        if kind == "div" and not isinstance(b, fx.Node) and b == 0:  # infinities of the zero's sign, NaN for 0 and NaN
+            return LoweredOp("div", [_tensor(lw, a), torch.tensor(float(b))], {})
         value = {"add": b, "sub": deferred(negated, b), "mul": b, "div": deferred(reciprocal, b)}[kind]
         return LoweredOp("mul_scalar" if kind in ("mul", "div") else "add_scalar", [_tensor(lw, a)], {"value": value})
     if _scalar(lw, a):
