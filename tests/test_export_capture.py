@@ -144,3 +144,16 @@ def test_a_tensor_divided_by_a_python_zero_is_as_in_torch(zero: float, rng: np.r
     x = random_input(rng, NCHW)
     x[0, 0, 0, :4] = torch.tensor([0.0, float("nan"), float("inf"), -float("inf")])
     torch.testing.assert_close(model(x), module(x), equal_nan=True, rtol=0, atol=0)
+
+
+def test_an_in_place_aten_op_is_its_twin_and_its_readers_read_it(rng: np.random.Generator) -> None:
+    """EfficientViT's ``F.hardswish(x, inplace=True)`` is ``aten.hardswish_`` in torch.export's graph."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        if x.shape[-1] % 2 == 0:  # torch.export only
+            F.hardswish(y, inplace=True)
+            y.relu_()
+        return y + 1
+
+    model = check_lowered(Fn(forward), NCHW, ["hardswish", "relu", "add_scalar"], rng)
+    assert model.tracer == "torch.export"

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
+from .lower_in_place import IN_PLACE
 from .lower_python import check_captured_shape
 
 aten = torch.ops.aten
@@ -123,9 +124,11 @@ def _rewrite(graph: fx.Graph, node: fx.Node, functions: dict[Any, Any], methods:
         node.replace_all_uses_with(node.args[0])  # type: ignore[arg-type]
         graph.erase_node(node)
         return
-    twin = _twin(name, node, functions, methods)
+    in_place = name.endswith("_") and not name.startswith("_")  # aten.hardswish_: the twin of hardswish, in place
+    twin = _twin(name[:-1] if in_place else name, node, functions, methods)
     if twin is not None:
         node.op, node.target, node.args, node.kwargs = twin
+        node.meta[IN_PLACE] = in_place
 
 
 def _twin(name: str, node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:

@@ -30,12 +30,17 @@ _VIEW_FUNCTIONS = {operator.getitem, torch.reshape, torch.permute, torch.transpo
 _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
 
+IN_PLACE = "algoswap_in_place"  # an fx node's meta: its call (an ATen op's out-of-place twin) changes its first argument
+
+
 class InPlaceError(ConversionError):
     """An in-place change a converted model cannot reproduce (seen through a view, or kept across calls)."""
 
 
 def mutates(node: fx.Node, root: nn.Module) -> bool:
     """Whether ``node`` changes its first argument in place."""
+    if node.meta.get(IN_PLACE):
+        return True
     if node.op == "call_method":
         return str(node.target).endswith("_") and not str(node.target).startswith("_")
     if node.op == "call_module":
