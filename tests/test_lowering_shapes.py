@@ -42,6 +42,8 @@ SHAPES = [
     ("getitem mixed", lambda m, x: x[:, 1:3, ..., None] * x[None, :1, -2, :, None], ["slice", "reshape", "mul"]),
     ("getitem negative", lambda m, x: x[..., -2:] + x[:, -1:, :, 1:-3], ["slice", "add"]),
     ("getitem sizes in forward", lambda m, x: x[:, :, : x.shape[2] // 2, x.size(3) - 3 :], ["slice"]),
+    ("getitem strided", lambda m, x: [x[:, ::2, 1::2] * 2, x[:, 1:4:3, -4::3, ::x.shape[3] // 2]], ["slice", "mul_scalar"]),
+    ("getitem strided with ints and None", lambda m, x: [x[0, ::3, None, 1:4:1], x[..., ::5], x[:, :, 4:1:2]], ["slice", "reshape"]),
     ("chunk split unbind", _pieces, ["split", "mul", "reshape"]),
     ("stack and cat", lambda m, x: torch.cat([torch.stack([x, x * 2], dim=-1), torch.stack([x, x], -1)], dim=1), ["concat"]),
     ("pad constant", lambda m, x: F.pad(x, (1, 2, 0, 1), value=0.5), ["pad"]),
@@ -67,11 +69,12 @@ def test_a_second_input_shape_is_planned_with_its_own_sizes(rng: np.random.Gener
     check_lowered(module, NCHW, ["slice", "transpose", "split"], rng, other_shape=(3, 5, 7, 9))
 
 
-def test_strided_slices_and_gathers_are_refused_with_the_reason() -> None:
-    for function, words in ((lambda m, x: torch.relu(x)[:, ::2], "slicing with step 2"),
+def test_negative_steps_and_gathers_are_refused_with_the_reason() -> None:
+    """Without a sample input (torch itself refuses a negative step when it runs one)."""
+    for function, words in ((lambda m, x: torch.relu(x)[:, ::-1], r"slicing with step -1 \(torch refuses steps below 1\)"),
                             (lambda m, x: x[:, m.index], "a gather")):
         with pytest.raises(UnsupportedModelError, match=words):
-            swap_backend(Fn(function, index=nn.Parameter(torch.tensor([0, 2]), requires_grad=False)).eval(), None, NCHW)
+            swap_backend(Fn(function, index=nn.Parameter(torch.tensor([0, 2]), requires_grad=False)).eval(), None)
 
 
 def test_a_tuple_used_whole_is_left_to_pytorch_whole(rng: np.random.Generator) -> None:

@@ -130,9 +130,9 @@ def _index_spread(index: tuple[Any, ...], rank: int) -> list[tuple[Any, ...]]:
     return [*index[:at], *full, *(e for e in index[at:] if e[0] != "...")]
 
 
-def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(begin, size) of the block an index selects, and the shape of the result."""
-    shape, begin, size, out = tuple(array.shape), [], [], []
+def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
+    """(begin, size, step) of the elements an index selects, and the shape of the result."""
+    shape, begin, size, step, out = tuple(array.shape), [], [], [], []
     d = 0
     for entry in _index_spread(index, len(shape)):
         if entry[0] == "new":
@@ -144,13 +144,15 @@ def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], t
                 raise IndexError(f"index {entry[1]} out of range for dimension {d} of size {n}")
             begin.append(entry[1] % n)
             size.append(1)
+            step.append(1)
         else:
-            start, stop, _ = slice(entry[1], entry[2]).indices(n)
-            begin.append(start)
-            size.append(max(stop - start, 0))
+            taken = range(*slice(*entry[1:]).indices(n))
+            begin.append(taken.start)
+            size.append(len(taken))
+            step.append(taken.step)
             out.append(size[-1])
         d += 1
-    return tuple(begin), tuple(size), tuple(out)
+    return tuple(begin), tuple(size), tuple(step), tuple(out)
 
 
 def slice_begin(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
@@ -161,8 +163,12 @@ def slice_size(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
     return _index_parts(array, index)[1]
 
 
-def indexed_shape(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+def slice_step(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
     return _index_parts(array, index)[2]
+
+
+def indexed_shape(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+    return _index_parts(array, index)[3]
 
 
 # ---------------------------------------------------------------------------- rules
@@ -302,9 +308,9 @@ def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
         elif item is Ellipsis:
             entries.append(("...",))
         elif isinstance(item, slice):
-            if item.step not in (None, 1):
-                raise Unsupported(f"slicing with step {item.step!r} (only step 1 is lowered)")
-            entries.append(("slice", item.start, item.stop))
+            if isinstance(item.step, int) and item.step < 1:
+                raise Unsupported(f"slicing with step {item.step!r} (torch refuses steps below 1)")
+            entries.append(("slice", item.start, item.stop, item.step))
         elif isinstance(item, int) and not isinstance(item, bool) or isinstance(item, fx.Node) and lw.is_python(item):
             entries.append(("int", item))
         else:
@@ -313,13 +319,15 @@ def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
 
 
 def tensor_index(lw: Lowerer, x: Any, index: Any) -> Lowered:
-    """``x[...]`` with ints, slices of step 1, None and Ellipsis: a slice, then a reshape for ints and Nones."""
+    """``x[...]`` with ints, slices, None and Ellipsis: a slice, then a reshape for ints and Nones."""
     entries = _index_entries(lw, index)
-    cuts = any(e[0] == "int" or e[0] == "slice" and (e[1], e[2]) != (None, None) for e in entries)
+    strided = any(e[0] == "slice" and e[3] not in (None, 1) for e in entries)
+    cuts = strided or any(e[0] == "int" or e[0] == "slice" and (e[1], e[2]) != (None, None) for e in entries)
     reshapes = any(e[0] in ("int", "new") for e in entries)
     value: Any = x
     if cuts:
-        value = LoweredOp("slice", [x], {"begin": Deferred(slice_begin, (x, entries)), "size": Deferred(slice_size, (x, entries))})
+        bounds = {"begin": Deferred(slice_begin, (x, entries)), "size": Deferred(slice_size, (x, entries))}
+        value = LoweredOp("slice", [x], {**bounds, "step": Deferred(slice_step, (x, entries))} if strided else bounds)
     if reshapes:
         value = reshape(value, Deferred(indexed_shape, (x, entries)))
     return value if isinstance(value, LoweredOp) else Alias(x)
