@@ -44,6 +44,8 @@ SHAPES = [
     ("getitem sizes in forward", lambda m, x: x[:, :, : x.shape[2] // 2, x.size(3) - 3 :], ["slice"]),
     ("getitem strided", lambda m, x: [x[:, ::2, 1::2] * 2, x[:, 1:4:3, -4::3, ::x.shape[3] // 2]], ["slice", "mul_scalar"]),
     ("getitem strided with ints and None", lambda m, x: [x[0, ::3, None, 1:4:1], x[..., ::5], x[:, :, 4:1:2]], ["slice", "reshape"]),
+    ("repeat_interleave", lambda m, x: [x.repeat_interleave(2, dim=1), torch.repeat_interleave(x, x.shape[0] // 2, -1),
+                                        x[0, 0].repeat_interleave(3)], ["broadcast_to", "reshape"]),
     ("chunk split unbind", _pieces, ["split", "mul", "reshape"]),
     ("stack and cat", lambda m, x: torch.cat([torch.stack([x, x * 2], dim=-1), torch.stack([x, x], -1)], dim=1), ["concat"]),
     ("pad constant", lambda m, x: F.pad(x, (1, 2, 0, 1), value=0.5), ["pad"]),
@@ -72,7 +74,8 @@ def test_a_second_input_shape_is_planned_with_its_own_sizes(rng: np.random.Gener
 def test_negative_steps_and_gathers_are_refused_with_the_reason() -> None:
     """Without a sample input (torch itself refuses a negative step when it runs one)."""
     for function, words in ((lambda m, x: torch.relu(x)[:, ::-1], r"slicing with step -1 \(torch refuses steps below 1\)"),
-                            (lambda m, x: x[:, m.index], "a gather")):
+                            (lambda m, x: x[:, m.index], "a gather"),
+                            (lambda m, x: x.repeat_interleave(m.index, dim=1), "repeats given as a tensor")):
         with pytest.raises(UnsupportedModelError, match=words):
             swap_backend(Fn(function, index=nn.Parameter(torch.tensor([0, 2]), requires_grad=False)).eval(), None)
 

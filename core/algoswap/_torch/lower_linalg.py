@@ -235,6 +235,53 @@ def _sdpa(lw: Lowerer, node: fx.Node) -> Lowered:
     return attention(bound["query"], bound["key"], bound["value"], bound["attn_mask"], bound["is_causal"], bound["scale"])
 
 
+# ---------------------------------------------------------------------------- 1-D convolution
+
+
+def as_image_shape(array: Any) -> tuple[int, ...]:
+    """A 1-D convolution's input (N, C, L), or an unbatched (C, L), as the image (N, C, 1, L)."""
+    shape = tuple(array.shape)
+    return (1, *shape[:1], 1, *shape[1:]) if len(shape) == 2 else (*shape[:2], 1, *shape[2:])
+
+
+def as_sequence_shape(array: Any, image: Any) -> tuple[int, ...]:
+    """The image (N, O, 1, L') a 1-D convolution computed, as torch's (N, O, L') (or (O, L') for an unbatched ``array``)."""
+    n, channels, _, length = tuple(image.shape)
+    return (channels, length) if len(array.shape) == 2 else (n, channels, length)
+
+
+def _row(value: Any, height: int) -> Any:
+    """A 1-D convolution's stride, padding or dilation (an int or a 1-tuple) as the (height, width) pair of
+    its conv2d; a padding string ('same', 'valid') as it is."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise Unsupported(f"a 1-D convolution with {value!r} (one value expected)")
+        value = value[0]
+    return (height, value)
+
+
+def conv1d(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
+           padding_mode: str = "zeros") -> LoweredOp:
+    """A 1-D convolution as a ``conv2d`` over a unit height (its kernel a row): the input viewed as
+    (N, C, 1, L), the result viewed back. A weight known now is reshaped once, here."""
+    if isinstance(weight, torch.Tensor):
+        weight = weight.detach().unsqueeze(2)
+    else:
+        weight = reshape(weight, Deferred(unsqueezed_shape, (weight, 2)))
+    attrs = {"stride": _row(stride, 1), "padding": _row(padding, 0), "dilation": _row(dilation, 1), "groups": groups,
+             "padding_mode": padding_mode}
+    image = LoweredOp("conv2d", [reshape(x, Deferred(as_image_shape, (x,))), weight, bias], attrs)
+    return reshape(image, Deferred(as_sequence_shape, (x, image)))
+
+
+def _conv1d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), node)
+    weight = lw.constants.get(bound["weight"], bound["weight"]) if isinstance(bound["weight"], fx.Node) else bound["weight"]
+    return conv1d(bound["input"], weight, bound["bias"], bound["stride"], bound["padding"], bound["dilation"], bound["groups"])
+
+
 _MAXPOOL = op_rule(
     "maxpool2d", signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False),
     ("input",), require={"return_indices": False},
@@ -256,6 +303,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.adaptive_avg_pool2d: op_rule("adaptiveavgpool2d", signature("input", "output_size"), ("input",)),
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
+    F.conv1d: _conv1d, torch.conv1d: _conv1d,
     F.batch_norm: _BATCH_NORM,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.mean: _MEAN, torch.sum: _SUM,

@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, layer_norm
+from .lower_linalg import attention, conv1d, layer_norm
 from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
@@ -50,6 +50,7 @@ _HARDTANH = _attrs("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max
 
 MODULES: dict[type[nn.Module], ModuleRule] = {
     nn.BatchNorm2d: _batch_norm,
+    nn.Conv1d: lambda lw, x, m: conv1d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups, m.padding_mode),
     nn.ReLU6: _HARDTANH, nn.Hardtanh: _HARDTANH,
     nn.SiLU: _attrs("silu", lambda m: {}), nn.Mish: _attrs("mish", lambda m: {}),
     nn.GELU: _attrs("gelu", lambda m: {"approximate": m.approximate}),

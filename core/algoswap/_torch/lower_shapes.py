@@ -77,6 +77,20 @@ def expanded_shape(array: Any, sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(shape[d - new]) if s == -1 and d >= new else int(s) for d, s in enumerate(sizes))
 
 
+def spread_shape(array: Any, dim: int, repeats: int) -> tuple[int, ...]:
+    """``repeat_interleave``'s middle step: a new axis of ``repeats`` after ``dim``."""
+    shape = list(array.shape)
+    d = _dim(dim, len(shape)) + 1
+    return tuple(shape[:d] + [int(repeats)] + shape[d:])
+
+
+def interleaved_shape(array: Any, dim: int, repeats: int) -> tuple[int, ...]:
+    """``repeat_interleave``'s result: ``dim`` ``repeats`` times as long."""
+    shape = list(array.shape)
+    shape[_dim(dim, len(shape))] *= int(repeats)
+    return tuple(shape)
+
+
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = list(array.shape)
     d = _dim(dim, len(shape))
@@ -272,6 +286,21 @@ def _stack(lw: Lowerer, node: fx.Node) -> Lowered:
     return LoweredOp("concat", [reshape(t, Deferred(unsqueezed_shape, (t, dim))) for t in tensors], {"axis": dim})
 
 
+def _repeat_interleave(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.repeat_interleave(n, dim)`` for a number ``n`` (gcvit): each element ``n`` times along ``dim`` as a
+    new axis after it broadcast to ``n``, merged back (dim None: of the flattened input)."""
+    bound = lw.bind(signature("input", repeats=None, dim=None, output_size=None), node)
+    x, repeats, dim = bound["input"], bound["repeats"], bound["dim"]
+    if repeats is None or not lw.is_python(repeats) or isinstance(repeats, bool):
+        raise Unsupported("repeat_interleave with repeats given as a tensor (each element its own count: a gather); "
+                          "only a number of repeats is lowered")
+    if dim is None:
+        x, dim = reshape(x, (-1,)), 0
+    spread = LoweredOp("broadcast_to", [reshape(x, Deferred(spread_shape, (x, dim, 1)))],
+                       {"shape": Deferred(spread_shape, (x, dim, repeats))})
+    return reshape(spread, Deferred(interleaved_shape, (x, dim, repeats)))
+
+
 def parts(lw: Lowerer, node: fx.Node, part: Any, fields: tuple[str, ...] = ()) -> Parts:
     """A tuple-valued node whose i-th item is ``part(i)`` (made once per item); ``fields``: its items' names."""
     lw.check_users_index(node, fields)
@@ -378,7 +407,7 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.permute: _permute, torch.transpose: _transpose, torch.swapaxes: _transpose, torch.swapdims: _transpose,
     torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE, torch.unflatten: _UNFLATTEN,
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
-    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind,
+    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.repeat_interleave: _repeat_interleave,
     F.pad: _pad, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,
@@ -389,6 +418,6 @@ METHODS: dict[str, Handler] = {
     "permute": _permute, "transpose": _transpose, "swapaxes": _transpose, "swapdims": _transpose,
     "t": lambda lw, node: transpose(node.args[0], None),
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
-    "expand": _expand, "expand_as": _like("broadcast_to"),
+    "expand": _expand, "expand_as": _like("broadcast_to"), "repeat_interleave": _repeat_interleave,
     "chunk": _chunk, "split": _split, "unbind": _unbind,
 }  # fmt: skip

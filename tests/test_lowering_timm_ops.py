@@ -1,0 +1,52 @@
+"""swap_backend lowers the ops timm's newer families need onto existing registry ops: 1-D convolutions
+(a conv2d over a unit height), resampling (F.interpolate, nn.Upsample), casts that change nothing at the
+compute dtype, and addcmul (each case: a small module against PyTorch, explain() naming the ops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+nn = torch.nn
+
+from algoswap._torch.convert import swap_backend  # noqa: E402
+from algoswap._torch.errors import UnsupportedModelError  # noqa: E402
+from lowering_check import Fn, check_lowered  # noqa: E402
+
+NCL = (2, 4, 9)
+
+# ---------------------------------------------------------------------------- 1-D convolutions
+
+CONV1D = [
+    ("module", lambda m, x: m.conv(x), 4 * 3),
+    ("module pointwise as coat's aggregate", lambda m, x: m.point(x), 4),
+    ("module same padding", lambda m, x: m.same(x), 2 * 5),
+    ("function on a weight", lambda m, x: F.conv1d(x, m.weight, m.bias, stride=(2,), padding=1, groups=2), 2 * 3),
+    ("function on a weight computed in forward", lambda m, x: F.conv1d(x, m.weight * x.shape[0], None, 1, "same", 1, 2), 2 * 3),
+]
+
+
+def _conv_parts() -> dict[str, Any]:
+    torch.manual_seed(0)
+    return {"conv": nn.Conv1d(4, 6, 3, stride=2, padding=1), "point": nn.Conv1d(4, 1, 1),
+            "same": nn.Conv1d(4, 6, 5, padding="same", dilation=2, groups=2, bias=False),
+            "weight": nn.Parameter(torch.randn(6, 2, 3)), "bias": nn.Parameter(torch.randn(6))}
+
+
+@pytest.mark.parametrize("function, terms", [c[1:] for c in CONV1D], ids=[c[0] for c in CONV1D])
+def test_conv1d_is_a_conv2d_over_a_unit_height(function: Any, terms: int, rng: np.random.Generator) -> None:
+    check_lowered(Fn(function, **_conv_parts()), NCL, ["conv2d", "reshape"], rng, other_shape=(3, 4, 12), reduction_length=terms)
+
+
+def test_conv1d_on_an_unbatched_input(rng: np.random.Generator) -> None:
+    check_lowered(Fn(lambda m, x: m.conv(x), **_conv_parts()), (4, 9), ["conv2d"], rng, other_shape=(4, 7), reduction_length=12)
+
+
+def test_conv1d_weight_is_reshaped_once_at_conversion() -> None:
+    model = swap_backend(Fn(lambda m, x: m.conv(x), **_conv_parts()).eval(), None, NCL)
+    conv = next(n for n in model.op_nodes() if n.op == "conv2d")
+    assert conv.inputs[1].kind == "constant" and conv.inputs[1].shape == (6, 4, 1, 3)
