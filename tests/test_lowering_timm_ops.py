@@ -50,3 +50,34 @@ def test_conv1d_weight_is_reshaped_once_at_conversion() -> None:
     model = swap_backend(Fn(lambda m, x: m.conv(x), **_conv_parts()).eval(), None, NCL)
     conv = next(n for n in model.op_nodes() if n.op == "conv2d")
     assert conv.inputs[1].kind == "constant" and conv.inputs[1].shape == (6, 4, 1, 3)
+
+
+# ---------------------------------------------------------------------------- resampling
+
+NCHW = (2, 3, 5, 6)
+RESAMPLING = [
+    ("coat's bilinear by a factor", lambda m, x: F.interpolate(x, scale_factor=2.0, recompute_scale_factor=False,
+                                                                mode="bilinear", align_corners=False)),
+    ("coat's downsampling", lambda m, x: F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False)),
+    ("csatv2's size read from a tensor", lambda m, x: F.interpolate(x[:, :, ::2, ::2], size=x.shape[2:], mode="bilinear",
+                                                                     align_corners=True)),
+    ("nearest to a size", lambda m, x: F.interpolate(x, size=(7, 4))),
+    ("hrnet's nearest upsample module", lambda m, x: m.nearest(x)),
+    ("efficientformerv2's bilinear upsample module", lambda m, x: m.bilinear(x)),
+    ("upsampling modules", lambda m, x: m.nearest2d(x) + m.bilinear2d(x)),
+]
+
+
+@pytest.mark.parametrize("function", [c[1] for c in RESAMPLING], ids=[c[0] for c in RESAMPLING])
+def test_interpolate_and_upsample(function: Any, rng: np.random.Generator) -> None:
+    module = Fn(function, nearest=nn.Upsample(scale_factor=4, mode="nearest"), bilinear=nn.Upsample(scale_factor=2, mode="bilinear"),
+                nearest2d=nn.UpsamplingNearest2d(scale_factor=2), bilinear2d=nn.UpsamplingBilinear2d(scale_factor=2))
+    check_lowered(module, NCHW, ["interpolate"], rng, other_shape=(1, 2, 8, 3))
+
+
+def test_interpolate_modes_the_op_lacks_are_refused_with_the_reason() -> None:
+    for function, words in ((lambda m, x: F.interpolate(x, scale_factor=2, mode="bicubic"), "mode"),
+                            (lambda m, x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), "antialias"),
+                            (lambda m, x: F.interpolate(x.flatten(2), size=4), "3-D input")):
+        with pytest.raises(UnsupportedModelError, match=words):
+            swap_backend(Fn(function).eval(), None, NCHW)

@@ -282,6 +282,28 @@ def _conv1d(lw: Lowerer, node: fx.Node) -> Lowered:
     return conv1d(bound["input"], weight, bound["bias"], bound["stride"], bound["padding"], bound["dilation"], bound["groups"])
 
 
+# ---------------------------------------------------------------------------- resampling
+
+
+def interpolate(lw: Lowerer, x: Any, size: Any, scale_factor: Any, mode: str, align_corners: Any,
+                recompute_scale_factor: Any, antialias: bool = False) -> LoweredOp:
+    """``F.interpolate`` of an NCHW input (the ``interpolate`` op: modes nearest and bilinear; the op's
+    spec refuses the others, naming them)."""
+    shape = lw.shape(x)
+    if shape is not None and len(shape) != 4:
+        raise Unsupported(f"interpolate of a {len(shape)}-D input (only NCHW inputs are lowered)")
+    if antialias:
+        raise Unsupported("interpolate with antialias=True (the interpolate op does not low-pass filter)")
+    return LoweredOp("interpolate", [x], {"size": size, "scale_factor": scale_factor, "mode": mode,
+                                          "align_corners": align_corners, "recompute_scale_factor": recompute_scale_factor})
+
+
+def _interpolate(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", size=None, scale_factor=None, mode="nearest", align_corners=None,
+                              recompute_scale_factor=None, antialias=False), node)
+    return interpolate(lw, bound.pop("input"), **bound)
+
+
 _MAXPOOL = op_rule(
     "maxpool2d", signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False),
     ("input",), require={"return_indices": False},
@@ -303,7 +325,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.adaptive_avg_pool2d: op_rule("adaptiveavgpool2d", signature("input", "output_size"), ("input",)),
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
-    F.conv1d: _conv1d, torch.conv1d: _conv1d,
+    F.conv1d: _conv1d, torch.conv1d: _conv1d, F.interpolate: _interpolate,
     F.batch_norm: _BATCH_NORM,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.mean: _MEAN, torch.sum: _SUM,

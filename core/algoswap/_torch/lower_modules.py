@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, conv1d, layer_norm
+from .lower_linalg import attention, conv1d, interpolate, layer_norm
 from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
@@ -46,10 +46,15 @@ def _pad_module(mode: str) -> ModuleRule:
     return lambda lw, x, m: pad(x, tuple(m.padding), mode, getattr(m, "value", 0.0))
 
 
+def _upsample(lw: Lowerer, x: Any, m: Any) -> Lowered:
+    return interpolate(lw, x, m.size, m.scale_factor, m.mode, m.align_corners, m.recompute_scale_factor)
+
+
 _HARDTANH = _attrs("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max_val})
 
 MODULES: dict[type[nn.Module], ModuleRule] = {
     nn.BatchNorm2d: _batch_norm,
+    **dict.fromkeys((nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d), _upsample),
     nn.Conv1d: lambda lw, x, m: conv1d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups, m.padding_mode),
     nn.ReLU6: _HARDTANH, nn.Hardtanh: _HARDTANH,
     nn.SiLU: _attrs("silu", lambda m: {}), nn.Mish: _attrs("mish", lambda m: {}),
