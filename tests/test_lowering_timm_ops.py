@@ -81,3 +81,38 @@ def test_interpolate_modes_the_op_lacks_are_refused_with_the_reason() -> None:
                             (lambda m, x: F.interpolate(x.flatten(2), size=4), "3-D input")):
         with pytest.raises(UnsupportedModelError, match=words):
             swap_backend(Fn(function).eval(), None, NCHW)
+
+
+# ---------------------------------------------------------------------------- casts and addcmul
+
+
+def _norm32(m: Any, x: torch.Tensor) -> torch.Tensor:
+    """timm's LayerNorm32 and eva's rotary embedding: casts to the dtype a value already has."""
+    y = F.layer_norm(x.float(), (6,), m.weight.float(), None, 1e-5).to(x.dtype)
+    z = (y * 2).type_as(x).to(dtype=x.dtype).to("cpu", torch.float32, non_blocking=True).to(x)
+    return z.type(torch.float32) + y.to(x.dtype, copy=True)
+
+
+def test_casts_to_the_dtype_a_value_has_are_no_ops(rng: np.random.Generator) -> None:
+    check_lowered(Fn(_norm32, weight=nn.Parameter(torch.randn(6))), NCHW, ["layer_norm", "mul_scalar", "add"], rng,
+                  reduction_length=6)
+
+
+def test_a_cast_to_another_dtype_is_refused_with_the_reason() -> None:
+    cases = ((torch.float32, lambda m, x: x.double() * 2, "a cast from torch.float32 to torch.float64"),
+             (torch.float32, lambda m, x: x.long(), "to torch.int64"),
+             (torch.float16, lambda m, x: F.layer_norm(x.float(), (6,)).to(x.dtype), "the Model computes in torch.float16"))
+    for dtype, function, words in cases:
+        with pytest.raises(UnsupportedModelError, match=words):
+            swap_backend(Fn(function).eval(), None, NCHW, dtype=dtype)
+
+
+def test_a_cast_needs_the_input_dtype_from_a_sample() -> None:
+    with pytest.raises(UnsupportedModelError, match="known only with a sample_input_shape"):
+        swap_backend(Fn(lambda m, x: x.float()).eval(), None)
+
+
+def test_addcmul_and_addcdiv(rng: np.random.Generator) -> None:
+    function = lambda m, x: torch.addcmul(m.bias, m.weight, x * x) + x.addcdiv(x, m.weight, value=0.5)  # noqa: E731
+    module = Fn(function, weight=nn.Parameter(torch.rand(6) + 0.5), bias=nn.Parameter(torch.randn(6)))
+    check_lowered(module, NCHW, ["mul", "add", "div", "mul_scalar"], rng)

@@ -17,6 +17,7 @@ import torch.fx._symbolic_trace
 from torch import fx
 
 from .._errors import AlgoswapError
+from .lower_elementwise import tensor_dtype
 from .lowered import Alias, Handler, Lowered, Parts, PythonCall, Unsupported, signature, target_name
 
 if TYPE_CHECKING:
@@ -126,6 +127,8 @@ def _getattr(lw: Lowerer, node: fx.Node) -> Lowered:
         return PythonCall(builtins.getattr, (obj, name), python_result=False)
     if name in _TENSOR_ATTRIBUTES:
         return PythonCall(_TENSOR_ATTRIBUTES[str(name)], (obj,))
+    if name == "dtype":
+        return tensor_dtype(lw, obj)
     from .lower_shapes import tensor_attribute  # x.T, x.mT: data movement
 
     return tensor_attribute(lw, obj, str(name))
