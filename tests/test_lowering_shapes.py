@@ -46,6 +46,11 @@ SHAPES = [
     ("getitem strided with ints and None", lambda m, x: [x[0, ::3, None, 1:4:1], x[..., ::5], x[:, :, 4:1:2]], ["slice", "reshape"]),
     ("repeat_interleave", lambda m, x: [x.repeat_interleave(2, dim=1), torch.repeat_interleave(x, x.shape[0] // 2, -1),
                                         x[0, 0].repeat_interleave(3)], ["broadcast_to", "reshape"]),
+    ("roll as swin", lambda m, x: torch.roll(torch.roll(x, shifts=(-2, -3), dims=(1, 2)), shifts=(2, 3), dims=(1, 2)) * 2
+                     + x.roll(x.shape[3], 3) + x.roll(7, -1), ["concat", "slice"]),
+    ("roll flattened", lambda m, x: torch.roll(x, 5), ["concat", "slice", "reshape"]),
+    ("repeat", lambda m, x: [x.repeat(1, 2, 1, 3), x[0].repeat(x.shape[0], 1, 1, 1), x.repeat((2, 1, 1, 1, 1))],
+     ["broadcast_to", "reshape"]),
     ("chunk split unbind", _pieces, ["split", "mul", "reshape"]),
     ("stack and cat", lambda m, x: torch.cat([torch.stack([x, x * 2], dim=-1), torch.stack([x, x], -1)], dim=1), ["concat"]),
     ("pad constant", lambda m, x: F.pad(x, (1, 2, 0, 1), value=0.5), ["pad"]),

@@ -52,6 +52,19 @@ def test_conv1d_weight_is_reshaped_once_at_conversion() -> None:
     assert conv.inputs[1].kind == "constant" and conv.inputs[1].shape == (6, 4, 1, 3)
 
 
+POOL1D = [
+    ("nextvit's AvgPool1d", lambda m, x: m.avg(x), 2),
+    ("MaxPool1d", lambda m, x: m.max(x), 1),
+    ("functions", lambda m, x: F.max_pool1d(x, 3, 2, 1) + F.avg_pool1d(x, 3, stride=2, padding=1, count_include_pad=False), 3),
+]
+
+
+@pytest.mark.parametrize("function, terms", [c[1:] for c in POOL1D], ids=[c[0] for c in POOL1D])
+def test_pool1d_is_a_pool2d_over_a_unit_height(function: Any, terms: int, rng: np.random.Generator) -> None:
+    module = Fn(function, avg=nn.AvgPool1d(2), max=nn.MaxPool1d(3, stride=2, padding=1, dilation=2, ceil_mode=True))
+    check_lowered(module, NCL, ["reshape"], rng, other_shape=(3, 4, 12), reduction_length=terms)
+
+
 # ---------------------------------------------------------------------------- resampling
 
 NCHW = (2, 3, 5, 6)

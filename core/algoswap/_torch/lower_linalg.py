@@ -272,8 +272,34 @@ def conv1d(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: 
         weight = reshape(weight, Deferred(unsqueezed_shape, (weight, 2)))
     attrs = {"stride": _row(stride, 1), "padding": _row(padding, 0), "dilation": _row(dilation, 1), "groups": groups,
              "padding_mode": padding_mode}
-    image = LoweredOp("conv2d", [reshape(x, Deferred(as_image_shape, (x,))), weight, bias], attrs)
+    return over_unit_height("conv2d", x, [weight, bias], attrs)
+
+
+def over_unit_height(op: str, x: Any, weights: list[Any], attrs: dict[str, Any]) -> LoweredOp:
+    """A 1-D op of a sequence (N, C, L) as the 2-D ``op`` of the image (N, C, 1, L), the result viewed back."""
+    image = LoweredOp(op, [reshape(x, Deferred(as_image_shape, (x,))), *weights], attrs)
     return reshape(image, Deferred(as_sequence_shape, (x, image)))
+
+
+def pool1d(op: str, x: Any, kernel_size: Any, stride: Any, padding: Any, **rest: Any) -> LoweredOp:
+    """``max_pool1d`` / ``avg_pool1d`` as ``maxpool2d`` / ``avgpool2d`` over a unit height (stride None: the kernel's)."""
+    stride = kernel_size if stride is None or stride == () else stride
+    attrs = {"kernel_size": _row(kernel_size, 1), "stride": _row(stride, 1), "padding": _row(padding, 0), **rest}
+    if "dilation" in attrs:
+        attrs["dilation"] = _row(attrs["dilation"], 1)
+    return over_unit_height(op, x, [], attrs)
+
+
+def _max_pool1d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False), node)
+    if bound.pop("return_indices"):
+        raise Unsupported("max_pool1d with return_indices=True (indices are not computed by algoswap ops)")
+    return pool1d("maxpool2d", bound.pop("input"), **bound)
+
+
+def _avg_pool1d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "kernel_size", stride=None, padding=0, ceil_mode=False, count_include_pad=True), node)
+    return pool1d("avgpool2d", bound.pop("input"), **bound)
 
 
 def _conv1d(lw: Lowerer, node: fx.Node) -> Lowered:
@@ -326,6 +352,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
     F.conv1d: _conv1d, torch.conv1d: _conv1d, F.interpolate: _interpolate,
+    F.max_pool1d: _max_pool1d, torch.max_pool1d: _max_pool1d, F.avg_pool1d: _avg_pool1d, torch.avg_pool1d: _avg_pool1d,
     F.batch_norm: _BATCH_NORM,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.mean: _MEAN, torch.sum: _SUM,

@@ -91,6 +91,35 @@ def interleaved_shape(array: Any, dim: int, repeats: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def rolled_window(array: Any, shift: int, dim: int) -> tuple[int, ...]:
+    """``roll``'s slice of the input concatenated to itself along ``dim``: from n - shift mod n, n long."""
+    shape = tuple(array.shape)
+    d = _dim(dim, len(shape))
+    return tuple(int(shape[d]) - int(shift) % int(shape[d]) if k == d else 0 for k in range(len(shape)))
+
+
+def tiled_shapes(array: Any, repeats: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """``repeat``'s three shapes: the input with a unit axis before each of its (padded) axes, that broadcast to
+    the repeats, and the result."""
+    shape = (1,) * (len(repeats) - len(array.shape)) + tuple(int(s) for s in array.shape)
+    if len(shape) > len(repeats):
+        raise ValueError(f"repeat with {len(repeats)} repeats of a {len(array.shape)}-D array (at least one per dimension)")
+    pairs = [(int(r), s) for r, s in zip(repeats, shape)]
+    return (tuple(v for _, s in pairs for v in (1, s)), tuple(v for p in pairs for v in p), tuple(r * s for r, s in pairs))
+
+
+def tile_unit(array: Any, repeats: tuple[int, ...]) -> tuple[int, ...]:
+    return tiled_shapes(array, repeats)[0]
+
+
+def tile_spread(array: Any, repeats: tuple[int, ...]) -> tuple[int, ...]:
+    return tiled_shapes(array, repeats)[1]
+
+
+def tile_result(array: Any, repeats: tuple[int, ...]) -> tuple[int, ...]:
+    return tiled_shapes(array, repeats)[2]
+
+
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = list(array.shape)
     d = _dim(dim, len(shape))
@@ -301,6 +330,30 @@ def _repeat_interleave(lw: Lowerer, node: fx.Node) -> Lowered:
     return reshape(spread, Deferred(interleaved_shape, (x, dim, repeats)))
 
 
+def _roll(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.roll(x, shifts, dims)``: per dimension, the input concatenated to itself and the n elements from
+    n - shift mod n on (every shift, 0 included, the same two ops); dims None: of the flattened input."""
+    bound = lw.bind(signature("input", "shifts", dims=None), node)
+    x, shifts, dims = bound["input"], bound["shifts"], bound["dims"]
+    shifts, dims = (s if isinstance(s, (tuple, list)) else (s,) for s in (shifts, dims if dims is not None else 0))
+    if len(shifts) != len(dims):
+        raise Unsupported(f"roll with {len(shifts)} shifts over {len(dims)} dims")
+    value = reshape(x, (-1,)) if bound["dims"] is None else x
+    for shift, dim in zip(shifts, dims):
+        doubled = LoweredOp("concat", [value, value], {"axis": dim})
+        value = LoweredOp("slice", [doubled], {"begin": Deferred(rolled_window, (value, shift, dim)), "size": Deferred(shape_of, (value,))})
+    return value if bound["dims"] is not None else reshape(value, Deferred(shape_of, (x,)))
+
+
+def _repeat(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.repeat(a, b, ...)`` (a tiling): a unit axis before each axis, broadcast to the repeats, merged."""
+    bound = lw.bind(varargs("repeats", "self"), node)
+    x, repeats = bound["self"], sizes_argument(bound["repeats"])
+    unit = reshape(x, Deferred(tile_unit, (x, repeats)))
+    spread = LoweredOp("broadcast_to", [unit], {"shape": Deferred(tile_spread, (x, repeats))})
+    return reshape(spread, Deferred(tile_result, (x, repeats)))
+
+
 def parts(lw: Lowerer, node: fx.Node, part: Any, fields: tuple[str, ...] = ()) -> Parts:
     """A tuple-valued node whose i-th item is ``part(i)`` (made once per item); ``fields``: its items' names."""
     lw.check_users_index(node, fields)
@@ -408,6 +461,7 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE, torch.unflatten: _UNFLATTEN,
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
     torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.repeat_interleave: _repeat_interleave,
+    torch.roll: _roll,
     F.pad: _pad, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,
@@ -419,5 +473,6 @@ METHODS: dict[str, Handler] = {
     "t": lambda lw, node: transpose(node.args[0], None),
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
     "expand": _expand, "expand_as": _like("broadcast_to"), "repeat_interleave": _repeat_interleave,
+    "repeat": _repeat, "roll": _roll,
     "chunk": _chunk, "split": _split, "unbind": _unbind,
 }  # fmt: skip
