@@ -111,6 +111,12 @@ def test_casts_to_the_dtype_a_value_has_are_no_ops(rng: np.random.Generator) -> 
                   reduction_length=6)
 
 
+def test_a_device_read_from_a_tensor_is_a_constant(rng: np.random.Generator) -> None:
+    """efficientformerv2 and levit read ``x.device`` to place their attention biases beside x."""
+    function = lambda m, x: x.to(x.device) + m.bias.to(device=x.device) * m.bias.to(x.device, x.dtype)  # noqa: E731
+    check_lowered(Fn(function, bias=nn.Parameter(torch.randn(6))), NCHW, ["add"], rng)
+
+
 def test_a_cast_to_another_dtype_is_refused_with_the_reason() -> None:
     cases = ((torch.float32, lambda m, x: x.double() * 2, "a cast from torch.float32 to torch.float64"),
              (torch.float32, lambda m, x: x.long(), "to torch.int64"),
@@ -129,3 +135,29 @@ def test_addcmul_and_addcdiv(rng: np.random.Generator) -> None:
     function = lambda m, x: torch.addcmul(m.bias, m.weight, x * x) + x.addcdiv(x, m.weight, value=0.5)  # noqa: E731
     module = Fn(function, weight=nn.Parameter(torch.rand(6) + 0.5), bias=nn.Parameter(torch.randn(6)))
     check_lowered(module, NCHW, ["mul", "add", "div", "mul_scalar"], rng)
+
+
+# ---------------------------------------------------------------------------- timm's families these unblock
+
+TIMM = [("gcvit_xxtiny", 224), ("coat_tiny", 224), ("efficientvim_m1", 64), ("efficientformerv2_s0", 224),
+        ("hrnet_w18_small", 64), ("swin_tiny_patch4_window7_224", 224), ("swinv2_cr_tiny_224", 224)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, side", TIMM, ids=[t[0] for t in TIMM])
+def test_timm_model_converts_whole(name: str, side: int, rng: np.random.Generator) -> None:
+    """repeat_interleave (gcvit), interpolate and Conv1d (coat), Conv1d (efficientvim), Upsample (efficientformerv2,
+    hrnet), roll (swin, swinv2_cr): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
+    from algoswap import zoo
+    from helpers import assert_close, network_terms, relative_error
+    from lowering_check import random_input
+
+    module = zoo.build(f"timm:{name}").eval()
+    model = swap_backend(module, None, (2, 3, side, side))
+    assert not [row for row in model.explain() if row.implementation.startswith("torch")]
+    x = random_input(rng, (2, 3, side, side))
+    with torch.no_grad():
+        ref = module(x)
+    out = model(x)
+    assert relative_error(out, ref) <= 1e-5
+    assert_close(out, ref, **network_terms(module))

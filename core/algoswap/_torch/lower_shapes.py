@@ -98,26 +98,14 @@ def rolled_window(array: Any, shift: int, dim: int) -> tuple[int, ...]:
     return tuple(int(shape[d]) - int(shift) % int(shape[d]) if k == d else 0 for k in range(len(shape)))
 
 
-def tiled_shapes(array: Any, repeats: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """``repeat``'s three shapes: the input with a unit axis before each of its (padded) axes, that broadcast to
-    the repeats, and the result."""
+def tiled_shape(array: Any, repeats: tuple[int, ...], stage: int) -> tuple[int, ...]:
+    """``repeat``'s shapes: (stage 0) the input with a unit axis before each of its axes (padded in front to as
+    many as the repeats), (1) that broadcast to the repeats, (2) the result."""
     shape = (1,) * (len(repeats) - len(array.shape)) + tuple(int(s) for s in array.shape)
     if len(shape) > len(repeats):
         raise ValueError(f"repeat with {len(repeats)} repeats of a {len(array.shape)}-D array (at least one per dimension)")
-    pairs = [(int(r), s) for r, s in zip(repeats, shape)]
-    return (tuple(v for _, s in pairs for v in (1, s)), tuple(v for p in pairs for v in p), tuple(r * s for r, s in pairs))
-
-
-def tile_unit(array: Any, repeats: tuple[int, ...]) -> tuple[int, ...]:
-    return tiled_shapes(array, repeats)[0]
-
-
-def tile_spread(array: Any, repeats: tuple[int, ...]) -> tuple[int, ...]:
-    return tiled_shapes(array, repeats)[1]
-
-
-def tile_result(array: Any, repeats: tuple[int, ...]) -> tuple[int, ...]:
-    return tiled_shapes(array, repeats)[2]
+    pairs = [(int(r) if stage else 1, s) for r, s in zip(repeats, shape)]
+    return tuple(r * s for r, s in pairs) if stage == 2 else tuple(v for p in pairs for v in p)
 
 
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -349,9 +337,9 @@ def _repeat(lw: Lowerer, node: fx.Node) -> Lowered:
     """``x.repeat(a, b, ...)`` (a tiling): a unit axis before each axis, broadcast to the repeats, merged."""
     bound = lw.bind(varargs("repeats", "self"), node)
     x, repeats = bound["self"], sizes_argument(bound["repeats"])
-    unit = reshape(x, Deferred(tile_unit, (x, repeats)))
-    spread = LoweredOp("broadcast_to", [unit], {"shape": Deferred(tile_spread, (x, repeats))})
-    return reshape(spread, Deferred(tile_result, (x, repeats)))
+    unit = reshape(x, Deferred(tiled_shape, (x, repeats, 0)))
+    spread = LoweredOp("broadcast_to", [unit], {"shape": Deferred(tiled_shape, (x, repeats, 1))})
+    return reshape(spread, Deferred(tiled_shape, (x, repeats, 2)))
 
 
 def parts(lw: Lowerer, node: fx.Node, part: Any, fields: tuple[str, ...] = ()) -> Parts:
