@@ -52,6 +52,24 @@ def test_conv1d_weight_is_reshaped_once_at_conversion() -> None:
     assert conv.inputs[1].kind == "constant" and conv.inputs[1].shape == (6, 4, 1, 3)
 
 
+# ---------------------------------------------------------------------------- transposed convolutions
+
+TRANSPOSED = [
+    ("lowformer's upsampling module", lambda m, x: m.up(x), 4 * 4),
+    ("strided, padded, dilated, grouped", lambda m, x: m.grouped(x), 2 * 9),
+    ("function", lambda m, x: F.conv_transpose2d(x, m.weight, m.bias, stride=2, padding=1, output_padding=1), 4 * 9),
+]
+
+
+@pytest.mark.parametrize("function, terms", [c[1:] for c in TRANSPOSED], ids=[c[0] for c in TRANSPOSED])
+def test_conv_transpose2d_is_conv2d_grad_input(function: Any, terms: int, rng: np.random.Generator) -> None:
+    torch.manual_seed(0)
+    module = Fn(function, up=nn.ConvTranspose2d(4, 6, 2, stride=2),
+                grouped=nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=2, bias=False),
+                weight=nn.Parameter(torch.randn(4, 3, 3, 3)), bias=nn.Parameter(torch.randn(3)))
+    check_lowered(module, (2, 4, 5, 6), ["conv2d_grad_input"], rng, other_shape=(1, 4, 3, 7), reduction_length=terms)
+
+
 POOL1D = [
     ("nextvit's AvgPool1d", lambda m, x: m.avg(x), 2),
     ("MaxPool1d", lambda m, x: m.max(x), 1),

@@ -308,6 +308,49 @@ def _conv1d(lw: Lowerer, node: fx.Node) -> Lowered:
     return conv1d(bound["input"], weight, bound["bias"], bound["stride"], bound["padding"], bound["dilation"], bound["groups"])
 
 
+# ---------------------------------------------------------------------------- transposed convolution
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value[0]), int(value[-1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
+
+
+def transposed_size(array: Any, weight: Any, stride: Any, padding: Any, output_padding: Any, dilation: Any,
+                    groups: int) -> tuple[int, ...]:
+    """The output (N, C_out, H_out, W_out) of ``conv_transpose2d``: (in - 1) * stride - 2 * padding +
+    dilation * (kernel - 1) + output_padding + 1 along each spatial axis."""
+    n, _, *spatial = (int(s) for s in array.shape)
+    _, per_group, *kernel = (int(s) for s in weight.shape)
+    sizes = zip(spatial, kernel, _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation))
+    return (n, per_group * groups, *((i - 1) * s - 2 * p + d * (k - 1) + o + 1 for i, k, s, p, o, d in sizes))
+
+
+def conv_transpose2d(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, output_padding: Any, groups: int,
+                     dilation: Any) -> Lowered:
+    """``conv_transpose2d`` is the gradient of conv2d with respect to its input (``conv2d_grad_input``): its
+    weight (C_in, C_out / groups, KH, KW) is that conv2d's (O, C / groups, KH, KW); the bias added after."""
+    if isinstance(padding, str):
+        raise Unsupported(f"conv_transpose2d with padding={padding!r}")
+    size = Deferred(transposed_size, (x, weight, stride, padding, output_padding, dilation, groups))
+    out = LoweredOp("conv2d_grad_input", [x, weight], {"input_size": size, "stride": stride, "padding": padding,
+                                                        "dilation": dilation, "groups": groups})
+    if bias is None:
+        return out
+    return LoweredOp("add", [out, bias.detach().reshape(-1, 1, 1) if isinstance(bias, torch.Tensor) else
+                             reshape(bias, Deferred(_channels_column, (bias,)))], {})
+
+
+def _channels_column(array: Any) -> tuple[int, ...]:
+    return (int(array.shape[0]), 1, 1)
+
+
+def _conv_transpose2d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "weight", bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1), node)
+    bias = lw.constants.get(bound["bias"], bound["bias"]) if isinstance(bound["bias"], fx.Node) else bound["bias"]
+    return conv_transpose2d(bound["input"], bound["weight"], bias, bound["stride"], bound["padding"],
+                            bound["output_padding"], bound["groups"], bound["dilation"])
+
+
 # ---------------------------------------------------------------------------- resampling
 
 
@@ -352,6 +395,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.linear: op_rule("linear", signature("input", "weight", bias=None), ("input", "weight", "bias")),
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
     F.conv1d: _conv1d, torch.conv1d: _conv1d, F.interpolate: _interpolate,
+    F.conv_transpose2d: _conv_transpose2d, torch.conv_transpose2d: _conv_transpose2d,
     F.max_pool1d: _max_pool1d, torch.max_pool1d: _max_pool1d, F.avg_pool1d: _avg_pool1d, torch.avg_pool1d: _avg_pool1d,
     F.batch_norm: _BATCH_NORM,
     F.layer_norm: _layer_norm, F.normalize: _normalize,

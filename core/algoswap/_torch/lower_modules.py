@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, conv1d, interpolate, layer_norm, pool1d
+from .lower_linalg import attention, conv1d, conv_transpose2d, interpolate, layer_norm, pool1d
 from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
@@ -52,6 +52,12 @@ def _max_pool1d(lw: Lowerer, x: Any, m: Any) -> Lowered:
     return pool1d("maxpool2d", x, m.kernel_size, m.stride, m.padding, dilation=m.dilation, ceil_mode=m.ceil_mode)
 
 
+def _conv_transpose2d(lw: Lowerer, x: Any, m: Any) -> Lowered:
+    if m.padding_mode != "zeros":
+        raise Unsupported(f"ConvTranspose2d with padding_mode={m.padding_mode!r} (torch supports only 'zeros')")
+    return conv_transpose2d(x, m.weight, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
+
+
 def _upsample(lw: Lowerer, x: Any, m: Any) -> Lowered:
     return interpolate(lw, x, m.size, m.scale_factor, m.mode, m.align_corners, m.recompute_scale_factor)
 
@@ -61,7 +67,7 @@ _HARDTANH = _attrs("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max
 MODULES: dict[type[nn.Module], ModuleRule] = {
     nn.BatchNorm2d: _batch_norm,
     **dict.fromkeys((nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d), _upsample),
-    nn.MaxPool1d: _max_pool1d,
+    nn.MaxPool1d: _max_pool1d, nn.ConvTranspose2d: _conv_transpose2d,
     nn.AvgPool1d: lambda lw, x, m: pool1d("avgpool2d", x, m.kernel_size, m.stride, m.padding, ceil_mode=m.ceil_mode,
                                           count_include_pad=m.count_include_pad),
     nn.Conv1d: lambda lw, x, m: conv1d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups, m.padding_mode),
