@@ -51,6 +51,8 @@ SHAPES = [
     ("roll flattened", lambda m, x: torch.roll(x, 5), ["concat", "slice", "reshape"]),
     ("repeat", lambda m, x: [x.repeat(1, 2, 1, 3), x[0].repeat(x.shape[0], 1, 1, 1), x.repeat((2, 1, 1, 1, 1))],
      ["broadcast_to", "reshape"]),
+    ("gather by indices known now", lambda m, x: [x[:, :, [4, 0, 2, 2]], x[:, m.index], x[m.index, ...], x[..., m.index, :], x[:, :, :, m.index]],
+     ["embedding", "transpose", "reshape"]),
     ("chunk split unbind", _pieces, ["split", "mul", "reshape"]),
     ("stack and cat", lambda m, x: torch.cat([torch.stack([x, x * 2], dim=-1), torch.stack([x, x], -1)], dim=1), ["concat"]),
     ("pad constant", lambda m, x: F.pad(x, (1, 2, 0, 1), value=0.5), ["pad"]),
@@ -67,7 +69,7 @@ SHAPES = [
 @pytest.mark.parametrize("function, ops", [c[1:] for c in SHAPES], ids=[c[0] for c in SHAPES])
 def test_shape_lowering(function: Any, ops: list[str], rng: np.random.Generator) -> None:
     module = Fn(function, zero=nn.ZeroPad2d((1, 0, 2, 1)), reflect=nn.ReflectionPad2d(1), shuffle=nn.ChannelShuffle(2),
-                identity=nn.Identity(), drop=nn.Dropout(0.2))
+                identity=nn.Identity(), drop=nn.Dropout(0.2), index=nn.Parameter(torch.tensor([1, 0, 1]), requires_grad=False))
     check_lowered(module, NCHW, ops, rng)
 
 
@@ -79,7 +81,9 @@ def test_a_second_input_shape_is_planned_with_its_own_sizes(rng: np.random.Gener
 def test_negative_steps_and_gathers_are_refused_with_the_reason() -> None:
     """Without a sample input (torch itself refuses a negative step when it runs one)."""
     for function, words in ((lambda m, x: torch.relu(x)[:, ::-1], r"slicing with step -1 \(torch refuses steps below 1\)"),
-                            (lambda m, x: x[:, m.index], "a gather"),
+                            (lambda m, x: x[:, m.index, 1:], "beside other indices"),
+                            (lambda m, x: x[:, [0, -1]], "negative indices"),
+                            (lambda m, x: x[m.index.float()], "a gather"),
                             (lambda m, x: x.repeat_interleave(m.index, dim=1), "repeats given as a tensor")):
         with pytest.raises(UnsupportedModelError, match=words):
             swap_backend(Fn(function, index=nn.Parameter(torch.tensor([0, 2]), requires_grad=False)).eval(), None)

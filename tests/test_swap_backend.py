@@ -213,7 +213,7 @@ class _Unusual(nn.Module):
         pooled, _ = F.max_pool2d(y, 2, return_indices=True)  # traced as F.max_pool2d_with_indices
         values, _ = torch.sort(self.shuffle(pooled).tanh(), dim=1)
         values = F.adaptive_max_pool1d(values.flatten(2), 2)  # F.adaptive_max_pool1d does not pickle: stored by its name
-        return F.relu(values)[..., [1, 0]]  # a gather
+        return F.relu(values)[..., [1, 0], None]  # a gather beside another index
 
 
 UNUSUAL = ["cumsum", "max_pool2d_with_indices", "shuffle", "sort", "adaptive_max_pool1d", "getitem_4"]  # the nodes no registry op runs
@@ -227,7 +227,7 @@ def test_unsupported_nodes_are_listed_together() -> None:
     assert [n.name for n in error_.nodes] == UNUSUAL
     message = str(error_)
     for words in ("6 nodes", "torch.cumsum", "torch.nn.functional.adaptive_max_pool1d", "PixelShuffle module 'shuffle'", "torch.sort",
-                  "(a gather)", "fallback='torch'"):
+                  "beside other indices (a gather", "fallback='torch'"):
         assert words in message
 
 

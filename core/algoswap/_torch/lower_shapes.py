@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from .lower_python import python_getitem, shape_of
+from .lower_python import numel_of, python_getitem, shape_of
 from .lowered import (Alias, Deferred, Handler, Lowered, LoweredOp, Parts, Unsupported, deferred, signature,
                       sizes_argument, varargs)
 
@@ -383,14 +383,80 @@ def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
             entries.append(("slice", item.start, item.stop, item.step))
         elif isinstance(item, int) and not isinstance(item, bool) or isinstance(item, fx.Node) and lw.is_python(item):
             entries.append(("int", item))
+        elif (picked := _constant_indices(lw, item)) is not None:
+            entries.append(("take", picked))
         else:
             raise Unsupported(f"indexing a tensor with {type(item).__name__} values (a gather) has no registry op")
     return tuple(entries)
 
 
+def _constant_indices(lw: Lowerer, item: Any) -> torch.Tensor | None:
+    """An index that picks elements along one axis by indices known now (a list of ints, a 1-D integer weight),
+    as an int64 tensor; None for other indices. Negative indices are refused (they count from an end that
+    other input shapes move)."""
+    value = lw.constants.get(item, item) if isinstance(item, fx.Node) else item
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        value = torch.tensor(value)
+    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int32, torch.int64) or value.dim() != 1 or not len(value):
+        return None
+    if bool((value < 0).any()):
+        raise Unsupported("indexing a tensor with negative indices (a gather; only indices >= 0 are lowered)")
+    return value.to(torch.int64)
+
+
+def axis_first(array: Any, axis: int) -> tuple[int, ...]:
+    """The permutation moving ``axis`` to the front (``axis_back`` moves it back)."""
+    axis = _dim(axis, len(array.shape))
+    rest = [d for d in range(len(array.shape)) if d != axis]
+    return (axis, *rest)
+
+
+def axis_back(array: Any, axis: int) -> tuple[int, ...]:
+    """The permutation moving the front axis back to ``axis``."""
+    axis = _dim(axis, len(array.shape))
+    return tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, len(array.shape)))
+
+
+def rows_of(array: Any, axis: int) -> tuple[int, ...]:
+    """The input with ``axis`` in front, as (its size, everything else)."""
+    n = size_along(array, axis)
+    return (n, numel_of(array) // n if n else 0)
+
+
+def picked_shape(array: Any, axis: int, count: int) -> tuple[int, ...]:
+    return (count, *without_dim(array, axis))
+
+
+def take(x: Any, axis: int, indices: torch.Tensor) -> LoweredOp:
+    """``x[:, ..., indices]`` along ``axis`` (indices known now): the axis moved to the front, the rest
+    flattened into rows of an ``embedding`` table, the picked rows shaped and moved back."""
+    table = reshape(transpose(x, Deferred(axis_first, (x, axis))), Deferred(rows_of, (x, axis)))
+    picked = reshape(LoweredOp("embedding", [table, indices], {}), Deferred(picked_shape, (x, axis, len(indices))))
+    return transpose(picked, Deferred(axis_back, (x, axis)))
+
+
+def _taken(entries: tuple[tuple[Any, ...], ...]) -> tuple[int, torch.Tensor] | None:
+    """(axis, indices) of an index that picks along one axis by constant indices, the others whole (the axis
+    counted from the end after an Ellipsis); None if it picks nothing; unsupported for other mixtures."""
+    at = [k for k, e in enumerate(entries) if e[0] == "take"]
+    if not at:
+        return None
+    others = [e for k, e in enumerate(entries) if k != at[0]]
+    if len(at) > 1 or not all(e[0] == "..." or e[0] == "slice" and e[1:] in ((None, None, None), (None, None, 1)) for e in others):
+        raise Unsupported("indexing with a list or tensor of indices beside other indices (a gather; only x[:, ..., indices] "
+                          "along one axis, the others whole, is lowered)")
+    before, after = entries[: at[0]], entries[at[0] + 1 :]
+    axis = -1 - sum(e[0] != "..." for e in after) if any(e[0] == "..." for e in before) else len(before)
+    return axis, entries[at[0]][1]
+
+
 def tensor_index(lw: Lowerer, x: Any, index: Any) -> Lowered:
-    """``x[...]`` with ints, slices, None and Ellipsis: a slice, then a reshape for ints and Nones."""
+    """``x[...]`` with ints, slices, None and Ellipsis: a slice, then a reshape for ints and Nones; along one axis
+    by indices known now: ``take``."""
     entries = _index_entries(lw, index)
+    taken = _taken(entries)
+    if taken is not None:
+        return take(x, *taken)
     strided = any(e[0] == "slice" and e[3] not in (None, 1) for e in entries)
     cuts = strided or any(e[0] == "int" or e[0] == "slice" and (e[1], e[2]) != (None, None) for e in entries)
     reshapes = any(e[0] in ("int", "new") for e in entries)
