@@ -53,6 +53,9 @@ SHAPES = [
      ["broadcast_to", "reshape"]),
     ("gather by indices known now", lambda m, x: [x[:, :, [4, 0, 2, 2]], x[:, m.index], x[m.index, ...], x[..., m.index, :], x[:, :, :, m.index]],
      ["embedding", "transpose", "reshape"]),
+    ("unfold as tnt", lambda m, x: m.unfold(x), ["slice", "concat", "reshape"]),
+    ("unfold padded dilated strided", lambda m, x: [F.unfold(x, (2, 3), dilation=(2, 1), padding=1, stride=(1, 2)),
+                                                    F.unfold(x, 1)], ["slice", "pad", "concat", "reshape"]),
     ("chunk split unbind", _pieces, ["split", "mul", "reshape"]),
     ("stack and cat", lambda m, x: torch.cat([torch.stack([x, x * 2], dim=-1), torch.stack([x, x], -1)], dim=1), ["concat"]),
     ("pad constant", lambda m, x: F.pad(x, (1, 2, 0, 1), value=0.5), ["pad"]),
@@ -69,7 +72,7 @@ SHAPES = [
 @pytest.mark.parametrize("function, ops", [c[1:] for c in SHAPES], ids=[c[0] for c in SHAPES])
 def test_shape_lowering(function: Any, ops: list[str], rng: np.random.Generator) -> None:
     module = Fn(function, zero=nn.ZeroPad2d((1, 0, 2, 1)), reflect=nn.ReflectionPad2d(1), shuffle=nn.ChannelShuffle(2),
-                identity=nn.Identity(), drop=nn.Dropout(0.2), index=nn.Parameter(torch.tensor([1, 0, 1]), requires_grad=False))
+                identity=nn.Identity(), drop=nn.Dropout(0.2), unfold=nn.Unfold(2, stride=2), index=nn.Parameter(torch.tensor([1, 0, 1]), requires_grad=False))
     check_lowered(module, NCHW, ops, rng)
 
 

@@ -158,14 +158,15 @@ def test_addcmul_and_addcdiv(rng: np.random.Generator) -> None:
 # ---------------------------------------------------------------------------- timm's families these unblock
 
 TIMM = [("gcvit_xxtiny", 224), ("coat_tiny", 224), ("efficientvim_m1", 64), ("efficientformerv2_s0", 224),
-        ("hrnet_w18_small", 64), ("swin_tiny_patch4_window7_224", 224), ("swinv2_cr_tiny_224", 224)]
+        ("hrnet_w18_small", 64), ("swin_tiny_patch4_window7_224", 224), ("swinv2_cr_tiny_224", 224),
+        ("swinv2_tiny_window16_256", 256), ("tnt_s_legacy_patch16_224", 224)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, side", TIMM, ids=[t[0] for t in TIMM])
 def test_timm_model_converts_whole(name: str, side: int, rng: np.random.Generator) -> None:
     """repeat_interleave (gcvit), interpolate and Conv1d (coat), Conv1d (efficientvim), Upsample (efficientformerv2,
-    hrnet), roll (swin, swinv2_cr): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
+    hrnet), roll (swin, swinv2, swinv2_cr), Unfold (tnt): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
     from algoswap import zoo
     from helpers import assert_close, network_terms, relative_error
     from lowering_check import random_input

@@ -108,6 +108,41 @@ def tiled_shape(array: Any, repeats: tuple[int, ...], stage: int) -> tuple[int, 
     return tuple(r * s for r, s in pairs) if stage == 2 else tuple(v for p in pairs for v in p)
 
 
+def _pairs(*values: Any) -> list[tuple[int, int]]:
+    return [(int(v[0]), int(v[-1])) if isinstance(v, (tuple, list)) else (int(v), int(v)) for v in values]
+
+
+def patch_size(array: Any, kernel: Any, dilation: Any, stride: Any) -> tuple[int, ...]:
+    """``unfold``'s slice for one kernel position of the (padded) input: (N, C, out_h, out_w)."""
+    n, c, *spatial = (int(s) for s in array.shape)
+    out = [(size - d * (k - 1) - 1) // s + 1 for size, (k, d, s) in zip(spatial, zip(*(_pairs(kernel, dilation, stride))))]
+    if min(out) < 1:
+        raise ValueError(f"unfold of a {tuple(array.shape)} input with kernel {kernel}, dilation {dilation}: no whole window")
+    return (n, c, *out)
+
+
+def patch_rows(array: Any, count: int) -> tuple[int, ...]:
+    """``count`` kernel positions' patches (N, C, out_h, out_w) as (N, C * count, L), L = out_h * out_w
+    (count 0: one patch as (N, C, 1, L), to be concatenated along axis 2)."""
+    n, c, h, w = (int(s) for s in array.shape)
+    return (n, c, 1, h * w) if count == 0 else (n, c * count, h * w)
+
+
+def unfold(x: Any, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> LoweredOp:
+    """``F.unfold`` (im2col) of NCHW input: per kernel position (i, j) the strided slice of the padded input from
+    (i * dilation, j * dilation), every stride; the positions concatenated in torch's order (channel-major)."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs(kernel_size, dilation, padding, stride)
+    padded = pad(x, (pw, pw, ph, ph)) if (ph, pw) != (0, 0) else x
+    size = Deferred(patch_size, (padded, kernel_size, dilation, stride))
+    patches = []
+    for i in range(kh):
+        for j in range(kw):
+            patch = LoweredOp("slice", [padded], {"begin": (0, 0, i * dh, j * dw), "size": size, "step": (1, 1, sh, sw)})
+            patches.append(reshape(patch, Deferred(patch_rows, (patch, 0))))
+    merged = LoweredOp("concat", patches, {"axis": 2}) if len(patches) > 1 else patches[0]
+    return reshape(merged, Deferred(patch_rows, (patches[0].inputs[0], kh * kw)))
+
+
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = list(array.shape)
     d = _dim(dim, len(shape))
@@ -481,6 +516,11 @@ def pad(x: Any, pads: Any, mode: str = "constant", value: Any = None) -> Lowered
     return LoweredOp("pad", [x], {"pads": deferred(torch_pads, pads), "mode": mode, "value": 0.0 if value is None else value})
 
 
+def _unfold(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "kernel_size", dilation=1, padding=0, stride=1), node)
+    return unfold(bound["input"], bound["kernel_size"], bound["dilation"], bound["padding"], bound["stride"])
+
+
 def _pad(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "pad", mode="constant", value=None), node)
     return pad(bound["input"], bound["pad"], bound["mode"], bound["value"])
@@ -516,7 +556,7 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
     torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.repeat_interleave: _repeat_interleave,
     torch.roll: _roll,
-    F.pad: _pad, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
+    F.pad: _pad, F.unfold: _unfold, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,
 }  # fmt: skip
