@@ -42,6 +42,20 @@ SHAPES = [
     ("getitem mixed", lambda m, x: x[:, 1:3, ..., None] * x[None, :1, -2, :, None], ["slice", "reshape", "mul"]),
     ("getitem negative", lambda m, x: x[..., -2:] + x[:, -1:, :, 1:-3], ["slice", "add"]),
     ("getitem sizes in forward", lambda m, x: x[:, :, : x.shape[2] // 2, x.size(3) - 3 :], ["slice"]),
+    ("getitem strided", lambda m, x: [x[:, ::2, 1::2] * 2, x[:, 1:4:3, -4::3, ::x.shape[3] // 2]], ["slice", "mul_scalar"]),
+    ("getitem strided with ints and None", lambda m, x: [x[0, ::3, None, 1:4:1], x[..., ::5], x[:, :, 4:1:2]], ["slice", "reshape"]),
+    ("repeat_interleave", lambda m, x: [x.repeat_interleave(2, dim=1), torch.repeat_interleave(x, x.shape[0] // 2, -1),
+                                        x[0, 0].repeat_interleave(3)], ["broadcast_to", "reshape"]),
+    ("roll as swin", lambda m, x: torch.roll(torch.roll(x, shifts=(-2, -3), dims=(1, 2)), shifts=(2, 3), dims=(1, 2)) * 2
+                     + x.roll(x.shape[3], 3) + x.roll(7, -1), ["concat", "slice"]),
+    ("roll flattened", lambda m, x: torch.roll(x, 5), ["concat", "slice", "reshape"]),
+    ("repeat", lambda m, x: [x.repeat(1, 2, 1, 3), x[0].repeat(x.shape[0], 1, 1, 1), x.repeat((2, 1, 1, 1, 1))],
+     ["broadcast_to", "reshape"]),
+    ("gather by indices known now", lambda m, x: [x[:, :, [4, 0, 2, 2]], x[:, m.index], x[m.index, ...], x[..., m.index, :], x[:, :, :, m.index]],
+     ["embedding", "transpose", "reshape"]),
+    ("unfold as tnt", lambda m, x: m.unfold(x), ["slice", "concat", "reshape"]),
+    ("unfold padded dilated strided", lambda m, x: [F.unfold(x, (2, 3), dilation=(2, 1), padding=1, stride=(1, 2)),
+                                                    F.unfold(x, 1)], ["slice", "pad", "concat", "reshape"]),
     ("chunk split unbind", _pieces, ["split", "mul", "reshape"]),
     ("stack and cat", lambda m, x: torch.cat([torch.stack([x, x * 2], dim=-1), torch.stack([x, x], -1)], dim=1), ["concat"]),
     ("pad constant", lambda m, x: F.pad(x, (1, 2, 0, 1), value=0.5), ["pad"]),
@@ -58,7 +72,7 @@ SHAPES = [
 @pytest.mark.parametrize("function, ops", [c[1:] for c in SHAPES], ids=[c[0] for c in SHAPES])
 def test_shape_lowering(function: Any, ops: list[str], rng: np.random.Generator) -> None:
     module = Fn(function, zero=nn.ZeroPad2d((1, 0, 2, 1)), reflect=nn.ReflectionPad2d(1), shuffle=nn.ChannelShuffle(2),
-                identity=nn.Identity(), drop=nn.Dropout(0.2))
+                identity=nn.Identity(), drop=nn.Dropout(0.2), unfold=nn.Unfold(2, stride=2), index=nn.Parameter(torch.tensor([1, 0, 1]), requires_grad=False))
     check_lowered(module, NCHW, ops, rng)
 
 
@@ -67,11 +81,15 @@ def test_a_second_input_shape_is_planned_with_its_own_sizes(rng: np.random.Gener
     check_lowered(module, NCHW, ["slice", "transpose", "split"], rng, other_shape=(3, 5, 7, 9))
 
 
-def test_strided_slices_and_gathers_are_refused_with_the_reason() -> None:
-    for function, words in ((lambda m, x: torch.relu(x)[:, ::2], "slicing with step 2"),
-                            (lambda m, x: x[:, m.index], "a gather")):
+def test_negative_steps_and_gathers_are_refused_with_the_reason() -> None:
+    """Without a sample input (torch itself refuses a negative step when it runs one)."""
+    for function, words in ((lambda m, x: torch.relu(x)[:, ::-1], r"slicing with step -1 \(torch refuses steps below 1\)"),
+                            (lambda m, x: x[:, m.index, 1:], "beside other indices"),
+                            (lambda m, x: x[:, [0, -1]], "negative indices"),
+                            (lambda m, x: x[m.index.float()], "a gather"),
+                            (lambda m, x: x.repeat_interleave(m.index, dim=1), "repeats given as a tensor")):
         with pytest.raises(UnsupportedModelError, match=words):
-            swap_backend(Fn(function, index=nn.Parameter(torch.tensor([0, 2]), requires_grad=False)).eval(), None, NCHW)
+            swap_backend(Fn(function, index=nn.Parameter(torch.tensor([0, 2]), requires_grad=False)).eval(), None)
 
 
 def test_a_tuple_used_whole_is_left_to_pytorch_whole(rng: np.random.Generator) -> None:

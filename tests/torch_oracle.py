@@ -55,9 +55,10 @@ def _split(x: Any, sections: Any, index: int, axis: int = 0) -> Any:
     return parts[index]
 
 
-def _slice(x: Any, begin: Any, size: Any) -> Any:
+def _slice(x: Any, begin: Any, size: Any, step: Any = None) -> Any:
     begin, size = np.atleast_1d(begin), np.atleast_1d(size)
-    return x[tuple(slice(b, None if s == -1 else b + s) for b, s in zip(begin, size))]
+    step = np.ones_like(begin) if step is None else np.atleast_1d(step)
+    return x[tuple(slice(b, None if s == -1 else b + (s - 1) * t + 1 if s else b, t) for b, s, t in zip(begin, size, step))]
 
 
 def _matmul(a: Any, b: Any, trans_a: bool = False, trans_b: bool = False) -> Any:
@@ -338,7 +339,7 @@ GRADIENT: dict[str, Fn] = {
     "reduce_mean_grad": lambda dy, input_size, axes=None, keepdims=False: _vjp(
         lambda x: FORWARD["reduce_mean"](x, axes, keepdims), _zeros(input_size), dy),
     "reduce_max_grad": lambda dy, x, axes=None, keepdims=False: _vjp(lambda v: FORWARD["reduce_max"](v, axes, keepdims), x, dy),
-    "slice_grad": lambda dy, begin, input_size: _vjp(lambda x: _slice(x, begin, dy.shape), _zeros(input_size), dy),
+    "slice_grad": lambda dy, begin, input_size, step=None: _vjp(lambda x: _slice(x, begin, dy.shape, step), _zeros(input_size), dy),
     "pad_grad": lambda dy, pads, input_size, mode="constant": _vjp(lambda x: _pad(x, pads, mode), _zeros(input_size), dy),
     "where_grad": lambda dy, condition, branch: _vjp(
         lambda v: torch.where(condition, v, _zeros(dy.shape)) if branch == "x" else torch.where(condition, _zeros(dy.shape), v),

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._errors import InvalidSpec
 from .._spec import Attr, GradRule, Input, OpCall, OpSpec, Shape
-from ._convert import _is_int, bounded, choice, expected, expecting, integer, real, shape
+from ._convert import _is_int, bounded, choice, expected, expecting, integer, optional, real, shape
 from .shape import any_dtype
 
 _FAMILY = "shape"
@@ -35,26 +35,50 @@ def _per_dim(name: str, given: tuple[Any, ...], full: Shape) -> None:
 # ------------------------------------------------------------------------------------ slice
 
 
+def _steps(step: tuple[int, ...] | None, full: Shape) -> tuple[int, ...]:
+    """The canonical step: one per dimension (None: 1 along each)."""
+    if step is None:
+        return (1,) * len(full)
+    _per_dim("step", step, full)
+    return step
+
+
+def _span(begin: int, size: int, step: int) -> int:
+    """How far into its dimension a block of ``size`` elements every ``step`` from ``begin`` reaches."""
+    return begin + (size - 1) * step + 1 if size else begin
+
+
 def _resolve_slice(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     full, begin, size = shapes["input"], attrs["begin"], attrs["size"]
     _per_dim("begin", begin, full)
     _per_dim("size", size, full)
-    canonical = tuple(n - b if s == -1 else s for n, b, s in zip(full, begin, size))
-    if any(b + s > n or s < 0 for n, b, s in zip(full, begin, canonical)):
-        raise InvalidSpec("size", size, f"sizes >= 0 (or -1: to the end) with begin {begin} + size within the input {full}")
-    return {"begin": begin, "size": canonical}
+    step = _steps(attrs["step"], full)
+    canonical = tuple(max(-(-(n - b) // t), 0) if s == -1 else s for n, b, s, t in zip(full, begin, size, step))
+    if any(_span(b, s, t) > n or s < 0 for n, b, s, t in zip(full, begin, canonical, step)):
+        raise InvalidSpec("size", size, f"sizes >= 0 (or -1: to the end) with begin {begin} + (size - 1) * step {step} "
+                          f"within the input {full}")
+    return {"begin": begin, "size": canonical, "step": step}
+
+
+def _resolve_slice_grad(shapes: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    return {**attrs, "step": _steps(attrs["step"], attrs["input_size"])}
 
 
 def _slice_grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
-    full, begin, piece = attrs["input_size"], attrs["begin"], shapes["grad_output"]
+    full, begin, piece, step = attrs["input_size"], attrs["begin"], shapes["grad_output"], attrs["step"]
     _per_dim("begin", begin, full)
-    if len(piece) != len(full) or any(b + s > n for n, b, s in zip(full, begin, piece)):
-        raise InvalidSpec("grad_output", f"shape {piece}", f"a block that fits in input_size {full} from begin {begin}")
+    if len(piece) != len(full) or any(_span(b, s, t) > n for n, b, s, t in zip(full, begin, piece, step)):
+        raise InvalidSpec("grad_output", f"shape {piece}", f"a block that fits in input_size {full} from begin {begin} "
+                          f"with step {step}")
     return full
 
 
 def _slice_attrs(call: OpCall) -> dict[str, Any]:
-    return {"begin": call.attrs["begin"], "input_size": call.shape("input")}
+    return {"begin": call.attrs["begin"], "step": call.attrs["step"], "input_size": call.shape("input")}
+
+
+_STEP = Attr("step", None, optional(_ints(1, "a tuple of ints >= 1, one per dimension")),
+             "the distance between the elements taken along each dimension (None: 1)")
 
 
 slice_ = OpSpec(
@@ -62,16 +86,18 @@ slice_ = OpSpec(
     (
         Attr("begin", convert=_ints(0, "a tuple of ints >= 0, one per dimension"), doc="the first index along each dimension"),
         Attr("size", convert=_ints(-1, "a tuple of ints >= 0 or -1 (to the end), one per dimension"), doc="the size along each dimension (-1: to the end)"),
+        _STEP,
     ),
     shape_rule=lambda shapes, attrs: attrs["size"], resolve=_resolve_slice, dtype_rule=any_dtype, family=_FAMILY,
     gradients=(GradRule("input", "slice_grad", attrs=_slice_attrs),),
-    doc="The block input[begin[d] : begin[d] + size[d]] along every dimension d (canonical size: no -1).",
+    doc="The elements input[begin[d] + i * step[d]] for i < size[d] along every dimension d, like "
+    "input[begin : begin + (size - 1) * step + 1 : step] (canonical: size without -1, step one per dimension).",
 )
 slice_grad = OpSpec(
     "slice_grad", (Input("grad_output"),),
-    (Attr("begin", convert=_ints(0, "a tuple of ints >= 0, one per dimension"), doc="where the block starts"), _INPUT_SIZE),
-    shape_rule=_slice_grad_shape, family=_FAMILY, grad_of="slice", empty_fill=0.0,
-    doc="Gradient of slice (and split): zeros of input_size with grad_output placed at begin.",
+    (Attr("begin", convert=_ints(0, "a tuple of ints >= 0, one per dimension"), doc="where the block starts"), _INPUT_SIZE, _STEP),
+    shape_rule=_slice_grad_shape, resolve=_resolve_slice_grad, family=_FAMILY, grad_of="slice", empty_fill=0.0,
+    doc="Gradient of slice (and split): zeros of input_size with grad_output placed at begin, every step.",
 )
 
 # ------------------------------------------------------------------------------------ split

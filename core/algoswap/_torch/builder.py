@@ -84,7 +84,7 @@ class ModelBuilder:
     def __init__(self, caller: str, traced: fx.GraphModule, dtype: str, fallback: bool, in_torch: frozenset[str] = frozenset()) -> None:
         self.caller, self.traced, self.dtype, self.fallback = caller, traced, dtype, fallback
         self.in_torch = {name: KEPT_NOTE for name in in_torch}  # fx node name -> why it stays in torch
-        self.lowerer = Lowerer(traced)
+        self.lowerer = Lowerer(traced, COMPUTE_DTYPES[dtype])
         self.lowered: dict[fx.Node, Lowered | UnsupportedNode | Kept] = {}
         self.node_of: dict[fx.Node, Node] = {}
         self.literals: dict[fx.Node, Any] = {}

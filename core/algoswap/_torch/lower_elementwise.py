@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from .lowered import Alias, Handler, Lowered, LoweredOp, PythonCall, Unsupported, deferred, signature
+from .lowered import Alias, Constant, Handler, Lowered, LoweredOp, PythonCall, Unsupported, deferred, signature
 
 if TYPE_CHECKING:
     from .lowering import Lowerer
@@ -78,13 +78,6 @@ def _binary(kind: str, alpha: bool = False, rounding: bool = False, swapped: boo
         return arithmetic(lw, kind, a, b)
 
     return handler
-
-
-def _addcmul(lw: Lowerer, node: fx.Node) -> Lowered:
-    """``torch.addcmul(input, tensor1, tensor2, value=1)``: input + value * tensor1 * tensor2, in torch's order."""
-    bound = lw.bind(signature("input", "tensor1", "tensor2", value=1), node)
-    first = bound["tensor1"] if bound["value"] == 1 else arithmetic(lw, "mul", bound["tensor1"], bound["value"])
-    return arithmetic(lw, "add", bound["input"], arithmetic(lw, "mul", first, bound["tensor2"]))
 
 
 def _unary(op: str, *names: str, **defaults: Any) -> Handler:
@@ -154,6 +147,90 @@ def _softmax(op: str) -> Handler:
     return handler
 
 
+def _addcmul(divide: bool) -> Handler:
+    """``torch.addcmul(input, t1, t2, value=v)``: input + v * t1 * t2 (``addcdiv``: t1 / t2)."""
+    sig = signature("input", "tensor1", "tensor2", value=1)
+
+    def handler(lw: Lowerer, node: fx.Node) -> Lowered:  # value scales tensor1 first, in torch's order
+        bound = lw.bind(sig, node)
+        first = bound["tensor1"] if bound["value"] == 1 else arithmetic(lw, "mul", bound["tensor1"], bound["value"])
+        return arithmetic(lw, "add", bound["input"], arithmetic(lw, "div" if divide else "mul", first, bound["tensor2"]))
+
+    return handler
+
+
+# ---------------------------------------------------------------------------- casts
+
+
+def model_dtype(lw: Lowerer, x: Any) -> torch.dtype:
+    """The dtype a tensor has in the Model: the compute dtype where torch's is floating (weights are rounded
+    to it, and every op computes in it), else torch's (from a sample input's run)."""
+    value = lw.constants.get(x, x) if isinstance(x, fx.Node) else x
+    if isinstance(value, torch.Tensor):
+        seen: torch.dtype | None = value.dtype
+    elif isinstance(value, fx.Node):
+        seen = getattr(value.meta.get("tensor_meta", value.meta.get("val")), "dtype", None)
+    else:
+        raise Unsupported(f"the dtype of a {type(value).__name__}")
+    if seen is None:
+        raise Unsupported("it reads a tensor's dtype, known only with a sample_input_shape")
+    return lw.dtype if seen.is_floating_point else seen
+
+
+def cast(lw: Lowerer, x: Any, dtype: Any) -> Lowered:
+    """A cast to the dtype ``x`` has in the Model is the same values (an alias); any other is refused, since
+    no registry op changes a dtype and keeping the compute dtype would compute other values than asked
+    (timm's ``x.float()`` around a norm: exact in float32, refused when converting with dtype=float16)."""
+    dtype = lw.constants.get(dtype, dtype) if isinstance(dtype, fx.Node) else dtype
+    if dtype is None:
+        return Alias(x)
+    if not isinstance(dtype, torch.dtype):
+        raise Unsupported(f"a cast to {dtype!r} (a dtype computed in forward, or not a dtype)")
+    have = model_dtype(lw, x)
+    if dtype != have:
+        raise Unsupported(f"a cast from {have} to {dtype}: the Model computes in {lw.dtype}, and no registry op changes a "
+                          "dtype (only casts to the dtype a value already has are lowered: no-ops)")
+    return Alias(x)
+
+
+def tensor_dtype(lw: Lowerer, x: Any) -> Lowered:
+    """``x.dtype``: the dtype ``x`` has in the Model, a constant."""
+    return Constant(model_dtype(lw, x))
+
+
+def _to(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.to(dtype)``, ``x.to(other)``, ``x.to(device, dtype)``, ``x.to(dtype=...)``: a cast; devices, memory
+    formats, ``copy`` and ``non_blocking`` change no value (the Model places its values itself)."""
+    x, *rest = node.args
+    dtype = node.kwargs.get("dtype")
+    for arg in rest:
+        value = lw.constants.get(arg, arg) if isinstance(arg, fx.Node) else arg
+        if isinstance(value, torch.dtype):
+            dtype = value
+        elif isinstance(value, torch.Tensor) or isinstance(value, fx.Node) and lw.is_tensor(value):
+            dtype = model_dtype(lw, value)
+        elif not isinstance(value, (str, torch.device, bool)):
+            raise Unsupported(f"Tensor.to with an argument {value!r}")
+    return cast(lw, x, dtype)
+
+
+def _type(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("self", dtype=None, non_blocking=False), node)
+    if bound["dtype"] is None:
+        raise Unsupported("Tensor.type() without a dtype (it returns the type's name)")
+    return cast(lw, bound["self"], bound["dtype"])
+
+
+def _cast_to(dtype: torch.dtype) -> Handler:
+    """``x.float()``, ``x.half()``, ``x.long()``, ...: a cast to one dtype."""
+    return lambda lw, node: cast(lw, node.args[0], dtype)
+
+
+_CASTS = {"float": torch.float32, "double": torch.float64, "half": torch.float16, "bfloat16": torch.bfloat16,
+          "bool": torch.bool, "byte": torch.uint8, "char": torch.int8, "short": torch.int16, "int": torch.int32,
+          "long": torch.int64}
+
+
 def _identity_unless_training(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", p=0.5, training=True, inplace=False), node)
     if bound["training"] is not False:
@@ -187,7 +264,7 @@ FUNCTIONS: dict[Any, Handler] = {
     operator.pow: _pow, torch.pow: _pow,
     operator.neg: _neg, torch.neg: _neg, torch.negative: _neg,
     torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
-    torch.addcmul: _addcmul,
+    torch.addcmul: _addcmul(divide=False), torch.addcdiv: _addcmul(divide=True),
     F.dropout: _identity_unless_training, F.dropout1d: _identity_unless_training, F.dropout2d: _identity_unless_training,
     F.dropout3d: _identity_unless_training, F.alpha_dropout: _identity_unless_training, F.feature_alpha_dropout: _identity_unless_training,
 }  # fmt: skip
@@ -198,9 +275,12 @@ METHODS: dict[str, Handler] = {
     **{name: rule for names, rule in (
         (("add", "add_"), _ADD), (("sub", "sub_", "subtract"), _SUB), (("mul", "mul_", "multiply"), _MUL),
         (("div", "div_", "divide", "true_divide"), _DIV), (("pow",), _pow), (("neg", "negative"), _neg),
-        (("addcmul",), _addcmul), (("clamp", "clip", "clamp_min"), _clamp),
+        (("clamp", "clip", "clamp_min"), _clamp),
         (("relu", "relu_"), _RELU), (("sigmoid", "sigmoid_"), _SIGMOID), (("tanh", "tanh_"), _TANH),
         (("sqrt",), _unary("sqrt")), (("rsqrt",), _unary("rsqrt")),
         (("softmax",), _softmax("softmax")), (("log_softmax",), _softmax("log_softmax")),
+        (("addcmul",), _addcmul(divide=False)), (("addcdiv",), _addcmul(divide=True)),
     ) for name in names},
+    "to": _to, "type": _type, "type_as": lambda lw, node: cast(lw, node.args[0], model_dtype(lw, node.args[1])),
+    **{name: _cast_to(dtype) for name, dtype in _CASTS.items()},
 }  # fmt: skip

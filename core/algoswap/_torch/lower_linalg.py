@@ -20,37 +20,6 @@ if TYPE_CHECKING:
     from .lowering import Lowerer
 
 
-def _pair(value: Any) -> tuple[int, int]:
-    return (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))
-
-
-def transposed_conv_shape(array: Any, weight_shape: tuple[int, ...], stride: tuple[int, int], padding: tuple[int, int],
-                          output_padding: tuple[int, int], dilation: tuple[int, int], groups: int) -> tuple[int, ...]:
-    """The output shape of ``F.conv_transpose2d`` on an (N, C, H, W) input."""
-    sides = [(size - 1) * s - 2 * p + d * (k - 1) + extra + 1
-             for size, k, s, p, extra, d in zip(array.shape[2:], weight_shape[2:], stride, padding, output_padding, dilation)]
-    return (int(array.shape[0]), int(weight_shape[1]) * groups, *sides)
-
-
-def conv_transpose2d(lw: Lowerer, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, output_padding: Any,
-                     groups: int, dilation: Any) -> Lowered:
-    """A transposed convolution is the gradient of a convolution with respect to its input: conv2d_grad_input
-    of the input by the weight (as a convolution's (C_in, C_out/groups, KH, KW) weight), then the bias."""
-    shape = lw.shape(weight)
-    if shape is None or len(shape) != 4 or isinstance(padding, str):
-        raise Unsupported("a transposed convolution whose 4-D weight is known at conversion and padding is numbers is lowered")
-    geometry = {"stride": _pair(stride), "padding": _pair(padding), "dilation": _pair(dilation), "groups": int(groups)}
-    size = Deferred(transposed_conv_shape, (x, shape, geometry["stride"], geometry["padding"], _pair(output_padding),
-                                            geometry["dilation"], geometry["groups"]))
-    out = LoweredOp("conv2d_grad_input", [x, weight], {"input_size": size, **geometry})
-    return out if bias is None else LoweredOp("add", [out, reshape(bias, (1, -1, 1, 1))], {})
-
-
-def _conv_transpose2d(lw: Lowerer, node: fx.Node) -> Lowered:
-    bound = lw.bind(signature("input", "weight", bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1), node)
-    return conv_transpose2d(lw, *bound.values())
-
-
 def layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> LoweredOp:
     """``layer_norm`` over the trailing dimensions ``normalized_shape`` names (an int, a list, or sizes computed in forward)."""
     if isinstance(normalized_shape, int):
@@ -342,6 +311,144 @@ def _sdpa(lw: Lowerer, node: fx.Node) -> Lowered:
     return attention(bound["query"], bound["key"], bound["value"], bound["attn_mask"], bound["is_causal"], bound["scale"])
 
 
+# ---------------------------------------------------------------------------- 1-D convolution
+
+
+def as_image_shape(array: Any) -> tuple[int, ...]:
+    """A 1-D convolution's input (N, C, L), or an unbatched (C, L), as the image (N, C, 1, L)."""
+    shape = tuple(array.shape)
+    return (1, *shape[:1], 1, *shape[1:]) if len(shape) == 2 else (*shape[:2], 1, *shape[2:])
+
+
+def as_sequence_shape(array: Any, image: Any) -> tuple[int, ...]:
+    """The image (N, O, 1, L') a 1-D convolution computed, as torch's (N, O, L') (or (O, L') for an unbatched ``array``)."""
+    n, channels, _, length = tuple(image.shape)
+    return (channels, length) if len(array.shape) == 2 else (n, channels, length)
+
+
+def _row(value: Any, height: int) -> Any:
+    """A 1-D convolution's stride, padding or dilation (an int or a 1-tuple) as the (height, width) pair of
+    its conv2d; a padding string ('same', 'valid') as it is."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise Unsupported(f"a 1-D convolution with {value!r} (one value expected)")
+        value = value[0]
+    return (height, value)
+
+
+def conv1d(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: Any,
+           padding_mode: str = "zeros") -> LoweredOp:
+    """A 1-D convolution as a ``conv2d`` over a unit height (its kernel a row): the input viewed as
+    (N, C, 1, L), the result viewed back. A weight known now is reshaped once, here."""
+    if isinstance(weight, torch.Tensor):
+        weight = weight.detach().unsqueeze(2)
+    else:
+        weight = reshape(weight, Deferred(unsqueezed_shape, (weight, 2)))
+    attrs = {"stride": _row(stride, 1), "padding": _row(padding, 0), "dilation": _row(dilation, 1), "groups": groups,
+             "padding_mode": padding_mode}
+    return over_unit_height("conv2d", x, [weight, bias], attrs)
+
+
+def over_unit_height(op: str, x: Any, weights: list[Any], attrs: dict[str, Any]) -> LoweredOp:
+    """A 1-D op of a sequence (N, C, L) as the 2-D ``op`` of the image (N, C, 1, L), the result viewed back."""
+    image = LoweredOp(op, [reshape(x, Deferred(as_image_shape, (x,))), *weights], attrs)
+    return reshape(image, Deferred(as_sequence_shape, (x, image)))
+
+
+def pool1d(op: str, x: Any, kernel_size: Any, stride: Any, padding: Any, **rest: Any) -> LoweredOp:
+    """``max_pool1d`` / ``avg_pool1d`` as ``maxpool2d`` / ``avgpool2d`` over a unit height (stride None: the kernel's)."""
+    stride = kernel_size if stride is None or stride == () else stride
+    attrs = {"kernel_size": _row(kernel_size, 1), "stride": _row(stride, 1), "padding": _row(padding, 0), **rest}
+    if "dilation" in attrs:
+        attrs["dilation"] = _row(attrs["dilation"], 1)
+    return over_unit_height(op, x, [], attrs)
+
+
+def _max_pool1d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False), node)
+    if bound.pop("return_indices"):
+        raise Unsupported("max_pool1d with return_indices=True (indices are not computed by algoswap ops)")
+    return pool1d("maxpool2d", bound.pop("input"), **bound)
+
+
+def _avg_pool1d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "kernel_size", stride=None, padding=0, ceil_mode=False, count_include_pad=True), node)
+    return pool1d("avgpool2d", bound.pop("input"), **bound)
+
+
+def _conv1d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), node)
+    weight = lw.constants.get(bound["weight"], bound["weight"]) if isinstance(bound["weight"], fx.Node) else bound["weight"]
+    return conv1d(bound["input"], weight, bound["bias"], bound["stride"], bound["padding"], bound["dilation"], bound["groups"])
+
+
+# ---------------------------------------------------------------------------- transposed convolution
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value[0]), int(value[-1])) if isinstance(value, (tuple, list)) else (int(value), int(value))
+
+
+def transposed_size(array: Any, weight: Any, stride: Any, padding: Any, output_padding: Any, dilation: Any,
+                    groups: int) -> tuple[int, ...]:
+    """The output (N, C_out, H_out, W_out) of ``conv_transpose2d``: (in - 1) * stride - 2 * padding +
+    dilation * (kernel - 1) + output_padding + 1 along each spatial axis."""
+    n, _, *spatial = (int(s) for s in array.shape)
+    _, per_group, *kernel = (int(s) for s in weight.shape)
+    sizes = zip(spatial, kernel, _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation))
+    return (n, per_group * groups, *((i - 1) * s - 2 * p + d * (k - 1) + o + 1 for i, k, s, p, o, d in sizes))
+
+
+def conv_transpose2d(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, output_padding: Any, groups: int,
+                     dilation: Any) -> Lowered:
+    """``conv_transpose2d`` is the gradient of conv2d with respect to its input (``conv2d_grad_input``): its
+    weight (C_in, C_out / groups, KH, KW) is that conv2d's (O, C / groups, KH, KW); the bias added after."""
+    if isinstance(padding, str):
+        raise Unsupported(f"conv_transpose2d with padding={padding!r}")
+    size = Deferred(transposed_size, (x, weight, stride, padding, output_padding, dilation, groups))
+    out = LoweredOp("conv2d_grad_input", [x, weight], {"input_size": size, "stride": stride, "padding": padding,
+                                                        "dilation": dilation, "groups": groups})
+    if bias is None:
+        return out
+    return LoweredOp("add", [out, bias.detach().reshape(-1, 1, 1) if isinstance(bias, torch.Tensor) else
+                             reshape(bias, Deferred(_channels_column, (bias,)))], {})
+
+
+def _channels_column(array: Any) -> tuple[int, ...]:
+    return (int(array.shape[0]), 1, 1)
+
+
+def _conv_transpose2d(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "weight", bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1), node)
+    bias = lw.constants.get(bound["bias"], bound["bias"]) if isinstance(bound["bias"], fx.Node) else bound["bias"]
+    return conv_transpose2d(bound["input"], bound["weight"], bias, bound["stride"], bound["padding"],
+                            bound["output_padding"], bound["groups"], bound["dilation"])
+
+
+# ---------------------------------------------------------------------------- resampling
+
+
+def interpolate(lw: Lowerer, x: Any, size: Any, scale_factor: Any, mode: str, align_corners: Any,
+                recompute_scale_factor: Any, antialias: bool = False) -> LoweredOp:
+    """``F.interpolate`` of an NCHW input (the ``interpolate`` op: modes nearest and bilinear; the op's
+    spec refuses the others, naming them)."""
+    shape = lw.shape(x)
+    if shape is not None and len(shape) != 4:
+        raise Unsupported(f"interpolate of a {len(shape)}-D input (only NCHW inputs are lowered)")
+    if antialias:
+        raise Unsupported("interpolate with antialias=True (the interpolate op does not low-pass filter)")
+    return LoweredOp("interpolate", [x], {"size": size, "scale_factor": scale_factor, "mode": mode,
+                                          "align_corners": align_corners, "recompute_scale_factor": recompute_scale_factor})
+
+
+def _interpolate(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", size=None, scale_factor=None, mode="nearest", align_corners=None,
+                              recompute_scale_factor=None, antialias=False), node)
+    return interpolate(lw, bound.pop("input"), **bound)
+
+
 _MAXPOOL = op_rule(
     "maxpool2d", signature("input", "kernel_size", stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False),
     ("input",), require={"return_indices": False},
@@ -361,7 +468,9 @@ FUNCTIONS: dict[Any, Handler] = {
     F.conv2d: op_rule("conv2d", signature("input", "weight", bias=None, stride=1, padding=0, dilation=1, groups=1), ("input", "weight", "bias")),
     F.batch_norm: _batch_norm,
     F.group_norm: op_rule("group_norm", signature("input", "num_groups", weight=None, bias=None, eps=1e-5), ("input", "weight", "bias")),
-    F.conv_transpose2d: _conv_transpose2d,
+    F.conv1d: _conv1d, torch.conv1d: _conv1d, F.interpolate: _interpolate,
+    F.conv_transpose2d: _conv_transpose2d, torch.conv_transpose2d: _conv_transpose2d,
+    F.max_pool1d: _max_pool1d, torch.max_pool1d: _max_pool1d, F.avg_pool1d: _avg_pool1d, torch.avg_pool1d: _avg_pool1d,
     F.layer_norm: _layer_norm, F.normalize: _normalize,
     torch.norm: _norm, torch.linalg.vector_norm: _vector_norm, torch.linalg.norm: _linalg_norm,
     torch.mean: _MEAN, torch.sum: _SUM,

@@ -10,8 +10,8 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, batch_norm, conv_transpose2d, layer_norm
-from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape
+from .lower_linalg import attention, batch_norm, conv1d, conv_transpose2d, interpolate, layer_norm, pool1d
+from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape, unfold
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
 
@@ -46,18 +46,33 @@ def _pad_module(mode: str) -> ModuleRule:
     return lambda lw, x, m: pad(x, tuple(m.padding), mode, getattr(m, "value", 0.0))
 
 
-_HARDTANH = _attrs("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max_val})
+def _max_pool1d(lw: Lowerer, x: Any, m: Any) -> Lowered:
+    if m.return_indices:
+        raise Unsupported("MaxPool1d with return_indices=True (indices are not computed by algoswap ops)")
+    return pool1d("maxpool2d", x, m.kernel_size, m.stride, m.padding, dilation=m.dilation, ceil_mode=m.ceil_mode)
+
 
 def _conv_transpose2d(lw: Lowerer, x: Any, m: Any) -> Lowered:
     if m.padding_mode != "zeros":
-        raise Unsupported(f"ConvTranspose2d with padding_mode={m.padding_mode!r} (only 'zeros' is lowered)")
-    return conv_transpose2d(lw, x, m.weight, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
+        raise Unsupported(f"ConvTranspose2d with padding_mode={m.padding_mode!r} (torch supports only 'zeros')")
+    return conv_transpose2d(x, m.weight, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
 
+
+def _upsample(lw: Lowerer, x: Any, m: Any) -> Lowered:
+    return interpolate(lw, x, m.size, m.scale_factor, m.mode, m.align_corners, m.recompute_scale_factor)
+
+
+_HARDTANH = _attrs("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max_val})
 
 MODULES: dict[type[nn.Module], ModuleRule] = {
     nn.BatchNorm1d: _batch_norm, nn.BatchNorm2d: _batch_norm, nn.BatchNorm3d: _batch_norm,
     nn.GroupNorm: lambda lw, x, m: LoweredOp("group_norm", [x, m.weight, m.bias], {"num_groups": m.num_groups, "eps": m.eps}),
-    nn.ConvTranspose2d: _conv_transpose2d,
+    **dict.fromkeys((nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d), _upsample),
+    nn.Unfold: lambda lw, x, m: unfold(x, m.kernel_size, m.dilation, m.padding, m.stride),
+    nn.MaxPool1d: _max_pool1d, nn.ConvTranspose2d: _conv_transpose2d,
+    nn.AvgPool1d: lambda lw, x, m: pool1d("avgpool2d", x, m.kernel_size, m.stride, m.padding, ceil_mode=m.ceil_mode,
+                                          count_include_pad=m.count_include_pad),
+    nn.Conv1d: lambda lw, x, m: conv1d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups, m.padding_mode),
     nn.ReLU6: _HARDTANH, nn.Hardtanh: _HARDTANH,
     nn.SiLU: _attrs("silu", lambda m: {}), nn.Mish: _attrs("mish", lambda m: {}),
     nn.GELU: _attrs("gelu", lambda m: {"approximate": m.approximate}),

@@ -17,7 +17,8 @@ import torch.fx._symbolic_trace
 from torch import fx
 
 from .._errors import AlgoswapError
-from .lowered import Alias, Handler, Lowered, Parts, PythonCall, Unsupported, signature, target_name
+from .lower_elementwise import tensor_dtype
+from .lowered import Alias, Constant, Handler, Lowered, Parts, PythonCall, Unsupported, signature, target_name
 
 if TYPE_CHECKING:
     from .lowering import Lowerer
@@ -135,9 +136,24 @@ def _getattr(lw: Lowerer, node: fx.Node) -> Lowered:
         return PythonCall(builtins.getattr, (obj, name), python_result=False)
     if name in _TENSOR_ATTRIBUTES:
         return PythonCall(_TENSOR_ATTRIBUTES[str(name)], (obj,))
+    if name == "dtype":
+        return tensor_dtype(lw, obj)
+    if name == "device":
+        return Constant(_device(lw, obj))
     from .lower_shapes import tensor_attribute  # x.T, x.mT: data movement
 
     return tensor_attribute(lw, obj, str(name))
+
+
+def _device(lw: Lowerer, x: Any) -> torch.device:
+    """``x.device``: where torch computed ``x`` at conversion (the model's device), for the calls that make tensors
+    beside it; values computed from it are constants of the Model, which places its values itself."""
+    value = lw.constants.get(x, x) if isinstance(x, fx.Node) else x
+    if isinstance(value, torch.Tensor):
+        return value.device
+    seen = getattr(value.meta.get("val"), "device", None) if isinstance(value, fx.Node) else None
+    weights = (t.device for t in (*lw.root.parameters(), *lw.root.buffers()))
+    return seen if seen is not None else next(weights, torch.device("cpu"))
 
 
 def _size(lw: Lowerer, node: fx.Node) -> Lowered:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from .lower_python import python_getitem, shape_of
+from .lower_python import numel_of, python_getitem, shape_of
 from .lowered import (Alias, Deferred, Handler, Lowered, LoweredOp, Parts, Unsupported, deferred, signature,
                       sizes_argument, varargs)
 
@@ -77,6 +77,72 @@ def expanded_shape(array: Any, sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(shape[d - new]) if s == -1 and d >= new else int(s) for d, s in enumerate(sizes))
 
 
+def spread_shape(array: Any, dim: int, repeats: int) -> tuple[int, ...]:
+    """``repeat_interleave``'s middle step: a new axis of ``repeats`` after ``dim``."""
+    shape = list(array.shape)
+    d = _dim(dim, len(shape)) + 1
+    return tuple(shape[:d] + [int(repeats)] + shape[d:])
+
+
+def interleaved_shape(array: Any, dim: int, repeats: int) -> tuple[int, ...]:
+    """``repeat_interleave``'s result: ``dim`` ``repeats`` times as long."""
+    shape = list(array.shape)
+    shape[_dim(dim, len(shape))] *= int(repeats)
+    return tuple(shape)
+
+
+def rolled_window(array: Any, shift: int, dim: int) -> tuple[int, ...]:
+    """``roll``'s slice of the input concatenated to itself along ``dim``: from n - shift mod n, n long."""
+    shape = tuple(array.shape)
+    d = _dim(dim, len(shape))
+    return tuple(int(shape[d]) - int(shift) % int(shape[d]) if k == d else 0 for k in range(len(shape)))
+
+
+def tiled_shape(array: Any, repeats: tuple[int, ...], stage: int) -> tuple[int, ...]:
+    """``repeat``'s shapes: (stage 0) the input with a unit axis before each of its axes (padded in front to as
+    many as the repeats), (1) that broadcast to the repeats, (2) the result."""
+    shape = (1,) * (len(repeats) - len(array.shape)) + tuple(int(s) for s in array.shape)
+    if len(shape) > len(repeats):
+        raise ValueError(f"repeat with {len(repeats)} repeats of a {len(array.shape)}-D array (at least one per dimension)")
+    pairs = [(int(r) if stage else 1, s) for r, s in zip(repeats, shape)]
+    return tuple(r * s for r, s in pairs) if stage == 2 else tuple(v for p in pairs for v in p)
+
+
+def _pairs(*values: Any) -> list[tuple[int, int]]:
+    return [(int(v[0]), int(v[-1])) if isinstance(v, (tuple, list)) else (int(v), int(v)) for v in values]
+
+
+def patch_size(array: Any, kernel: Any, dilation: Any, stride: Any) -> tuple[int, ...]:
+    """``unfold``'s slice for one kernel position of the (padded) input: (N, C, out_h, out_w)."""
+    n, c, *spatial = (int(s) for s in array.shape)
+    out = [(size - d * (k - 1) - 1) // s + 1 for size, (k, d, s) in zip(spatial, zip(*(_pairs(kernel, dilation, stride))))]
+    if min(out) < 1:
+        raise ValueError(f"unfold of a {tuple(array.shape)} input with kernel {kernel}, dilation {dilation}: no whole window")
+    return (n, c, *out)
+
+
+def patch_rows(array: Any, count: int) -> tuple[int, ...]:
+    """``count`` kernel positions' patches (N, C, out_h, out_w) as (N, C * count, L), L = out_h * out_w
+    (count 0: one patch as (N, C, 1, L), to be concatenated along axis 2)."""
+    n, c, h, w = (int(s) for s in array.shape)
+    return (n, c, 1, h * w) if count == 0 else (n, c * count, h * w)
+
+
+def unfold(x: Any, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> LoweredOp:
+    """``F.unfold`` (im2col) of NCHW input: per kernel position (i, j) the strided slice of the padded input from
+    (i * dilation, j * dilation), every stride; the positions concatenated in torch's order (channel-major)."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs(kernel_size, dilation, padding, stride)
+    padded = pad(x, (pw, pw, ph, ph)) if (ph, pw) != (0, 0) else x
+    size = Deferred(patch_size, (padded, kernel_size, dilation, stride))
+    patches = []
+    for i in range(kh):
+        for j in range(kw):
+            patch = LoweredOp("slice", [padded], {"begin": (0, 0, i * dh, j * dw), "size": size, "step": (1, 1, sh, sw)})
+            patches.append(reshape(patch, Deferred(patch_rows, (patch, 0))))
+    merged = LoweredOp("concat", patches, {"axis": 2}) if len(patches) > 1 else patches[0]
+    return reshape(merged, Deferred(patch_rows, (patches[0].inputs[0], kh * kw)))
+
+
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = list(array.shape)
     d = _dim(dim, len(shape))
@@ -115,13 +181,6 @@ def _part(sections: Any, index: int) -> Any:
     return part_number(sections, index) if isinstance(sections, (int, tuple)) else Deferred(part_number, (sections, index))
 
 
-def rolled_begin(array: Any, shift: int, dim: int) -> tuple[int, ...]:
-    """Where ``torch.roll(array, shift, dim)`` starts in ``array`` concatenated with itself along ``dim``."""
-    d = _dim(dim, len(array.shape))
-    n = int(array.shape[d])
-    return tuple(n - shift % n if axis == d else 0 for axis in range(len(array.shape)))
-
-
 def torch_pads(pad: Any) -> tuple[tuple[int, int], ...]:
     """F.pad's flat (last dimension first) list as (before, after) pairs from the first padded dimension."""
     if len(pad) % 2:
@@ -153,9 +212,9 @@ def _index_spread(index: tuple[Any, ...], rank: int) -> list[tuple[Any, ...]]:
     return [*index[:at], *full, *(e for e in index[at:] if e[0] != "...")]
 
 
-def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(begin, size) of the block an index selects, and the shape of the result."""
-    shape, begin, size, out = tuple(array.shape), [], [], []
+def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], ...]:
+    """(begin, size, step) of the elements an index selects, and the shape of the result."""
+    shape, begin, size, step, out = tuple(array.shape), [], [], [], []
     d = 0
     for entry in _index_spread(index, len(shape)):
         if entry[0] == "new":
@@ -167,13 +226,15 @@ def _index_parts(array: Any, index: tuple[Any, ...]) -> tuple[tuple[int, ...], t
                 raise IndexError(f"index {entry[1]} out of range for dimension {d} of size {n}")
             begin.append(entry[1] % n)
             size.append(1)
+            step.append(1)
         else:
-            start, stop, _ = slice(entry[1], entry[2]).indices(n)
-            begin.append(start)
-            size.append(max(stop - start, 0))
+            taken = range(*slice(*entry[1:]).indices(n))
+            begin.append(taken.start)
+            size.append(len(taken))
+            step.append(taken.step)
             out.append(size[-1])
         d += 1
-    return tuple(begin), tuple(size), tuple(out)
+    return tuple(begin), tuple(size), tuple(step), tuple(out)
 
 
 def slice_begin(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
@@ -184,8 +245,12 @@ def slice_size(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
     return _index_parts(array, index)[1]
 
 
-def indexed_shape(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+def slice_step(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
     return _index_parts(array, index)[2]
+
+
+def indexed_shape(array: Any, index: tuple[Any, ...]) -> tuple[int, ...]:
+    return _index_parts(array, index)[3]
 
 
 # ---------------------------------------------------------------------------- rules
@@ -289,6 +354,45 @@ def _stack(lw: Lowerer, node: fx.Node) -> Lowered:
     return LoweredOp("concat", [reshape(t, Deferred(unsqueezed_shape, (t, dim))) for t in tensors], {"axis": dim})
 
 
+def _repeat_interleave(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.repeat_interleave(n, dim)`` for a number ``n`` (gcvit): each element ``n`` times along ``dim`` as a
+    new axis after it broadcast to ``n``, merged back (dim None: of the flattened input)."""
+    bound = lw.bind(signature("input", repeats=None, dim=None, output_size=None), node)
+    x, repeats, dim = bound["input"], bound["repeats"], bound["dim"]
+    if repeats is None or not lw.is_python(repeats) or isinstance(repeats, bool):
+        raise Unsupported("repeat_interleave with repeats given as a tensor (each element its own count: a gather); "
+                          "only a number of repeats is lowered")
+    if dim is None:
+        x, dim = reshape(x, (-1,)), 0
+    spread = LoweredOp("broadcast_to", [reshape(x, Deferred(spread_shape, (x, dim, 1)))],
+                       {"shape": Deferred(spread_shape, (x, dim, repeats))})
+    return reshape(spread, Deferred(interleaved_shape, (x, dim, repeats)))
+
+
+def _roll(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.roll(x, shifts, dims)``: per dimension, the input concatenated to itself and the n elements from
+    n - shift mod n on (every shift, 0 included, the same two ops); dims None: of the flattened input."""
+    bound = lw.bind(signature("input", "shifts", dims=None), node)
+    x, shifts, dims = bound["input"], bound["shifts"], bound["dims"]
+    shifts, dims = (s if isinstance(s, (tuple, list)) else (s,) for s in (shifts, dims if dims is not None else 0))
+    if len(shifts) != len(dims):
+        raise Unsupported(f"roll with {len(shifts)} shifts over {len(dims)} dims")
+    value = reshape(x, (-1,)) if bound["dims"] is None else x
+    for shift, dim in zip(shifts, dims):
+        doubled = LoweredOp("concat", [value, value], {"axis": dim})
+        value = LoweredOp("slice", [doubled], {"begin": Deferred(rolled_window, (value, shift, dim)), "size": Deferred(shape_of, (value,))})
+    return value if bound["dims"] is not None else reshape(value, Deferred(shape_of, (x,)))
+
+
+def _repeat(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``x.repeat(a, b, ...)`` (a tiling): a unit axis before each axis, broadcast to the repeats, merged."""
+    bound = lw.bind(varargs("repeats", "self"), node)
+    x, repeats = bound["self"], sizes_argument(bound["repeats"])
+    unit = reshape(x, Deferred(tiled_shape, (x, repeats, 0)))
+    spread = LoweredOp("broadcast_to", [unit], {"shape": Deferred(tiled_shape, (x, repeats, 1))})
+    return reshape(spread, Deferred(tiled_shape, (x, repeats, 2)))
+
+
 def parts(lw: Lowerer, node: fx.Node, part: Any, fields: tuple[str, ...] = ()) -> Parts:
     """A tuple-valued node whose i-th item is ``part(i)`` (made once per item); ``fields``: its items' names."""
     lw.check_users_index(node, fields)
@@ -317,23 +421,6 @@ def _unbind(lw: Lowerer, node: fx.Node) -> Lowered:
     return parts(lw, node, lambda i: reshape(LoweredOp("split", [x], {"sections": count, "index": _part(count, i), "axis": dim}), shape))
 
 
-def _roll(lw: Lowerer, node: fx.Node) -> Lowered:
-    """``torch.roll(x, shifts, dims)``: per dimension, the window of ``x`` concatenated with itself that starts
-    ``shift`` before its end (no empty piece, whatever the shift)."""
-    bound = lw.bind(signature("input", "shifts", dims=None), node)
-    x, shifts, dims = bound["input"], bound["shifts"], bound["dims"]
-    if dims is None or dims == []:
-        raise Unsupported("torch.roll without dims (of the flattened tensor) is not lowered")
-    shifts, dims = (shifts, dims) if isinstance(dims, (list, tuple)) else ((shifts,), (dims,))
-    if not isinstance(shifts, (list, tuple)) or len(shifts) != len(dims):
-        raise Unsupported(f"torch.roll with shifts {shifts!r} for dims {dims!r}")
-    value: Any = x
-    for shift, dim in zip(shifts, dims):
-        doubled = LoweredOp("concat", [value, value], {"axis": dim})
-        value = LoweredOp("slice", [doubled], {"begin": Deferred(rolled_begin, (value, shift, dim)), "size": Deferred(shape_of, (value,))})
-    return Alias(x) if value is x else value
-
-
 def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
     entries: list[tuple[Any, ...]] = []
     for item in index if isinstance(index, tuple) else (index,):
@@ -342,24 +429,92 @@ def _index_entries(lw: Lowerer, index: Any) -> tuple[tuple[Any, ...], ...]:
         elif item is Ellipsis:
             entries.append(("...",))
         elif isinstance(item, slice):
-            if item.step not in (None, 1):
-                raise Unsupported(f"slicing with step {item.step!r} (only step 1 is lowered)")
-            entries.append(("slice", item.start, item.stop))
+            if isinstance(item.step, int) and item.step < 1:
+                raise Unsupported(f"slicing with step {item.step!r} (torch refuses steps below 1)")
+            entries.append(("slice", item.start, item.stop, item.step))
         elif isinstance(item, int) and not isinstance(item, bool) or isinstance(item, fx.Node) and lw.is_python(item):
             entries.append(("int", item))
+        elif (picked := _constant_indices(lw, item)) is not None:
+            entries.append(("take", picked))
         else:
             raise Unsupported(f"indexing a tensor with {type(item).__name__} values (a gather) has no registry op")
     return tuple(entries)
 
 
+def _constant_indices(lw: Lowerer, item: Any) -> torch.Tensor | None:
+    """An index that picks elements along one axis by indices known now (a list of ints, a 1-D integer weight),
+    as an int64 tensor; None for other indices. Negative indices are refused (they count from an end that
+    other input shapes move)."""
+    value = lw.constants.get(item, item) if isinstance(item, fx.Node) else item
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        value = torch.tensor(value)
+    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int32, torch.int64) or value.dim() != 1 or not len(value):
+        return None
+    if bool((value < 0).any()):
+        raise Unsupported("indexing a tensor with negative indices (a gather; only indices >= 0 are lowered)")
+    return value.to(torch.int64)
+
+
+def axis_first(array: Any, axis: int) -> tuple[int, ...]:
+    """The permutation moving ``axis`` to the front (``axis_back`` moves it back)."""
+    axis = _dim(axis, len(array.shape))
+    rest = [d for d in range(len(array.shape)) if d != axis]
+    return (axis, *rest)
+
+
+def axis_back(array: Any, axis: int) -> tuple[int, ...]:
+    """The permutation moving the front axis back to ``axis``."""
+    axis = _dim(axis, len(array.shape))
+    return tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, len(array.shape)))
+
+
+def rows_of(array: Any, axis: int) -> tuple[int, ...]:
+    """The input with ``axis`` in front, as (its size, everything else)."""
+    n = size_along(array, axis)
+    return (n, numel_of(array) // n if n else 0)
+
+
+def picked_shape(array: Any, axis: int, count: int) -> tuple[int, ...]:
+    return (count, *without_dim(array, axis))
+
+
+def take(x: Any, axis: int, indices: torch.Tensor) -> LoweredOp:
+    """``x[:, ..., indices]`` along ``axis`` (indices known now): the axis moved to the front, the rest
+    flattened into rows of an ``embedding`` table, the picked rows shaped and moved back."""
+    table = reshape(transpose(x, Deferred(axis_first, (x, axis))), Deferred(rows_of, (x, axis)))
+    picked = reshape(LoweredOp("embedding", [table, indices], {}), Deferred(picked_shape, (x, axis, len(indices))))
+    return transpose(picked, Deferred(axis_back, (x, axis)))
+
+
+def _taken(entries: tuple[tuple[Any, ...], ...]) -> tuple[int, torch.Tensor] | None:
+    """(axis, indices) of an index that picks along one axis by constant indices, the others whole (the axis
+    counted from the end after an Ellipsis); None if it picks nothing; unsupported for other mixtures."""
+    at = [k for k, e in enumerate(entries) if e[0] == "take"]
+    if not at:
+        return None
+    others = [e for k, e in enumerate(entries) if k != at[0]]
+    if len(at) > 1 or not all(e[0] == "..." or e[0] == "slice" and e[1:] in ((None, None, None), (None, None, 1)) for e in others):
+        raise Unsupported("indexing with a list or tensor of indices beside other indices (a gather; only x[:, ..., indices] "
+                          "along one axis, the others whole, is lowered)")
+    before, after = entries[: at[0]], entries[at[0] + 1 :]
+    axis = -1 - sum(e[0] != "..." for e in after) if any(e[0] == "..." for e in before) else len(before)
+    return axis, entries[at[0]][1]
+
+
 def tensor_index(lw: Lowerer, x: Any, index: Any) -> Lowered:
-    """``x[...]`` with ints, slices of step 1, None and Ellipsis: a slice, then a reshape for ints and Nones."""
+    """``x[...]`` with ints, slices, None and Ellipsis: a slice, then a reshape for ints and Nones; along one axis
+    by indices known now: ``take``."""
     entries = _index_entries(lw, index)
-    cuts = any(e[0] == "int" or e[0] == "slice" and (e[1], e[2]) != (None, None) for e in entries)
+    taken = _taken(entries)
+    if taken is not None:
+        return take(x, *taken)
+    strided = any(e[0] == "slice" and e[3] not in (None, 1) for e in entries)
+    cuts = strided or any(e[0] == "int" or e[0] == "slice" and (e[1], e[2]) != (None, None) for e in entries)
     reshapes = any(e[0] in ("int", "new") for e in entries)
     value: Any = x
     if cuts:
-        value = LoweredOp("slice", [x], {"begin": Deferred(slice_begin, (x, entries)), "size": Deferred(slice_size, (x, entries))})
+        bounds = {"begin": Deferred(slice_begin, (x, entries)), "size": Deferred(slice_size, (x, entries))}
+        value = LoweredOp("slice", [x], {**bounds, "step": Deferred(slice_step, (x, entries))} if strided else bounds)
     if reshapes:
         value = reshape(value, Deferred(indexed_shape, (x, entries)))
     return value if isinstance(value, LoweredOp) else Alias(x)
@@ -375,6 +530,11 @@ def pad(x: Any, pads: Any, mode: str = "constant", value: Any = None) -> Lowered
     if mode not in ("constant", "reflect", "replicate"):
         raise Unsupported(f"padding mode {mode!r} (the pad op has constant, reflect and replicate)")
     return LoweredOp("pad", [x], {"pads": deferred(torch_pads, pads), "mode": mode, "value": 0.0 if value is None else value})
+
+
+def _unfold(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "kernel_size", dilation=1, padding=0, stride=1), node)
+    return unfold(bound["input"], bound["kernel_size"], bound["dilation"], bound["padding"], bound["stride"])
 
 
 def _pad(lw: Lowerer, node: fx.Node) -> Lowered:
@@ -410,8 +570,9 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.permute: _permute, torch.transpose: _transpose, torch.swapaxes: _transpose, torch.swapdims: _transpose,
     torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE, torch.unflatten: _UNFLATTEN,
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
-    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.roll: _roll,
-    F.pad: _pad, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
+    torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.repeat_interleave: _repeat_interleave,
+    torch.roll: _roll,
+    F.pad: _pad, F.unfold: _unfold, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,
 }  # fmt: skip
@@ -421,6 +582,7 @@ METHODS: dict[str, Handler] = {
     "permute": _permute, "transpose": _transpose, "swapaxes": _transpose, "swapdims": _transpose,
     "t": lambda lw, node: transpose(node.args[0], None),
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
-    "expand": _expand, "expand_as": _like("broadcast_to"),
-    "chunk": _chunk, "split": _split, "unbind": _unbind, "roll": _roll,
+    "expand": _expand, "expand_as": _like("broadcast_to"), "repeat_interleave": _repeat_interleave,
+    "repeat": _repeat, "roll": _roll,
+    "chunk": _chunk, "split": _split, "unbind": _unbind,
 }  # fmt: skip

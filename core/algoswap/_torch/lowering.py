@@ -44,8 +44,9 @@ _RANDOM = {"rand", "rand_like", "randn", "randn_like", "randint", "randint_like"
 class Lowerer:
     """Lowers the nodes of one traced model, in graph order (it remembers what each node was lowered to)."""
 
-    def __init__(self, root: fx.GraphModule) -> None:
+    def __init__(self, root: fx.GraphModule, dtype: torch.dtype = torch.float32) -> None:
         self.root = root
+        self.dtype = dtype  # the compute dtype: every floating tensor of the Model has it
         self.python_nodes: set[fx.Node] = set()
         self.tensor_nodes: set[fx.Node] = set()
         self.constants: dict[fx.Node, Any] = {}  # get_attr nodes and folded nodes: their values

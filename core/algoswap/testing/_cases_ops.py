@@ -67,7 +67,11 @@ SUM_TO_SHAPE: list[Case] = [
     (((2, 3, 4),), {"shape": (3, 1)}), (((3, 4),), {"shape": (4,)}), (((2, 3),), {"shape": (1, 1)}), (((2, 3),), {"shape": ()}),
 ]
 
-SLICE: list[Case] = [(((4, 5, 6),), {"begin": (1, 0, 2), "size": (2, -1, 3)}), (((5,),), {"begin": 1, "size": 3})]
+SLICE: list[Case] = [
+    (((4, 5, 6),), {"begin": (1, 0, 2), "size": (2, -1, 3)}), (((5,),), {"begin": 1, "size": 3}),
+    (((4, 7, 6),), {"begin": (0, 1, 0), "size": (4, -1, 2), "step": (1, 2, 3)}),  # x[:, 1::2, 0:4:3]
+    (((9,),), {"begin": 2, "size": 3, "step": 3}), (((5, 3),), {"begin": (4, 0), "size": (-1, 2), "step": (2, 2)}),
+]
 SPLIT: list[Case] = [
     (((4, 6),), {"sections": 3, "index": 1, "axis": 1}),
     (((5, 2, 3),), {"sections": (2, 3), "index": 1}),
@@ -220,7 +224,7 @@ OPS_GRADIENT_BUILDERS: dict[str, tuple[str, Any]] = {
     "reduce_sum_grad": ("reduce_sum", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
     "reduce_mean_grad": ("reduce_mean", lambda s, a, y: ((y,), {**a, "input_size": s[0]})),
     "reduce_max_grad": ("reduce_max", lambda s, a, y: ((y, s[0]), a)),
-    "slice_grad": ("slice", lambda s, a, y: ((y,), {"begin": a["begin"], "input_size": s[0]})),
+    "slice_grad": ("slice", lambda s, a, y: ((y,), {"begin": a["begin"], "step": a.get("step"), "input_size": s[0]})),
     "pad_grad": ("pad", lambda s, a, y: ((y,), {**_some(a, ("pads", "mode")), "input_size": s[0]})),
     "where_grad": ("where", lambda s, a, y: ((y, s[0]), {"branch": "y"})),
     "embedding_grad": ("embedding", lambda s, a, y: ((y, s[1]), {"num_embeddings": s[0][0]})),

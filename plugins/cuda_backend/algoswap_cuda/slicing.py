@@ -14,17 +14,17 @@ Pads = tuple[tuple[int, int], ...]
 _CUPY_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
-def _block(begin: tuple[int, ...], size: tuple[int, ...]) -> tuple[slice, ...]:
-    return tuple(slice(b, b + s) for b, s in zip(begin, size))
+def _block(begin: tuple[int, ...], size: tuple[int, ...], step: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(b, b + (s - 1) * t + 1 if s else b, t) for b, s, t in zip(begin, size, step))
 
 
-def slice_(x: Any, *, begin: tuple[int, ...], size: tuple[int, ...]) -> Any:
-    return cp.ascontiguousarray(x[_block(begin, size)])
+def slice_(x: Any, *, begin: tuple[int, ...], size: tuple[int, ...], step: tuple[int, ...]) -> Any:
+    return cp.ascontiguousarray(x[_block(begin, size, step)])
 
 
-def slice_grad(dy: Any, *, begin: tuple[int, ...], input_size: tuple[int, ...]) -> Any:
+def slice_grad(dy: Any, *, begin: tuple[int, ...], input_size: tuple[int, ...], step: tuple[int, ...]) -> Any:
     grad = cp.zeros(input_size, dtype=dy.dtype)
-    grad[_block(begin, dy.shape)] = dy
+    grad[_block(begin, dy.shape, step)] = dy
     return grad
 
 

@@ -6,18 +6,18 @@ Pads = tuple[tuple[int, int], ...]
 _NUMPY_MODE = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
 
 
-def _block(begin: tuple[int, ...], size: tuple[int, ...]) -> tuple[slice, ...]:
-    return tuple(slice(b, b + s) for b, s in zip(begin, size))
+def _block(begin: tuple[int, ...], size: tuple[int, ...], step: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(b, b + (s - 1) * t + 1 if s else b, t) for b, s, t in zip(begin, size, step))
 
 
-def slice_(x: np.ndarray, *, begin: tuple[int, ...], size: tuple[int, ...]) -> np.ndarray:
-    return x[_block(begin, size)].copy()
+def slice_(x: np.ndarray, *, begin: tuple[int, ...], size: tuple[int, ...], step: tuple[int, ...]) -> np.ndarray:
+    return x[_block(begin, size, step)].copy()
 
 
-def slice_grad(dy: np.ndarray, *, begin: tuple[int, ...], input_size: tuple[int, ...]) -> np.ndarray:
-    """Zeros of input_size with dy placed at begin."""
+def slice_grad(dy: np.ndarray, *, begin: tuple[int, ...], input_size: tuple[int, ...], step: tuple[int, ...]) -> np.ndarray:
+    """Zeros of input_size with dy placed at begin, every step."""
     grad = np.zeros(input_size, dtype=dy.dtype)
-    grad[_block(begin, dy.shape)] = dy
+    grad[_block(begin, dy.shape, step)] = dy
     return grad
 
 
