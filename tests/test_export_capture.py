@@ -157,3 +157,16 @@ def test_an_in_place_aten_op_is_its_twin_and_its_readers_read_it(rng: np.random.
 
     model = check_lowered(Fn(forward), NCHW, ["hardswish", "relu", "add_scalar"], rng)
     assert model.tracer == "torch.export"
+
+
+def test_python_arithmetic_on_sizes_is_computed_when_planning(rng: np.random.Generator) -> None:
+    """VOLO pads to ``math.ceil(H / stride) * stride``: the math functions torch.fx records, of sizes."""
+    import math
+
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        pad_h, pad_w = math.ceil(h / 4) * 4 - h, math.trunc(w / 3) - math.floor(w / 4) + abs(h - w)
+        return F.pad(x, (0, pad_w, 0, pad_h)) * math.floor(math.sqrt(h))
+
+    model = check_lowered(Fn(forward), NCHW, ["pad", "mul_scalar"], rng, other_shape=(3, 4, 7, 5))
+    assert model.tracer == "torch.fx"

@@ -9,6 +9,7 @@ anew; a shape it refuses makes that call fail with the guard's message. Nothing 
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -83,7 +84,8 @@ PYTHON_OPERATORS: dict[Any, Callable[..., Any]] = {
     f: f for f in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
                    operator.pow, operator.neg, operator.getitem, operator.iadd, operator.imul, operator.eq,
                    operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.not_, operator.and_,
-                   operator.or_, operator.truth)
+                   operator.or_, operator.truth, math.ceil, math.floor, math.trunc, math.sqrt, operator.abs,
+                   builtins.abs)  # the math functions torch.fx records
 }
 _TENSOR_ARITHMETIC = (operator.add, operator.iadd, operator.sub, operator.mul, operator.imul, operator.truediv,
                       operator.pow, operator.neg, operator.getitem)  # lowered by the tensor tables when given tensors
