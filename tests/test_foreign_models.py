@@ -6,11 +6,16 @@ then the nodes needing a missing op run in PyTorch, and the expected count is ex
 layer scales are folded into the linear before them (one mul step less per block). A few models run in CI; ALGOSWAP_TEST_ALL_MODELS=1 runs every one (a few minutes on two cores).
 
 Each model also pickles, unpickles in a fresh process and deep-copies (issue 33: deep graphs recursed).
+
+Issue 34: one model of every timm family (``timm_families.json``, generated from timm's registry by
+``python tests/timm_families.py``: the family's smallest model and input) converts with no node left in
+PyTorch, without fallback, within the tolerance policy's bound (slow: CI runs them).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from algoswap._torch.convert import swap_backend  # noqa: E402
 from helpers import assert_close, network_terms, relative_error  # noqa: E402
 from lowering_check import random_input  # noqa: E402
 from model_copies import assert_saves_and_copies  # noqa: E402
+from timm_families import LIST, families  # noqa: E402
 
 # Per model, the nodes that need an op still missing from the registry: their op and count.
 PENDING: dict[str, dict[str, int]] = {
@@ -94,3 +100,46 @@ def test_model_saves_and_copies(name: str, rng: np.random.Generator, tmp_path: P
     shape = zoo.input_shape(name, 1, small=True)
     model = swap_backend(zoo.build(name), None, shape, fallback="torch")
     assert_saves_and_copies(model, random_input(rng, shape), tmp_path)
+
+
+# ---------------------------------------------------------------------------- every timm family (issue 34)
+
+FAMILIES: dict[str, dict[str, object]] = json.loads(LIST.read_text())
+# Families whose model cannot run in CI here, and why; ALGOSWAP_TEST_ALL_MODELS=1 runs them anyway.
+TOO_LARGE = 50_000_000  # parameters: a model this large takes minutes and gigabytes on CI's two cores
+SKIPPED: dict[str, str] = {}
+
+
+def test_the_family_list_is_timms_registry() -> None:
+    """A timm with new families fails here until ``python tests/timm_families.py`` lists them."""
+    assert sorted(FAMILIES) == families()
+
+
+def _family_skip(family: str) -> str | None:
+    if os.environ.get("ALGOSWAP_TEST_ALL_MODELS") == "1":
+        return None
+    if family in SKIPPED:
+        return SKIPPED[family]
+    count = int(FAMILIES[family]["parameters"])  # type: ignore[call-overload]
+    if count > TOO_LARGE:
+        return f"{FAMILIES[family]['model']} has {count / 1e6:.0f}M parameters, too many for CI (ALGOSWAP_TEST_ALL_MODELS=1 runs it)"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_timm_family_converts_whole(family: str, rng: np.random.Generator) -> None:
+    reason = _family_skip(family)
+    if reason is not None:
+        pytest.skip(reason)
+    entry = FAMILIES[family]
+    module = zoo.build(f"timm:{entry['model']}")
+    side = int(entry["side"])  # type: ignore[call-overload]
+    shape = (2, 3, side, side)
+    model = swap_backend(module, None, shape)  # no fallback: every node runs on a registry op
+    x = random_input(rng, shape)
+    with torch.no_grad():
+        ref = module(x)
+    out = model(x)
+    assert relative_error(out, ref) <= TARGET, f"{family} ({model.tracer})"
+    assert_close(out, ref, **network_terms(module))

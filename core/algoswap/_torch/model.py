@@ -77,11 +77,18 @@ class Model:
         return self._executor
 
     def _new_executor(self) -> Executor:
-        """One subgraph: the model's shape guards, which planning checks first for every input signature
-        (they compute nothing when the model runs), then the outputs."""
+        """One subgraph: the guards on the inputs' shapes alone (checked first: the input a torch.export capture
+        takes), the outputs, then the model's other shape guards; planning checks the guards for every input
+        signature (they compute nothing when the model runs)."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
-        return Executor({SUBGRAPH: [*self.guards, *(self._outputs or self.inputs[:1])]}, options=options,
+        first, later = self._guards_split()
+        return Executor({SUBGRAPH: [*first, *(self._outputs or self.inputs[:1]), *later]}, options=options,
                         capture=self._capture)
+
+    def _guards_split(self) -> tuple[list[Node], list[Node]]:
+        """The guards reading only the inputs, and the others (which may read a fused chain's member)."""
+        on_inputs = [g for g in self.guards if all(n.kind == "placeholder" for n in g.needs)]
+        return on_inputs, [g for g in self.guards if not any(g is first for first in on_inputs)]
 
     def retarget(self, algorithm: Selector, *, backends: Sequence[str] | None = None) -> Model:
         """Choose the requests of the op steps again, as ``swap_backend``'s ``algorithm`` and ``backends``
@@ -209,7 +216,7 @@ class Model:
         ``algoswap.benchmark_wish``), as torch would run the model."""
         with following_torch():
             results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
-        values = {id(node): value for node, value in zip(self._outputs, results[len(self.guards):])}
+        values = {id(node): value for node, value in zip(self._outputs, results[len(self._guards_split()[0]):])}
         return with_values(self.output, values)
 
     def plan(self, *shapes: Sequence[int]) -> Program:
