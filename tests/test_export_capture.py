@@ -170,3 +170,30 @@ def test_python_arithmetic_on_sizes_is_computed_when_planning(rng: np.random.Gen
 
     model = check_lowered(Fn(forward), NCHW, ["pad", "mul_scalar"], rng, other_shape=(3, 4, 7, 5))
     assert model.tracer == "torch.fx"
+
+
+def test_a_split_into_sizes_is_lowered_from_export(rng: np.random.Generator) -> None:
+    """EfficientViT (MSRA) splits by a list of sizes: ``aten.split_with_sizes``."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        a, b = (x * 2).split([1, 3], dim=1) if x.shape[-1] % 2 == 0 else (x, x)
+        return a * b
+    model = check_lowered(Fn(forward), NCHW, ["split", "mul"], rng)
+    assert model.tracer == "torch.export"
+
+
+def test_layers_keep_their_names_and_modules_under_export(rng: np.random.Generator) -> None:
+    """Selectors by layer name, and functions receiving the layer, see torch.export's nodes as torch.fx's."""
+    module = Fn(_branches_on_sizes, conv=nn.Conv2d(4, 3, 3)).eval()
+    seen: list[Any] = []
+
+    def choose(layer: Any) -> str:
+        seen.append(layer)
+        return "numpy:direct" if isinstance(layer, nn.Conv2d) else "default"
+
+    model = swap_backend(module, {"conv": "numpy:smm"}, ODD)
+    assert model.tracer == "torch.export"
+    row = next(row for row in model.explain() if row.op == "conv2d")
+    assert row.implementation == "numpy:smm", row
+    model = swap_backend(module, choose, ODD)
+    assert any(layer is module.conv for layer in seen)
+    assert next(row for row in model.explain() if row.op == "conv2d").implementation == "numpy:direct"

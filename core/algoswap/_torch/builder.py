@@ -31,6 +31,7 @@ from .lower_python import SHAPE_READERS
 from .bridge import COMPUTE_DTYPES
 from .lowering import Lowerer
 from .modules import own_request, plain
+from .tracing import EXPORTED_FROM
 from .tensors import NamedFunction
 
 
@@ -238,8 +239,9 @@ class ModelBuilder:
         owner = self.emitting
         assert owner is not None
         name = node.name if node is not None else self._name(f"{owner.name}.{lowered.op}")
-        module = str(owner.target) if owner.op == "call_module" else None
-        request = own_request(lowered.module)  # a layer swapped before keeps its choice
+        module, layer = (str(owner.target), lowered.module) if owner.op == "call_module" else self._layer(owner)
+        layer = lowered.module if lowered.module is not None else layer
+        request = own_request(layer)  # a layer swapped before keeps its choice
         label = describe(self.traced, owner)
         changed = lowered.folded or lowered.scaled  # its weights are no longer the module's: no torch twin
         twin = None if node is None or changed or not self._runnable(node) else self._torch_call(node, label)
@@ -248,13 +250,23 @@ class ModelBuilder:
         op = Node(name, "op", (), "", lowered.op, inputs, self._ref(lowered.attrs), request=str(request),
                   source=Origin(module if node is not None else None, label, twin, tuple(lowered.folded), tuple(lowered.scaled)))
         target = node.target if node is not None else owner.target
-        self.graph.subjects[name] = lowered.module if lowered.module is not None else FunctionalCall(name, target, lowered.op, dict(lowered.attrs))
+        self.graph.subjects[name] = layer if layer is not None else FunctionalCall(name, target, lowered.op, dict(lowered.attrs))
         first = lowered.inputs[0] if lowered.inputs else None
         shape = getattr(first.meta.get("tensor_meta"), "shape", None) if isinstance(first, fx.Node) else None
         if shape is not None:  # known after shape propagation (a sample input)
             self.graph.input_shapes[name] = tuple(int(s) for s in shape)
         self.made[id(lowered)] = self._append(op)
         return op
+
+    def _layer(self, node: fx.Node) -> tuple[str | None, nn.Module | None]:
+        """The layer (a module without children: nn.Conv2d, nn.Linear) whose forward made a node of torch.export's
+        graph, by its name in the model, and the layer; (None, None) for other nodes."""
+        root, stack = self.traced.meta.get(EXPORTED_FROM), node.meta.get("nn_module_stack")
+        if root is None or not stack:
+            return None, None
+        path = str(list(stack.values())[-1][0])
+        layer = root.get_submodule(path)
+        return (path, layer) if path and not any(True for _ in layer.children()) else (None, None)
 
     def _python_node(self, value: Deferred) -> Node:
         """A value computed when planning, as a python node (made once)."""

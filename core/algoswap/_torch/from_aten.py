@@ -85,6 +85,7 @@ ADAPTED: dict[str, Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]
     "upsample_bilinear2d": _resize("bilinear"),
     "upsample_bicubic2d": _resize("bicubic"),
     "linalg_vector_norm": lambda *args, **kwargs: ("call_function", torch.linalg.vector_norm, args, kwargs),
+    "split_with_sizes": lambda *args, **kwargs: ("call_function", torch.split, args, kwargs),
     "sym_size": _method("size"),
     "sym_numel": _method("numel"),
     "expand": _method("expand", 2),

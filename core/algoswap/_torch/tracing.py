@@ -27,6 +27,7 @@ from .errors import ConversionError
 from .from_aten import to_torch_functions
 from .modules import SwappedModule
 
+EXPORTED_FROM = "algoswap_exported_from"  # the GraphModule's meta: the module torch.export captured
 FX = "torch.fx"
 EXPORT = "torch.export"
 TRACERS = (FX, EXPORT)
@@ -87,7 +88,8 @@ def export(caller: str, module: nn.Module, sample: torch.Tensor, dynamic_batch: 
         raise ConversionError(f"{caller}: torch.export cannot capture {type(module).__name__} at input shape "
                               f"{tuple(sample.shape)} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
     to_torch_functions(graph, tuple(sample.shape))
+    graph.meta[EXPORTED_FROM] = module  # its layers, by the names export's module stack gives
     return graph
 
 
-__all__ = ["EXPORT", "FX", "TRACERS", "TraceFailed", "export", "symbolic_trace"]
+__all__ = ["EXPORT", "EXPORTED_FROM", "FX", "TRACERS", "TraceFailed", "export", "symbolic_trace"]
