@@ -197,3 +197,9 @@ def test_layers_keep_their_names_and_modules_under_export(rng: np.random.Generat
     model = swap_backend(module, choose, ODD)
     assert any(layer is module.conv for layer in seen)
     assert next(row for row in model.explain() if row.op == "conv2d").implementation == "numpy:direct"
+
+
+def test_a_tensor_plus_or_times_a_python_zero_is_lowered(rng: np.random.Generator) -> None:
+    """``x + 0`` and ``x * 0`` (FastViT, Hiera) failed converting: the reciprocal of 0 was computed for every kind."""
+    module = Fn(lambda m, x: (x + 0) * 2 + x * 0 - 0)
+    check_lowered(module, NCHW, ["add_scalar", "mul_scalar"], rng)

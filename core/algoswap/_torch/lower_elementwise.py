@@ -45,7 +45,7 @@ def arithmetic(lw: Lowerer, kind: str, a: Any, b: Any) -> Lowered:
     if _scalar(lw, b):
         if kind == "div" and not isinstance(b, fx.Node) and b == 0:  # infinities of the zero's sign, NaN for 0 and NaN
             return LoweredOp("div", [_tensor(lw, a), torch.tensor(float(b))], {})
-        value = {"add": b, "sub": deferred(negated, b), "mul": b, "div": deferred(reciprocal, b)}[kind]
+        value = deferred(negated, b) if kind == "sub" else deferred(reciprocal, b) if kind == "div" else b
         return LoweredOp("mul_scalar" if kind in ("mul", "div") else "add_scalar", [_tensor(lw, a)], {"value": value})
     if _scalar(lw, a):
         b = _tensor(lw, b)
