@@ -128,6 +128,9 @@ def swap_backend(
         except ConversionError as exc:
             failed = failed or exc
             continue
+        except Exception as exc:  # a lowering rule's own failure: the next capture may not meet it
+            failed = failed or _failure(exc)
+            continue
         model.capture = capture
         best = (model, len(graph.unsupported))
         if not graph.unsupported:
@@ -136,6 +139,12 @@ def swap_backend(
         assert failed is not None
         raise failed
     return best[0]
+
+
+def _failure(exc: Exception) -> ConversionError:
+    error = ConversionError(f"{CALLER}: converting the model failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _model(traced: fx.GraphModule, sample: tuple[int, ...] | None, graph: ModelGraph, tracer: str, selector: Selector,
