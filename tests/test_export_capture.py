@@ -203,3 +203,16 @@ def test_a_tensor_plus_or_times_a_python_zero_is_lowered(rng: np.random.Generato
     """``x + 0`` and ``x * 0`` (FastViT, Hiera) failed converting: the reciprocal of 0 was computed for every kind."""
     module = Fn(lambda m, x: (x + 0) * 2 + x * 0 - 0)
     check_lowered(module, NCHW, ["add_scalar", "mul_scalar"], rng)
+
+
+def test_a_region_without_autocast_is_inlined(rng: np.random.Generator) -> None:
+    """EfficientViT computes its attention under ``torch.autocast(enabled=False)``: export wraps the region."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        y = m.conv(x) if x.shape[-1] % 2 == 0 else x
+        with torch.autocast("cpu", enabled=False):
+            z = y.float() @ y.float().transpose(-1, -2) + m.bias
+        return z.relu()
+
+    model = check_lowered(Fn(forward, conv=nn.Conv2d(4, 4, 1), bias=nn.Parameter(torch.randn(6, 6), requires_grad=False)),
+                          NCHW, ["batch_matmul", "relu"], rng, reduction_length=9)
+    assert model.tracer == "torch.export"

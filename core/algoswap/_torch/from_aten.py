@@ -106,6 +106,9 @@ def to_torch_functions(graph: fx.GraphModule, shape: tuple[int, ...]) -> None:
     from .lowering import FUNCTIONS, METHODS  # the tables say which twins lowering serves
 
     for node in list(graph.graph.nodes):
+        if node.target is _AUTOCAST and node.args[2] is False:
+            _inline(graph, node)
+    for node in list(graph.graph.nodes):
         if node.op == "call_module" and str(node.target).startswith("_guards"):
             graph.graph.erase_node(node)
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -114,6 +117,27 @@ def to_torch_functions(graph: fx.GraphModule, shape: tuple[int, ...]) -> None:
     graph.graph.eliminate_dead_code()
     _guard_input(graph.graph, shape)  # after: it is used by nothing
     graph.recompile()
+
+
+_AUTOCAST = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
+
+
+def _inline(graph: fx.GraphModule, node: fx.Node) -> None:
+    """A region of ``torch.autocast(enabled=False)`` (EfficientViT's attention in float32): export makes it a
+    call of a submodule; its ops, which compute in the dtypes they name, are copied in its place."""
+    name = str(node.args[4].target)  # type: ignore[union-attr]
+    region: fx.GraphModule = getattr(graph, name)
+    inputs = [n for n in region.graph.nodes if n.op == "placeholder"]
+    before = set(graph.graph.nodes)
+    with graph.graph.inserting_before(node):
+        outputs = graph.graph.graph_copy(region.graph, dict(zip(inputs, node.args[5:])))  # type: ignore[arg-type]
+    for copied in graph.graph.nodes:
+        if copied not in before and copied.op == "get_attr":
+            copied.target = f"{name}.{copied.target}"  # the region's weights, as attributes of its submodule
+    for user in list(node.users):  # getitem readers of the region's outputs
+        user.replace_all_uses_with(outputs[user.args[1]])  # type: ignore[index, arg-type]
+        graph.graph.erase_node(user)
+    graph.graph.erase_node(node)
 
 
 def _rewrite(graph: fx.Graph, node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> None:
