@@ -4,6 +4,7 @@ fixed, and the ops that models captured so need (roll, transposed convolutions, 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -216,3 +217,20 @@ def test_a_region_without_autocast_is_inlined(rng: np.random.Generator) -> None:
     model = check_lowered(Fn(forward, conv=nn.Conv2d(4, 4, 1), bias=nn.Parameter(torch.randn(6, 6), requires_grad=False)),
                           NCHW, ["batch_matmul", "relu"], rng, reduction_length=9)
     assert model.tracer == "torch.export"
+
+
+def test_negative_padding_crops(rng: np.random.Generator) -> None:
+    """PNASNet pads by (-1, 1, -1, 1): a crop at the start, a zero row and column at the end."""
+    module = Fn(lambda m, x: F.pad(x, (-1, 1, -2, 1)) + m.crop(x), crop=nn.ZeroPad2d((-1, 1, -2, 1)))
+    check_lowered(module, NCHW, ["slice", "pad"], rng, other_shape=(1, 4, 5, 3))
+
+
+@pytest.mark.parametrize("equation", ["bhwc,hkc->bhwk", "bhwc,wkc->bhwk", "bij,bjk->bik", "ijc,cd->idj", "bcn,bcm->bnm"])
+def test_einsum_products_of_grouped_letters(equation: str, rng: np.random.Generator) -> None:
+    """SAM's decomposed relative positions: rows, columns or contracted sizes of several letters."""
+    sizes = {"b": 2, "h": 3, "w": 4, "c": 5, "k": 6, "i": 3, "j": 4, "d": 2, "n": 3, "m": 4}
+    left, right = equation.split("->")[0].split(",")
+    weight = nn.Parameter(torch.randn(*(sizes[c] for c in right)), requires_grad=False)
+    module = Fn(lambda m, x: torch.einsum(equation, x.reshape(*(sizes[c] for c in left)), m.w), w=weight)
+    shape = (1, math.prod(sizes[c] for c in left))
+    check_lowered(module, shape, [], rng, other_shape=shape, reduction_length=6)

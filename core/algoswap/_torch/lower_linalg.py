@@ -265,14 +265,45 @@ def einsum(lw: Lowerer, equation: str, a: Any, b: Any) -> LoweredOp:
     batch = [c for c in out if c in la and c in lb]
     rows, cols = [c for c in la if c not in lb], [c for c in lb if c not in la]
     inner = [c for c in la if c in lb and c not in out]
-    if len(rows) != 1 or len(cols) != 1 or len(inner) != 1 or len(batch) + 3 != len(set(la + lb)) or set(out) != {*batch, *rows, *cols}:
-        raise Unsupported(f"einsum {equation!r} is not one (batched) matrix product")
+    if set(out) != {*batch, *rows, *cols} or len(batch) + len(rows) + len(cols) + len(inner) != len(set(la + lb)):
+        raise Unsupported(f"einsum {equation!r} is not one (batched) matrix product (a letter of one operand is summed)")
+    if len(rows) != 1 or len(cols) != 1 or len(inner) != 1:
+        return _merged_einsum(a, b, la, lb, out, batch, rows, cols, inner)
     (m,), (n,), (k,) = rows, cols, inner
     a, trans_a = _ordered(a, la, batch, m, k)
     b, trans_b = _ordered(b, lb, batch, k, n)
     product = LoweredOp("batch_matmul" if batch else "matmul", [a, b], {"trans_a": trans_a, "trans_b": trans_b})
     made = "".join(batch) + m + n
     return product if made == out else permutation(product, tuple(made.index(c) for c in out))
+
+
+def _merged_einsum(a: Any, b: Any, la: str, lb: str, out: str, batch: list[str], rows: list[str], cols: list[str],
+                   inner: list[str]) -> LoweredOp:
+    """An einsum whose rows, columns or contracted sizes are several letters (SAM's 'bhwc,hkc->bhwk'): each group
+    merged into one size by a reshape, one (batched) product, the letters split again and ordered as asked."""
+    left = _grouped(a, la, [c for g in (batch, rows, inner) for c in g], [g for g in (batch, rows, inner) if g])
+    right = _grouped(b, lb, [c for g in (batch, inner, cols) for c in g], [g for g in (batch, inner, cols) if g])
+    product = LoweredOp("batch_matmul" if batch else "matmul", [left, right], {"trans_a": False, "trans_b": False})
+    made = "".join(batch + rows + cols)
+    value = reshape(product, Deferred(letter_sizes, (a, b, la, lb, made)))
+    return value if made == out else permutation(value, tuple(made.index(c) for c in out))
+
+
+def _grouped(x: Any, letters: str, order: list[str], groups: list[list[str]]) -> LoweredOp:
+    perm = tuple(letters.index(c) for c in order)
+    ordered = x if perm == tuple(range(len(perm))) else permutation(x, perm)
+    return reshape(ordered, Deferred(merged_sizes, (x, letters, tuple("".join(g) for g in groups))))
+
+
+def merged_sizes(array: Any, letters: str, groups: tuple[str, ...]) -> tuple[int, ...]:
+    """The sizes of ``array`` (its dimensions named by ``letters``) with each group of letters multiplied."""
+    return tuple(math.prod(int(array.shape[letters.index(c)]) for c in group) for group in groups)
+
+
+def letter_sizes(a: Any, b: Any, la: str, lb: str, letters: str) -> tuple[int, ...]:
+    """The size of each of ``letters`` in the operands ``a`` and ``b``."""
+    sizes = {**{c: int(n) for c, n in zip(lb, b.shape)}, **{c: int(n) for c, n in zip(la, a.shape)}}
+    return tuple(sizes[c] for c in letters)
 
 
 def _ordered(x: Any, letters: str, batch: list[str], first: str, second: str) -> tuple[Any, bool]:

@@ -526,10 +526,30 @@ def _getitem(lw: Lowerer, node: fx.Node) -> Lowered:
 
 
 def pad(x: Any, pads: Any, mode: str = "constant", value: Any = None) -> LoweredOp:
-    """F.pad's arguments as a ``pad`` op (its modes: constant, reflect, replicate)."""
+    """F.pad's arguments as a ``pad`` op (its modes: constant, reflect, replicate); negative pads of constant
+    padding (PNASNet's crop, ``(-1, 1, -1, 1)``) cut first, with a slice."""
     if mode not in ("constant", "reflect", "replicate"):
         raise Unsupported(f"padding mode {mode!r} (the pad op has constant, reflect and replicate)")
+    if mode == "constant" and isinstance(pads, (list, tuple)) and any(isinstance(p, int) and p < 0 for p in pads):
+        window = {"begin": Deferred(cropped_begin, (x, tuple(pads))), "size": Deferred(cropped_size, (x, tuple(pads)))}
+        x, pads = LoweredOp("slice", [x], window), tuple(max(p, 0) for p in pads)
     return LoweredOp("pad", [x], {"pads": deferred(torch_pads, pads), "mode": mode, "value": 0.0 if value is None else value})
+
+
+def _cuts(array: Any, pad: tuple[int, ...]) -> list[tuple[int, int]]:
+    """What F.pad's negative entries cut from each dimension: (from the start, from the end)."""
+    cuts = [(0, 0)] * len(array.shape)
+    for index, (before, after) in enumerate(reversed(torch_pads(pad))):
+        cuts[len(cuts) - 1 - index] = (max(-before, 0), max(-after, 0))
+    return cuts
+
+
+def cropped_begin(array: Any, pad: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(start for start, _ in _cuts(array, pad))
+
+
+def cropped_size(array: Any, pad: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(size) - start - end for size, (start, end) in zip(array.shape, _cuts(array, pad)))
 
 
 def _unfold(lw: Lowerer, node: fx.Node) -> Lowered:
