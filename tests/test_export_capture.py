@@ -234,3 +234,20 @@ def test_einsum_products_of_grouped_letters(equation: str, rng: np.random.Genera
     module = Fn(lambda m, x: torch.einsum(equation, x.reshape(*(sizes[c] for c in left)), m.w), w=weight)
     shape = (1, math.prod(sizes[c] for c in left))
     check_lowered(module, shape, [], rng, other_shape=shape, reduction_length=6)
+
+
+@pytest.mark.parametrize("tracer", ["torch.fx", "torch.export"])
+def test_rms_norm_and_clamps_by_constant_tensors(tracer: str, rng: np.random.Generator) -> None:
+    """Gemma's vision tower: F.rms_norm, and clamps by one-element buffers (infinite ones clamp nothing)."""
+    module = Fn(lambda m, x: F.rms_norm(torch.clamp(x, m.low, m.high), (6, 8), m.w, 1e-6)
+                + F.rms_norm(x.clamp(min=m.none_low, max=m.none_high), [8]) + x.clamp(max=m.high),
+                w=nn.Parameter(torch.rand(6, 8) + 0.5, requires_grad=False))
+    module.register_buffer("low", torch.tensor(-0.5))
+    module.register_buffer("high", torch.tensor([0.75]))
+    module.register_buffer("none_low", torch.tensor(-float("inf")))
+    module.register_buffer("none_high", torch.tensor(float("inf")))
+    model = swap_backend(module.eval(), None, NCHW, tracer=tracer)
+    x = random_input(rng, NCHW)
+    with torch.no_grad():
+        assert_close(model(x), module(x), layers=8, reduction_length=48)
+    assert "rsqrt" in [row.op for row in model.explain()]

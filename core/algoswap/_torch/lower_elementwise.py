@@ -4,6 +4,7 @@ in their function and method forms; modules are in ``lower_modules``."""
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -92,17 +93,29 @@ def _unary(op: str, *names: str, **defaults: Any) -> Handler:
     return handler
 
 
+def _number(lw: Lowerer, value: Any) -> Any:
+    """A one-element constant tensor (Gemma's clipping bounds, buffers) as the Python number it holds."""
+    constant = lw.constants.get(value) if isinstance(value, fx.Node) else value
+    if isinstance(constant, torch.Tensor) and constant.numel() == 1 and constant.is_floating_point():
+        return float(constant.item())
+    return value
+
+
 def _clamp(lw: Lowerer, node: fx.Node) -> Lowered:
     """``torch.clamp(x, min, max)`` with numbers: clamp_min, hardtanh with both bounds (NaN stays NaN in both),
     or, with max alone, -clamp_min(-x, -max)."""
     bound = lw.bind(signature("input", min=None, max=None), node)
-    x, low, high = bound["input"], bound["min"], bound["max"]
-    if not all(v is None or isinstance(v, (int, float)) for v in (low, high)) or low is None and high is None:
-        raise Unsupported("torch.clamp is lowered with number bounds only")
+    x, low, high = bound["input"], _number(lw, bound["min"]), _number(lw, bound["max"])
+    if not all(v is None or isinstance(v, (int, float)) for v in (low, high)):
+        raise Unsupported("torch.clamp is lowered with bounds that are numbers or one-element constants only")
+    low, high = (None if low == -math.inf else low), (None if high == math.inf else high)
+    if low is None and high is None:
+        return Alias(x)
     if low is not None and high is not None:
         return LoweredOp("hardtanh", [x], {"min_val": float(low), "max_val": float(high)})
     if low is not None:
         return LoweredOp("clamp_min", [x], {"value": float(low)})
+    assert high is not None  # for mypy: not both None
     return LoweredOp("neg", [LoweredOp("clamp_min", [LoweredOp("neg", [x], {})], {"value": -float(high)})], {})
 
 

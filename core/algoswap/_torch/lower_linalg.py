@@ -14,7 +14,7 @@ from torch import fx
 
 from .lower_python import shape_of
 from .lower_shapes import parts, permutation, reshape, swapped_perm, unsqueezed_shape
-from .lowered import Deferred, Handler, Lowered, LoweredOp, Unsupported, op_rule, signature
+from .lowered import Deferred, Handler, Lowered, LoweredOp, Unsupported, deferred, op_rule, signature
 
 if TYPE_CHECKING:
     from .lowering import Lowerer
@@ -34,6 +34,26 @@ def layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float
 def _layer_norm(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "normalized_shape", weight=None, bias=None, eps=1e-5), node)
     return layer_norm(bound["input"], bound["normalized_shape"], bound["weight"], bound["bias"], bound["eps"])
+
+
+def trailing_axes(count: int) -> tuple[int, ...]:
+    """The last ``count`` dimensions, counted from the end."""
+    return tuple(range(-count, 0))
+
+
+def rms_norm(x: Any, normalized_shape: Any, weight: Any, eps: Any) -> Lowered:
+    """``F.rms_norm``, as torch computes it: x * rsqrt(mean(x * x over the trailing dimensions) + eps), then the
+    weight; eps None: the float32 machine epsilon (torch's for float32 inputs)."""
+    count = 1 if isinstance(normalized_shape, int) else deferred(len, normalized_shape)
+    squares = LoweredOp("reduce_mean", [LoweredOp("mul", [x, x], {})], {"axes": deferred(trailing_axes, count), "keepdims": True})
+    scale = LoweredOp("rsqrt", [LoweredOp("add_scalar", [squares], {"value": float(torch.finfo(torch.float32).eps) if eps is None else eps})], {})
+    normed = LoweredOp("mul", [x, scale], {})
+    return normed if weight is None else LoweredOp("mul", [normed, weight], {})
+
+
+def _rms_norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "normalized_shape", weight=None, eps=None), node)
+    return rms_norm(bound["input"], bound["normalized_shape"], bound["weight"], bound["eps"])
 
 
 def channels_first_4d(array: Any) -> tuple[int, int, int, int]:
@@ -502,7 +522,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.conv1d: _conv1d, torch.conv1d: _conv1d, F.interpolate: _interpolate,
     F.conv_transpose2d: _conv_transpose2d, torch.conv_transpose2d: _conv_transpose2d,
     F.max_pool1d: _max_pool1d, torch.max_pool1d: _max_pool1d, F.avg_pool1d: _avg_pool1d, torch.avg_pool1d: _avg_pool1d,
-    F.layer_norm: _layer_norm, F.normalize: _normalize,
+    F.layer_norm: _layer_norm, F.normalize: _normalize, F.rms_norm: _rms_norm,
     torch.norm: _norm, torch.linalg.vector_norm: _vector_norm, torch.linalg.norm: _linalg_norm,
     torch.mean: _MEAN, torch.sum: _SUM,
     torch.max: _MAX, torch.min: _MIN, torch.amax: _AMAX, torch.amin: _AMIN,
