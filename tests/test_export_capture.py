@@ -251,3 +251,14 @@ def test_rms_norm_and_clamps_by_constant_tensors(tracer: str, rng: np.random.Gen
     with torch.no_grad():
         assert_close(model(x), module(x), layers=8, reduction_length=48)
     assert "rsqrt" in [row.op for row in model.explain()]
+
+
+def test_empty_pieces_of_a_concatenation_are_dropped_under_export(rng: np.random.Generator) -> None:
+    """Qwen3-VL's rotary embedding concatenates the rotated part with an empty rest."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        rotated, rest = x[..., :8], x[..., 8:]
+        y = torch.cat([rotated.flip(-1) if x.shape[-1] % 2 else rotated * 2, rest], dim=-1)
+        return torch.cat([y, x[:, :0]], dim=1) + 1
+
+    model = check_lowered(Fn(forward), NCHW, ["mul_scalar", "add_scalar"], rng)
+    assert model.tracer == "torch.export" and "concat" not in [row.op for row in model.explain()]

@@ -341,7 +341,13 @@ def _cat(axis_name: str) -> Handler:
         tensors = bound["tensors"]
         if not isinstance(tensors, (list, tuple)) or not tensors:
             raise Unsupported("concatenating something other than a list of tensors")
-        return LoweredOp("concat", list(tensors), {"axis": bound[axis_name]})
+        axis = bound[axis_name]
+        if lw.sizes_fixed and isinstance(axis, int):  # pieces empty along the axis add nothing (a rotary embedding's rest)
+            kept = [t for t in tensors if (shape := lw.shape(t)) is None or shape[axis] != 0]
+            tensors = kept if kept else tensors[:1]
+            if len(tensors) == 1:
+                return Alias(tensors[0])
+        return LoweredOp("concat", list(tensors), {"axis": axis})
 
     return handler
 

@@ -24,6 +24,7 @@ from .._global import get_registry
 from ..graph._node import leaves
 from . import lower_elementwise, lower_linalg, lower_modules, lower_python, lower_shapes, lower_torchvision
 from .lower_in_place import mutates
+from .tracing import EXPORTED_FROM
 from .lowered import (Alias, Constant, Deferred, Handler, Lowered, LoweredOp, Parts, PythonCall, Unsupported,
                       contains_node, describe, fx_nodes, signature, target_name)
 
@@ -121,6 +122,11 @@ class Lowerer:
                 raise Unsupported(str(exc)) from None
 
     # ------------------------------------------------------------------ what the rules ask
+
+    @property
+    def sizes_fixed(self) -> bool:
+        """Whether the sample run's sizes are every input's (torch.export's capture: a guard refuses others)."""
+        return EXPORTED_FROM in self.root.meta
 
     def is_python(self, value: Any) -> bool:
         """Whether ``value`` is a Python value (a literal, or a node computing sizes), not a tensor."""
