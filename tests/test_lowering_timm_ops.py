@@ -96,6 +96,8 @@ RESAMPLING = [
     ("hrnet's nearest upsample module", lambda m, x: m.nearest(x)),
     ("efficientformerv2's bilinear upsample module", lambda m, x: m.bilinear(x)),
     ("upsampling modules", lambda m, x: m.nearest2d(x) + m.bilinear2d(x)),
+    ("crossvit's bicubic to a size", lambda m, x: F.interpolate(x, size=(8, 9), mode="bicubic", align_corners=False)),
+    ("bicubic by a factor, corners aligned", lambda m, x: F.interpolate(x, scale_factor=0.7, mode="bicubic", align_corners=True)),
 ]
 
 
@@ -107,7 +109,7 @@ def test_interpolate_and_upsample(function: Any, rng: np.random.Generator) -> No
 
 
 def test_interpolate_modes_the_op_lacks_are_refused_with_the_reason() -> None:
-    for function, words in ((lambda m, x: F.interpolate(x, scale_factor=2, mode="bicubic"), "mode"),
+    for function, words in ((lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest-exact"), "mode"),
                             (lambda m, x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), "antialias"),
                             (lambda m, x: F.interpolate(x.flatten(2), size=4), "3-D input")):
         with pytest.raises(UnsupportedModelError, match=words):
