@@ -116,6 +116,18 @@ def test_interpolate_modes_the_op_lacks_are_refused_with_the_reason() -> None:
             swap_backend(Fn(function).eval(), None, NCHW)
 
 
+PAD_NONFINITE = [
+    ("timm's pad_same before a max pool (nest, vit_r): a border of -inf the pool never picks",
+     lambda m, x: F.max_pool2d(F.pad(x, (0, 1, 1, 0), value=-float("inf")), 3, 2), ["pad", "maxpool2d"]),
+    ("a border of nan", lambda m, x: F.pad(x, (1, 1, 0, 2), value=float("nan")) * 2, ["pad"]),
+]
+
+
+@pytest.mark.parametrize("function, ops", [c[1:] for c in PAD_NONFINITE], ids=[c[0] for c in PAD_NONFINITE])
+def test_pad_with_infinite_and_nan_values(function: Any, ops: list[str], rng: np.random.Generator) -> None:
+    check_lowered(Fn(function), (2, 3, 6, 6), ops, rng, other_shape=(1, 3, 9, 7))
+
+
 # ---------------------------------------------------------------------------- casts and addcmul
 
 
