@@ -128,6 +128,37 @@ def test_pad_with_infinite_and_nan_values(function: Any, ops: list[str], rng: np
     check_lowered(Fn(function), (2, 3, 6, 6), ops, rng, other_shape=(1, 3, 9, 7))
 
 
+# ---------------------------------------------------------------------------- sliding windows and fold
+
+def _halo_blocks(m: Any, x: torch.Tensor) -> torch.Tensor:
+    """halonet's key/value blocks: the padded input unfolded into overlapping windows along H, then W."""
+    return F.pad(x, (1, 1, 1, 1)).unfold(2, 4, 2).unfold(3, 4, 2)
+
+
+WINDOWS = [
+    ("halonet's blocks", _halo_blocks, (2, 3, 6, 8), (1, 3, 10, 4)),
+    ("windows apart and a negative dimension", lambda m, x: x.unfold(-1, 2, 3) * 2, (2, 3, 5, 7), (1, 2, 4, 11)),
+    ("one window of the whole dimension, of a 2-D input", lambda m, x: x[0, 0].unfold(0, 5, 1), (2, 3, 5, 7), None),
+]
+
+
+@pytest.mark.parametrize("function, shape, other", [c[1:] for c in WINDOWS], ids=[c[0] for c in WINDOWS])
+def test_tensor_unfold_is_strided_slices_along_a_new_last_axis(function: Any, shape: Any, other: Any,
+                                                               rng: np.random.Generator) -> None:
+    check_lowered(Fn(function), shape, ["slice", "concat", "reshape"], rng, other_shape=other)
+
+
+def test_tensor_unfold_of_a_dimension_too_short_is_an_error_naming_it() -> None:
+    model = swap_backend(Fn(lambda m, x: x.unfold(3, 4, 1)).eval(), None)
+    with pytest.raises(Exception, match="windows of 4 every 1"):
+        model(torch.zeros(1, 2, 3, 3))
+
+
+def test_tensor_unfold_of_a_window_size_computed_in_the_model_is_refused_with_the_reason() -> None:
+    with pytest.raises(UnsupportedModelError, match="Tensor.unfold with a dimension, size or step computed"):
+        swap_backend(Fn(lambda m, x: x.unfold(2, x.shape[2], 1)).eval(), None)  # no sample input: a size unknown
+
+
 # ---------------------------------------------------------------------------- casts and addcmul
 
 

@@ -143,6 +143,30 @@ def unfold(x: Any, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -
     return reshape(merged, Deferred(patch_rows, (patches[0].inputs[0], kh * kw)))
 
 
+def window_bounds(array: Any, dim: int, offset: int, size: int, step: int, part: str) -> tuple[int, ...]:
+    """``Tensor.unfold(dim, size, step)``'s slice of the elements at ``offset`` in every window: its begin, size
+    or step (``part``), one per dimension."""
+    shape = [int(s) for s in array.shape]
+    d = _dim(dim, len(shape))
+    if step < 1 or not 0 < size <= shape[d]:
+        raise ValueError(f"unfold of dimension {dim} (size {shape[d]}) into windows of {size} every {step}: "
+                         "expected 0 < size <= the dimension's size and step >= 1")
+    values = {"begin": [0] * len(shape), "step": [1] * len(shape), "size": shape}[part]
+    values[d] = {"begin": offset, "step": step, "size": (shape[d] - size) // step + 1}[part]
+    return tuple(values)
+
+
+def windows(x: Any, dim: int, size: int, step: int) -> LoweredOp:
+    """``Tensor.unfold(dim, size, step)``: sliding windows as a new last dimension; per offset k < size the
+    strided slice of the elements at k in every window, each with a unit last axis, concatenated along it."""
+    parts = []
+    for offset in range(size):
+        bounds = {part: Deferred(window_bounds, (x, dim, offset, size, step, part)) for part in ("begin", "size", "step")}
+        part = LoweredOp("slice", [x], bounds)
+        parts.append(reshape(part, Deferred(unsqueezed_shape, (part, -1))))
+    return LoweredOp("concat", parts, {"axis": -1})
+
+
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = list(array.shape)
     d = _dim(dim, len(shape))
@@ -537,6 +561,14 @@ def _unfold(lw: Lowerer, node: fx.Node) -> Lowered:
     return unfold(bound["input"], bound["kernel_size"], bound["dilation"], bound["padding"], bound["stride"])
 
 
+def _windows(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "dimension", "size", "step"), node)
+    dim, size, step = bound["dimension"], bound["size"], bound["step"]
+    if not all(isinstance(v, int) for v in (dim, size, step)):
+        raise Unsupported("Tensor.unfold with a dimension, size or step computed in the model (numbers are lowered)")
+    return windows(bound["input"], dim, size, step)
+
+
 def _pad(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "pad", mode="constant", value=None), node)
     return pad(bound["input"], bound["pad"], bound["mode"], bound["value"])
@@ -584,5 +616,5 @@ METHODS: dict[str, Handler] = {
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
     "expand": _expand, "expand_as": _like("broadcast_to"), "repeat_interleave": _repeat_interleave,
     "repeat": _repeat, "roll": _roll,
-    "chunk": _chunk, "split": _split, "unbind": _unbind,
+    "chunk": _chunk, "split": _split, "unbind": _unbind, "unfold": _windows,
 }  # fmt: skip
