@@ -159,6 +159,33 @@ def test_tensor_unfold_of_a_window_size_computed_in_the_model_is_refused_with_th
         swap_backend(Fn(lambda m, x: x.unfold(2, x.shape[2], 1)).eval(), None)  # no sample input: a size unknown
 
 
+def _volo_fold(m: Any, x: torch.Tensor) -> torch.Tensor:
+    """volo's outlook attention: (N, C * 9, H * W) blocks folded back onto (H, W) read from the input."""
+    n, c, h, w = x.shape
+    return F.fold(F.unfold(x, 3, padding=1), output_size=(h, w), kernel_size=3, padding=1, stride=1)
+
+
+FOLDS = [
+    ("volo's outlook fold", _volo_fold, (2, 3, 5, 6), (1, 3, 7, 4), 9),
+    ("strided, dilated, unpadded module", lambda m, x: m.fold(x.reshape(x.shape[0], 12, 6)), (2, 3, 4, 6), None, 1),
+    ("padded strided, of an unbatched input", lambda m, x: F.fold(x[0].reshape(8, 9), (5, 4), (2, 2), padding=(1, 0), stride=(2, 1)),
+     (2, 3, 4, 6), None, 1),
+]
+
+
+@pytest.mark.parametrize("function, shape, other, terms", [c[1:] for c in FOLDS], ids=[c[0] for c in FOLDS])
+def test_fold_places_each_kernel_position_and_adds(function: Any, shape: Any, other: Any, terms: int,
+                                                   rng: np.random.Generator) -> None:
+    module = Fn(function, fold=nn.Fold((5, 7), (2, 2), dilation=(1, 2), stride=(3, 2)))
+    check_lowered(module, shape, ["slice_grad", "add", "slice"], rng, other_shape=other, reduction_length=terms)
+
+
+def test_fold_of_blocks_that_do_not_tile_the_output_is_an_error_naming_them() -> None:
+    model = swap_backend(Fn(lambda m, x: F.fold(x, (4, 4), 2)).eval(), None)
+    with pytest.raises(Exception, match=r"fold of a \(1, 8, 5\) input to \(4, 4\).*expected \(N, C \* 4, 9\)"):
+        model(torch.zeros(1, 8, 5))
+
+
 # ---------------------------------------------------------------------------- casts and addcmul
 
 
@@ -204,14 +231,16 @@ def test_addcmul_and_addcdiv(rng: np.random.Generator) -> None:
 
 TIMM = [("gcvit_xxtiny", 224), ("coat_tiny", 224), ("efficientvim_m1", 64), ("efficientformerv2_s0", 224),
         ("hrnet_w18_small", 64), ("swin_tiny_patch4_window7_224", 224), ("swinv2_cr_tiny_224", 224),
-        ("swinv2_tiny_window16_256", 256), ("tnt_s_legacy_patch16_224", 224)]
+        ("swinv2_tiny_window16_256", 256), ("tnt_s_legacy_patch16_224", 224), ("crossvit_tiny_240", 240),
+        ("jx_nest_tiny", 224), ("vit_tiny_r_s16_p8_224", 224), ("halonet_h1", 256), ("volo_d1_224", 224)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, side", TIMM, ids=[t[0] for t in TIMM])
 def test_timm_model_converts_whole(name: str, side: int, rng: np.random.Generator) -> None:
     """repeat_interleave (gcvit), interpolate and Conv1d (coat), Conv1d (efficientvim), Upsample (efficientformerv2,
-    hrnet), roll (swin, swinv2, swinv2_cr), Unfold (tnt): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
+    hrnet), roll (swin, swinv2, swinv2_cr), Unfold (tnt), bicubic interpolate (crossvit), padding with -inf (nest,
+    vit_r), Tensor.unfold (halonet), fold (volo): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
     from algoswap import zoo
     from helpers import assert_close, network_terms, relative_error
     from lowering_check import random_input
