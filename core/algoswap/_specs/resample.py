@@ -137,7 +137,7 @@ def _coordinate_scale(size: int, out: int, factor: float | None, align_corners: 
 
 
 TAPS = declare_cache("interpolation_taps", 256, "interpolate: the input elements and weights of each output, per axis "
-                     "size, output size, scale factor, mode and precision")
+                     "size, output size, scale factor, mode, precision and direction")
 _taps: LRUCache[Taps] = LRUCache(TAPS)
 
 
