@@ -128,6 +128,7 @@ BAD_CALLS = [
     ("pad", ((3, 4),), {"pads": ((4, 0),), "mode": "reflect"}, "pads", "smaller than the input"),
     ("pad", ((3, 4),), {"pads": ((1, -1),)}, "pads", "pairs of ints >= 0"),
     ("pad", ((3, 4),), {"pads": ((1, 1),), "mode": "circular"}, "mode", "'reflect'"),
+    ("pad", ((3, 4),), {"pads": ((1, 1),), "value": "-inf"}, "value", "a real number (inf, -inf or nan too)"),
     ("transpose", ((2, 3, 4),), {"perm": (0, 1)}, "perm", "a permutation of 0..2"),
     ("where", ((3,), (3,), (3,)), {}, "condition", "expected bool"),
     ("embedding", ((5, 3), (4,)), {}, "indices", "an integer dtype"),

@@ -31,7 +31,7 @@ def _fits(shape: tuple[int, ...], attrs: dict[str, Any]) -> bool:
 def _geometries() -> list[Any]:
     """(input shape, F.interpolate keywords) over sizes, scale factors and modes (outputs of at least 1x1)."""
     found = []
-    for mode, corners in (("nearest", None), ("bilinear", False), ("bilinear", True)):
+    for mode, corners in (("nearest", None), ("bilinear", False), ("bilinear", True), ("bicubic", False), ("bicubic", True)):
         extra = {"mode": mode} if corners is None else {"mode": mode, "align_corners": corners}
         for (h, w), (oh, ow) in zip(_SIZES, _SIZES[3:] + _SIZES[:3]):
             found.append(((1, 2, h, w), {"size": (oh, ow), **extra}))
@@ -123,9 +123,9 @@ def test_what_torch_refuses_is_an_error_naming_the_argument(attrs: dict[str, Any
         _torch(x, **attrs)
 
 
-@pytest.mark.parametrize("mode", ["bicubic", "area", "nearest-exact"])
+@pytest.mark.parametrize("mode", ["area", "nearest-exact", "trilinear"])
 def test_modes_torch_has_and_the_spec_lacks_are_refused(mode: str) -> None:
-    with pytest.raises(algoswap.OpArgumentError, match="argument 'mode'.*'nearest', 'bilinear'"):
+    with pytest.raises(algoswap.OpArgumentError, match="argument 'mode'.*'nearest', 'bilinear', 'bicubic'"):
         algoswap.ops.interpolate(np.zeros((1, 2, 5, 7), np.float32), size=3, mode=mode)
 
 
@@ -133,3 +133,14 @@ def test_an_empty_input_plane_is_refused_as_torch_does() -> None:
     with pytest.raises(algoswap.OpArgumentError, match="argument 'input'"):
         algoswap.ops.interpolate(np.zeros((1, 2, 0, 7), np.float32), size=3)
     assert algoswap.ops.interpolate(np.zeros((0, 2, 4, 4), np.float32), scale_factor=2).shape == (0, 2, 8, 8)
+
+
+def test_bicubic_is_refused_by_dnnl_with_the_reason() -> None:
+    """oneDNN's resampling has no cubic mode: the default request is served by another backend, saying why."""
+    if "dnnl" not in algoswap.registry().backends:
+        pytest.skip("the dnnl backend is not installed")
+    selection = algoswap.select("interpolate", [(1, 2, 6, 8)], "float32", "default", size=(12, 16), mode="bicubic")
+    assert selection.backend.name != "dnnl"
+    assert "no bicubic mode" in dict(selection.rejected)["dnnl:direct"]
+    bilinear = algoswap.select("interpolate", [(1, 2, 6, 8)], "float32", "default", size=(12, 16), mode="bilinear")
+    assert "no bicubic" not in dict(bilinear.rejected).get("dnnl:direct", "")

@@ -96,6 +96,8 @@ RESAMPLING = [
     ("hrnet's nearest upsample module", lambda m, x: m.nearest(x)),
     ("efficientformerv2's bilinear upsample module", lambda m, x: m.bilinear(x)),
     ("upsampling modules", lambda m, x: m.nearest2d(x) + m.bilinear2d(x)),
+    ("crossvit's bicubic to a size", lambda m, x: F.interpolate(x, size=(8, 9), mode="bicubic", align_corners=False)),
+    ("bicubic by a factor, corners aligned", lambda m, x: F.interpolate(x, scale_factor=0.7, mode="bicubic", align_corners=True)),
 ]
 
 
@@ -107,11 +109,81 @@ def test_interpolate_and_upsample(function: Any, rng: np.random.Generator) -> No
 
 
 def test_interpolate_modes_the_op_lacks_are_refused_with_the_reason() -> None:
-    for function, words in ((lambda m, x: F.interpolate(x, scale_factor=2, mode="bicubic"), "mode"),
+    for function, words in ((lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest-exact"), "mode"),
                             (lambda m, x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), "antialias"),
                             (lambda m, x: F.interpolate(x.flatten(2), size=4), "3-D input")):
         with pytest.raises(UnsupportedModelError, match=words):
             swap_backend(Fn(function).eval(), None, NCHW)
+
+
+PAD_NONFINITE = [
+    ("timm's pad_same before a max pool (nest, vit_r): a border of -inf the pool never picks",
+     lambda m, x: F.max_pool2d(F.pad(x, (0, 1, 1, 0), value=-float("inf")), 3, 2), ["pad", "maxpool2d"]),
+    ("a border of nan", lambda m, x: F.pad(x, (1, 1, 0, 2), value=float("nan")) * 2, ["pad"]),
+]
+
+
+@pytest.mark.parametrize("function, ops", [c[1:] for c in PAD_NONFINITE], ids=[c[0] for c in PAD_NONFINITE])
+def test_pad_with_infinite_and_nan_values(function: Any, ops: list[str], rng: np.random.Generator) -> None:
+    check_lowered(Fn(function), (2, 3, 6, 6), ops, rng, other_shape=(1, 3, 9, 7))
+
+
+# ---------------------------------------------------------------------------- sliding windows and fold
+
+def _halo_blocks(m: Any, x: torch.Tensor) -> torch.Tensor:
+    """halonet's key/value blocks: the padded input unfolded into overlapping windows along H, then W."""
+    return F.pad(x, (1, 1, 1, 1)).unfold(2, 4, 2).unfold(3, 4, 2)
+
+
+WINDOWS = [
+    ("halonet's blocks", _halo_blocks, (2, 3, 6, 8), (1, 3, 10, 4)),
+    ("windows apart and a negative dimension", lambda m, x: x.unfold(-1, 2, 3) * 2, (2, 3, 5, 7), (1, 2, 4, 11)),
+    ("one window of the whole dimension, of a 2-D input", lambda m, x: x[0, 0].unfold(0, 5, 1), (2, 3, 5, 7), None),
+]
+
+
+@pytest.mark.parametrize("function, shape, other", [c[1:] for c in WINDOWS], ids=[c[0] for c in WINDOWS])
+def test_tensor_unfold_is_strided_slices_along_a_new_last_axis(function: Any, shape: Any, other: Any,
+                                                               rng: np.random.Generator) -> None:
+    check_lowered(Fn(function), shape, ["slice", "concat", "reshape"], rng, other_shape=other)
+
+
+def test_tensor_unfold_of_a_dimension_too_short_is_an_error_naming_it() -> None:
+    model = swap_backend(Fn(lambda m, x: x.unfold(3, 4, 1)).eval(), None)
+    with pytest.raises(Exception, match="windows of 4 every 1"):
+        model(torch.zeros(1, 2, 3, 3))
+
+
+def test_tensor_unfold_of_a_window_size_computed_in_the_model_is_refused_with_the_reason() -> None:
+    with pytest.raises(UnsupportedModelError, match="Tensor.unfold with a dimension, size or step computed"):
+        swap_backend(Fn(lambda m, x: x.unfold(2, x.shape[2], 1)).eval(), None)  # no sample input: a size unknown
+
+
+def _volo_fold(m: Any, x: torch.Tensor) -> torch.Tensor:
+    """volo's outlook attention: (N, C * 9, H * W) blocks folded back onto (H, W) read from the input."""
+    n, c, h, w = x.shape
+    return F.fold(F.unfold(x, 3, padding=1), output_size=(h, w), kernel_size=3, padding=1, stride=1)
+
+
+FOLDS = [
+    ("volo's outlook fold", _volo_fold, (2, 3, 5, 6), (1, 3, 7, 4), 9),
+    ("strided, dilated, unpadded module", lambda m, x: m.fold(x.reshape(x.shape[0], 12, 6)), (2, 3, 4, 6), None, 1),
+    ("padded strided, of an unbatched input", lambda m, x: F.fold(x[0].reshape(8, 9), (5, 4), (2, 2), padding=(1, 0), stride=(2, 1)),
+     (2, 3, 4, 6), None, 1),
+]
+
+
+@pytest.mark.parametrize("function, shape, other, terms", [c[1:] for c in FOLDS], ids=[c[0] for c in FOLDS])
+def test_fold_places_each_kernel_position_and_adds(function: Any, shape: Any, other: Any, terms: int,
+                                                   rng: np.random.Generator) -> None:
+    module = Fn(function, fold=nn.Fold((5, 7), (2, 2), dilation=(1, 2), stride=(3, 2)))
+    check_lowered(module, shape, ["slice_grad", "add", "slice"], rng, other_shape=other, reduction_length=terms)
+
+
+def test_fold_of_blocks_that_do_not_tile_the_output_is_an_error_naming_them() -> None:
+    model = swap_backend(Fn(lambda m, x: F.fold(x, (4, 4), 2)).eval(), None)
+    with pytest.raises(Exception, match=r"fold of a \(1, 8, 5\) input to \(4, 4\).*expected \(N, C \* 4, 9\)"):
+        model(torch.zeros(1, 8, 5))
 
 
 # ---------------------------------------------------------------------------- casts and addcmul
@@ -159,14 +231,16 @@ def test_addcmul_and_addcdiv(rng: np.random.Generator) -> None:
 
 TIMM = [("gcvit_xxtiny", 224), ("coat_tiny", 224), ("efficientvim_m1", 64), ("efficientformerv2_s0", 224),
         ("hrnet_w18_small", 64), ("swin_tiny_patch4_window7_224", 224), ("swinv2_cr_tiny_224", 224),
-        ("swinv2_tiny_window16_256", 256), ("tnt_s_legacy_patch16_224", 224)]
+        ("swinv2_tiny_window16_256", 256), ("tnt_s_legacy_patch16_224", 224), ("crossvit_tiny_240", 240),
+        ("jx_nest_tiny", 224), ("vit_tiny_r_s16_p8_224", 224), ("halonet_h1", 256), ("volo_d1_224", 224)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, side", TIMM, ids=[t[0] for t in TIMM])
 def test_timm_model_converts_whole(name: str, side: int, rng: np.random.Generator) -> None:
     """repeat_interleave (gcvit), interpolate and Conv1d (coat), Conv1d (efficientvim), Upsample (efficientformerv2,
-    hrnet), roll (swin, swinv2, swinv2_cr), Unfold (tnt): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
+    hrnet), roll (swin, swinv2, swinv2_cr), Unfold (tnt), bicubic interpolate (crossvit), padding with -inf (nest,
+    vit_r), Tensor.unfold (halonet), fold (volo): no node left in torch, within 1e-5 of PyTorch in float32 (issue 34's target)."""
     from algoswap import zoo
     from helpers import assert_close, network_terms, relative_error
     from lowering_check import random_input

@@ -137,6 +137,12 @@ KNOWN_CASES: dict[str, tuple[str, list[Any], dict[str, Any]]] = {
     # torch multiplies the neighbour of a clamped coordinate by weight 0: an inf there is NaN
     "bilinear upscale with an inf beside the edge": (
         "interpolate", [_nan_at((1, 1, 2, 3), (0, 0, 0, 1), value=np.inf)], {"size": (2, 6), "mode": "bilinear"}),
+    # timm's pad_same fills with -inf before a max pool; the fill is written as given, NaN too
+    "pad with -inf": ("pad", [_nan_at((1, 2, 3, 4), (0, 1, 2, 3))], {"pads": ((0, 1), (1, 0)), "value": -np.inf}),
+    "pad with nan": ("pad", [_nan_at((3, 4), (1, 1), value=np.inf)], {"pads": ((1, 1), (0, 2)), "value": np.nan}),
+    # bicubic at the same size still reads four neighbours, the outer ones by weight 0: NaN around an inf
+    "bicubic at the same size with an inf": (
+        "interpolate", [_nan_at((1, 1, 4, 5), (0, 0, 1, 1), value=np.inf)], {"size": (4, 5), "mode": "bicubic"}),
 }
 
 

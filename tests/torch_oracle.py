@@ -162,7 +162,7 @@ def _upsample(x: Any, size: Any, scale_factor: Any, mode: str, align_corners: An
     scales = (None, None) if scale_factor is None else tuple(scale_factor)
     if mode == "nearest":
         return aten.upsample_nearest2d(x, list(size), *scales)
-    return aten.upsample_bilinear2d(x, list(size), bool(align_corners), *scales)
+    return getattr(aten, f"upsample_{mode}2d")(x, list(size), bool(align_corners), *scales)
 
 
 def _interpolate(x: Any, size: Any = None, scale_factor: Any = None, mode: str = "nearest", align_corners: Any = None,

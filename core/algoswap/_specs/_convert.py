@@ -139,18 +139,20 @@ def output_size(value: Any) -> tuple[int | None, int | None]:
 
 
 def real(minimum: float | None = None, maximum: float | None = None, *, open_min: bool = False,
-         open_max: bool = False) -> Callable[[Any], float]:
-    """A finite real number (not a bool) within the given bounds; canonical form: a float."""
+         open_max: bool = False, finite: bool = True) -> Callable[[Any], float]:
+    """A finite real number (not a bool) within the given bounds (``finite=False``: any, infinities and NaN
+    too, as a fill value may be); canonical form: a float."""
     bounds = []
     if minimum is not None:
         bounds.append(f"{'>' if open_min else '>='} {minimum:g}")
     if maximum is not None:
         bounds.append(f"{'<' if open_max else '<='} {maximum:g}")
-    what = "a finite real number" + (f" {' and '.join(bounds)}" if bounds else "")
+    what = ("a finite real number" if finite else "a real number (inf, -inf or nan too)") + \
+        (f" {' and '.join(bounds)}" if bounds else "")
 
     @expecting(what)
     def convert(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or (finite and not math.isfinite(value)):
             raise ValueError(what)
         value = float(value)
         if minimum is not None and (value < minimum or (open_min and value == minimum)):

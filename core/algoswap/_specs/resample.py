@@ -1,4 +1,4 @@
-"""interpolate (torch.nn.functional.interpolate of NCHW input, modes "nearest" and "bilinear") and its
+"""interpolate (torch.nn.functional.interpolate of NCHW input, modes "nearest", "bilinear" and "bicubic") and its
 gradient, with torch's rules for the output size and for which input elements each output reads.
 
 The output size is resolved as F.interpolate does: ``size``, or floor(input size * scale_factor);
@@ -7,7 +7,7 @@ the scale factor then also maps output coordinates to input ones, unless recompu
 (as ``aten.upsample_nearest2d`` takes them): the size must then be floor(input size * scale_factor).
 Which input elements an output reads, and with which weights, is ``interpolation_taps``: torch's CPU
 rules, evaluated in torch's arithmetic (float32 for nearest; the input's precision, float32 for
-half-precision inputs, for bilinear), so that every backend reads the same elements as torch (which
+half-precision inputs, for bilinear and bicubic), so that every backend reads the same elements as torch (which
 decides which NaN and infinities reach an output: a tap of weight 0 still multiplies its element).
 """
 
@@ -26,7 +26,8 @@ from ._convert import boolean, choice, expected, expecting, optional, pair, real
 from ._geometry import shape_attr
 
 _FAMILY = "resample"
-Taps = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # first index, second index, their weights
+Taps = tuple[np.ndarray, np.ndarray]  # (out, k) input indices, (out, k) their weights
+_CUBIC = -0.75  # torch's A of the cubic convolution kernel
 
 
 @expecting("a real number > 0 or a pair of them")
@@ -42,8 +43,10 @@ def _scale_pair(value: Any) -> tuple[float, float]:
     return first, second
 
 
-_MODE = Attr("mode", "nearest", choice("nearest", "bilinear"), "'nearest' (torch's legacy rule) or 'bilinear'")
-_ALIGN = Attr("align_corners", None, optional(boolean), "bilinear: corner pixels' centres align (None: False); nearest: None")
+_MODE = Attr("mode", "nearest", choice("nearest", "bilinear", "bicubic"),
+             "'nearest' (torch's legacy rule), 'bilinear' or 'bicubic' (A = -0.75, border indices clamped)")
+_ALIGN = Attr("align_corners", None, optional(boolean),
+              "bilinear, bicubic: corner pixels' centres align (None: False); nearest: None")
 _SCALE = Attr("scale_factor", None, optional(_scale_pair), "output size / input size, a float or (h, w) (None: from size)")
 _ATTRS = (
     Attr("size", None, optional(pair(1)), "the output (H, W), an int or a pair (None: from scale_factor)"),
@@ -102,7 +105,7 @@ interpolate = OpSpec(
     "interpolate", (Input("input", (4,)),), _ATTRS,
     shape_rule=lambda shapes, attrs: shapes["input"][:2] + attrs["size"], resolve=_resolve, family=_FAMILY,
     gradients=(GradRule("input", "interpolate_grad", ("grad_output",), _grad_attrs),),
-    doc="Nearest or bilinear resampling of NCHW input to size (or by scale_factor), like "
+    doc="Nearest, bilinear or bicubic resampling of NCHW input to size (or by scale_factor), like "
     "torch.nn.functional.interpolate (interpolation_taps: which elements each output reads).",
 )
 interpolate_grad = OpSpec(
@@ -121,7 +124,7 @@ SPECS = (interpolate, interpolate_grad)
 
 def _opmath(mode: str, dtype: str) -> type[np.floating[Any]]:
     """The precision torch computes coordinates in: float32 for nearest, else the input's (float32 for halves)."""
-    return np.float64 if mode == "bilinear" and dtype == "float64" else np.float32
+    return np.float64 if mode != "nearest" and dtype == "float64" else np.float32
 
 
 def _coordinate_scale(size: int, out: int, factor: float | None, align_corners: bool, real: Any) -> Any:
@@ -134,38 +137,51 @@ def _coordinate_scale(size: int, out: int, factor: float | None, align_corners: 
 
 
 TAPS = declare_cache("interpolation_taps", 256, "interpolate: the input elements and weights of each output, per axis "
-                     "size, output size, scale factor, mode and precision")
+                     "size, output size, scale factor, mode, precision and direction")
 _taps: LRUCache[Taps] = LRUCache(TAPS)
 
 
 def interpolation_taps(size: int, out: int, factor: float | None, mode: str, align_corners: bool | None,
-                       dtype: str) -> Taps:
-    """Along one axis of ``size`` input elements resampled to ``out``: for each output position, the two input
-    indices it reads and their weights (float64 arrays; nearest reads one element: its second index is the
-    first and its weight 0, never to be multiplied), by torch's CPU rules in torch's arithmetic (``dtype``:
-    the input's). ``factor``: the scale factor that maps coordinates (None: size / out). Read-only arrays,
-    cached."""
-    key = (size, out, factor, mode, align_corners, _opmath(mode, dtype).__name__)
+                       dtype: str, gradient: bool = False) -> Taps:
+    """Along one axis of ``size`` input elements resampled to ``out``: for each output position, the k input
+    indices it reads and their weights ((out, k) int64 and float64 arrays: k is 1 for nearest, 2 for bilinear,
+    4 for bicubic; a single tap of weight 1 is read, never multiplied), by torch's CPU rules in torch's
+    arithmetic (``dtype``: the input's). ``factor``: the scale factor that maps coordinates (None: size / out).
+    An output is the sum over its taps in order (along the columns first, then the rows). ``gradient``: the taps
+    torch's gradient scatters to (bicubic's, compiled apart from its forward, computes its coordinates without
+    a fused multiply-add; torch's bicubic gradient also copies a plane of the same size: not a rule of one axis,
+    each backend keeps it). Read-only arrays, cached."""
+    fused = not (gradient and mode == "bicubic")
+    key = (size, out, factor, mode, align_corners, _opmath(mode, dtype).__name__, fused)
     found: Taps | None = _taps.get(key)
-    return found if found is not None else _taps.put(key, _computed_taps(size, out, factor, mode, align_corners, dtype))
+    return found if found is not None else _taps.put(key, _computed_taps(size, out, factor, mode, align_corners, dtype, fused))
 
 
-def _computed_taps(size: int, out: int, factor: float | None, mode: str, align_corners: bool | None, dtype: str) -> Taps:
+def _computed_taps(size: int, out: int, factor: float | None, mode: str, align_corners: bool | None, dtype: str,
+                   fused: bool) -> Taps:
     real = _opmath(mode, dtype)
     positions = np.arange(out)
-    if out == size:  # torch copies, whatever the factor
-        first = positions
-        second, weight = first, np.zeros(out)
+    if mode == "bicubic":
+        indices, weights = _cubic_taps(size, out, factor, bool(align_corners), real, fused)
+    elif out == size:  # torch copies, whatever the factor (bilinear: 1 * x[i] + 0 * x[i])
+        indices, weights = (positions[:, None], np.ones((out, 1))) if mode == "nearest" else \
+            (np.stack([positions, positions], 1), np.stack([np.ones(out), np.zeros(out)], 1))
     elif mode == "nearest":
-        scale = _coordinate_scale(size, out, factor, False, real)
-        first = positions >> 1 if out == 2 * size else np.minimum(np.floor(positions.astype(real) * scale).astype(np.int64), size - 1)
-        second, weight = first, np.zeros(out)
+        indices, weights = _nearest_taps(size, out, factor, real)
     else:
-        first, second, weight = _linear_taps(size, out, factor, bool(align_corners), real)
-    taps = (first, second, 1.0 - weight if mode == "bilinear" else np.ones(out), weight)
+        indices, weights = _linear_taps(size, out, factor, bool(align_corners), real)
+    taps = (np.ascontiguousarray(indices, np.int64), np.ascontiguousarray(weights, np.float64))
     for array in taps:  # shared by every caller
         array.setflags(write=False)
     return taps
+
+
+def _nearest_taps(size: int, out: int, factor: float | None, real: Any) -> Taps:
+    """torch's legacy nearest: floor(d * scale) in float32 (d // 2 for an exact doubling)."""
+    positions = np.arange(out)
+    scale = _coordinate_scale(size, out, factor, False, real)
+    first = positions >> 1 if out == 2 * size else np.minimum(np.floor(positions.astype(real) * scale).astype(np.int64), size - 1)
+    return first[:, None], np.ones((out, 1))
 
 
 def _rounded(value: Fraction, real: Any) -> Any:
@@ -184,16 +200,48 @@ def _fused_multiply_add(a: Any, b: np.ndarray, c: float, real: Any) -> np.ndarra
     return np.array([_rounded(Fraction(float(a)) * Fraction(float(x)) + Fraction(c), real) for x in b], dtype=real)
 
 
-def _linear_taps(size: int, out: int, factor: float | None, align_corners: bool, real: Any) -> tuple[np.ndarray, ...]:
-    """torch's compute_source_index_and_lambda: the source coordinate, clamped at 0 unless corners align,
-    its floor (taken of the coordinate rounded to float32, as torch's floorf does) and the clamped distance."""
+def _source(size: int, out: int, factor: float | None, align_corners: bool, real: Any, clamp: bool,
+            fused: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """torch's area_pixel_compute_source_index and guard_index_and_lambda: the source coordinate of each output
+    (clamped at 0 if ``clamp``: linear, not cubic; with one rounding of scale * (d + 0.5) - 0.5 if ``fused``,
+    else two), its floor (taken of the coordinate rounded to float32, as
+    torch's floorf does; at most size - 1) and the distance from it, clamped to [0, 1] (float64 arrays)."""
     scale = _coordinate_scale(size, out, factor, align_corners, real)
     positions = np.arange(out).astype(real)
     if align_corners:
         coordinate = scale * positions
     else:
-        coordinate = np.maximum(_fused_multiply_add(scale, positions + real(0.5), -0.5, real), real(0))
+        half = positions + real(0.5)
+        coordinate = _fused_multiply_add(scale, half, -0.5, real) if fused else scale * half - real(0.5)
+        coordinate = np.maximum(coordinate, real(0)) if clamp else coordinate
     first = np.minimum(np.floor(coordinate.astype(np.float32)).astype(np.int64), size - 1)
-    weight = np.clip(coordinate - first.astype(real), real(0), real(1))
+    return first, np.clip(coordinate - first.astype(real), real(0), real(1)).astype(np.float64)
+
+
+def _linear_taps(size: int, out: int, factor: float | None, align_corners: bool, real: Any) -> Taps:
+    """torch's compute_source_index_and_lambda: the floor and the next element (the last: itself)."""
+    first, weight = _source(size, out, factor, align_corners, real, clamp=True)
     second = first + (first < size - 1)
-    return first, second, weight.astype(np.float64)
+    return np.stack([first, second], 1), np.stack([1.0 - weight, weight], 1)
+
+
+def _cubic_taps(size: int, out: int, factor: float | None, align_corners: bool, real: Any, fused: bool) -> Taps:
+    """torch's bicubic: elements floor - 1 .. floor + 2, clamped into [0, size), weighted by the cubic
+    convolution kernel (A = -0.75) at distances t + 1, t, 1 - t, 2 - t, computed in ``real``."""
+    first, t = _source(size, out, factor, align_corners, real, False, fused)
+    indices = np.clip(first[:, None] + np.arange(-1, 3), 0, size - 1)
+    t = t.astype(real)
+    near, far = _cubic_near(t, real), _cubic_near(real(1) - t, real)
+    return indices, np.stack([_cubic_far(t + real(1), real), near, far, _cubic_far(real(2) - t, real)], 1).astype(np.float64)
+
+
+def _cubic_near(x: np.ndarray, real: Any) -> np.ndarray:
+    """torch's cubic_convolution1: the kernel at distance |x| <= 1."""
+    a = real(_CUBIC)
+    return ((a + real(2)) * x - (a + real(3))) * x * x + real(1)
+
+
+def _cubic_far(x: np.ndarray, real: Any) -> np.ndarray:
+    """torch's cubic_convolution2: the kernel at distance 1 <= |x| <= 2."""
+    a = real(_CUBIC)
+    return ((a * x - real(5) * a) * x + real(8) * a) * x - real(4) * a

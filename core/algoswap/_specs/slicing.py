@@ -201,7 +201,7 @@ def _pad_grad_shape(shapes: dict[str, Any], attrs: dict[str, Any]) -> Shape:
 _PADS = Attr("pads", convert=_pads, doc="(before, after) per dimension; fewer pairs pad the last dimensions")
 
 pad = OpSpec(
-    "pad", (Input("input"),), (_PADS, _MODE, Attr("value", 0.0, real(), "the fill of mode 'constant'")),
+    "pad", (Input("input"),), (_PADS, _MODE, Attr("value", 0.0, real(finite=False), "the fill of mode 'constant' (any float: -inf before a max pool)")),
     shape_rule=lambda shapes, attrs: _padded(shapes["input"], attrs["pads"]), resolve=_resolve_pad, family=_FAMILY,
     empty_fill=lambda shapes, attrs: attrs["value"] if attrs["mode"] == "constant" else None,  # all border
     gradients=(GradRule("input", "pad_grad", attrs=lambda c: {"pads": c.attrs["pads"], "mode": c.attrs["mode"], "input_size": c.shape("input")}),),

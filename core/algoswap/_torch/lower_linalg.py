@@ -483,7 +483,7 @@ def _conv_transpose2d(lw: Lowerer, node: fx.Node) -> Lowered:
 
 def interpolate(lw: Lowerer, x: Any, size: Any, scale_factor: Any, mode: str, align_corners: Any,
                 recompute_scale_factor: Any, antialias: bool = False) -> LoweredOp:
-    """``F.interpolate`` of an NCHW input (the ``interpolate`` op: modes nearest and bilinear; the op's
+    """``F.interpolate`` of an NCHW input (the ``interpolate`` op: modes nearest, bilinear and bicubic; the op's
     spec refuses the others, naming them)."""
     shape = lw.shape(x)
     if shape is not None and len(shape) != 4:

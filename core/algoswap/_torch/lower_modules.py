@@ -11,7 +11,7 @@ from torch import fx, nn
 
 from .._errors import OpArgumentError
 from .lower_linalg import attention, batch_norm, conv1d, conv_transpose2d, interpolate, layer_norm, pool1d
-from .lower_shapes import channel_shuffle, pad, permutation, reshape, unflattened_shape, unfold
+from .lower_shapes import channel_shuffle, fold, pad, permutation, reshape, unflattened_shape, unfold
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .modules import binding_for
 
@@ -69,6 +69,7 @@ MODULES: dict[type[nn.Module], ModuleRule] = {
     nn.GroupNorm: lambda lw, x, m: LoweredOp("group_norm", [x, m.weight, m.bias], {"num_groups": m.num_groups, "eps": m.eps}),
     **dict.fromkeys((nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d), _upsample),
     nn.Unfold: lambda lw, x, m: unfold(x, m.kernel_size, m.dilation, m.padding, m.stride),
+    nn.Fold: lambda lw, x, m: fold(x, m.output_size, m.kernel_size, m.dilation, m.padding, m.stride),
     nn.MaxPool1d: _max_pool1d, nn.ConvTranspose2d: _conv_transpose2d,
     nn.AvgPool1d: lambda lw, x, m: pool1d("avgpool2d", x, m.kernel_size, m.stride, m.padding, ceil_mode=m.ceil_mode,
                                           count_include_pad=m.count_include_pad),

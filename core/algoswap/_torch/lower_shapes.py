@@ -143,6 +143,66 @@ def unfold(x: Any, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -
     return reshape(merged, Deferred(patch_rows, (patches[0].inputs[0], kh * kw)))
 
 
+def window_bounds(array: Any, dim: int, offset: int, size: int, step: int, part: str) -> tuple[int, ...]:
+    """``Tensor.unfold(dim, size, step)``'s slice of the elements at ``offset`` in every window: its begin, size
+    or step (``part``), one per dimension."""
+    shape = [int(s) for s in array.shape]
+    d = _dim(dim, len(shape))
+    if step < 1 or not 0 < size <= shape[d]:
+        raise ValueError(f"unfold of dimension {dim} (size {shape[d]}) into windows of {size} every {step}: "
+                         "expected 0 < size <= the dimension's size and step >= 1")
+    values = {"begin": [0] * len(shape), "step": [1] * len(shape), "size": shape}[part]
+    values[d] = {"begin": offset, "step": step, "size": (shape[d] - size) // step + 1}[part]
+    return tuple(values)
+
+
+def windows(x: Any, dim: int, size: int, step: int) -> LoweredOp:
+    """``Tensor.unfold(dim, size, step)``: sliding windows as a new last dimension; per offset k < size the
+    strided slice of the elements at k in every window, each with a unit last axis, concatenated along it."""
+    parts = []
+    for offset in range(size):
+        bounds = {part: Deferred(window_bounds, (x, dim, offset, size, step, part)) for part in ("begin", "size", "step")}
+        part = LoweredOp("slice", [x], bounds)
+        parts.append(reshape(part, Deferred(unsqueezed_shape, (part, -1))))
+    return LoweredOp("concat", parts, {"axis": -1})
+
+
+def fold_shapes(array: Any, output_size: Any, kernel: Any, dilation: Any, padding: Any, stride: Any,
+                part: str) -> tuple[int, ...]:
+    """``F.fold``'s shapes for an input (N, C * kh * kw, L) or (C * kh * kw, L): (``part``) "blocks" (N, C,
+    kh * kw, L), "block" one kernel position's (N, C, 1, L), "patch" it as (N, C, out_h, out_w), "padded" the
+    padded output (N, C, H + 2 ph, W + 2 pw), "output" (N, C, H, W) and "result" torch's (the batch kept or not)."""
+    *batch, rows, length = (int(s) for s in array.shape)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw), (h, w) = _pairs(kernel, dilation, padding, stride, output_size)
+    n, c = (batch or [1])[0], rows // (kh * kw)
+    out = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, d, p, s in ((h, kh, dh, ph, sh), (w, kw, dw, pw, sw))]
+    if len(batch) > 1 or rows % (kh * kw) or min(out) < 1 or out[0] * out[1] != length:
+        raise ValueError(f"fold of a {tuple(array.shape)} input to {(h, w)} with kernel {(kh, kw)}, dilation {(dh, dw)}, "
+                         f"padding {(ph, pw)}, stride {(sh, sw)}: expected (N, C * {kh * kw}, {max(out[0], 0) * max(out[1], 0)}) "
+                         "or its unbatched form")
+    return {"blocks": (n, c, kh * kw, length), "block": (n, c, 1, length), "patch": (n, c, *out),
+            "padded": (n, c, h + 2 * ph, w + 2 * pw), "output": (n, c, h, w), "result": (*batch, c, h, w)}[part]
+
+
+def fold(x: Any, output_size: Any, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> LoweredOp:
+    """``F.fold`` (col2im, unfold's adjoint): per kernel position (i, j) its block placed into zeros of the padded
+    output from (i * dilation, j * dilation), every stride (``slice_grad``), the blocks added in torch's order,
+    the padding cut away."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _pairs(kernel_size, dilation, padding, stride)
+    geometry = (output_size, kernel_size, dilation, padding, stride)
+    blocks = reshape(x, Deferred(fold_shapes, (x, *geometry, "blocks")))
+    total: Any = None
+    for position in range(kh * kw):
+        block = LoweredOp("slice", [blocks], {"begin": (0, 0, position, 0), "size": Deferred(fold_shapes, (x, *geometry, "block"))})
+        patch = reshape(block, Deferred(fold_shapes, (x, *geometry, "patch")))
+        placed = LoweredOp("slice_grad", [patch], {"begin": (0, 0, position // kw * dh, position % kw * dw), "step": (1, 1, sh, sw),
+                                                   "input_size": Deferred(fold_shapes, (x, *geometry, "padded"))})
+        total = placed if total is None else LoweredOp("add", [total, placed], {})
+    if (ph, pw) != (0, 0):
+        total = LoweredOp("slice", [total], {"begin": (0, 0, ph, pw), "size": Deferred(fold_shapes, (x, *geometry, "output"))})
+    return reshape(total, Deferred(fold_shapes, (x, *geometry, "result")))
+
+
 def unflattened_shape(array: Any, dim: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = list(array.shape)
     d = _dim(dim, len(shape))
@@ -563,6 +623,25 @@ def _unfold(lw: Lowerer, node: fx.Node) -> Lowered:
     return unfold(bound["input"], bound["kernel_size"], bound["dilation"], bound["padding"], bound["stride"])
 
 
+def _fold(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "output_size", "kernel_size", dilation=1, padding=0, stride=1), node)
+    if not all(isinstance(k, int) for name in ("kernel_size", "dilation", "padding", "stride") for k in _flat(bound[name])):
+        raise Unsupported("F.fold with a kernel size, dilation, padding or stride computed in the model (numbers are lowered)")
+    return fold(bound["input"], bound["output_size"], bound["kernel_size"], bound["dilation"], bound["padding"], bound["stride"])
+
+
+def _flat(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _windows(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", "dimension", "size", "step"), node)
+    dim, size, step = bound["dimension"], bound["size"], bound["step"]
+    if not all(isinstance(v, int) for v in (dim, size, step)):
+        raise Unsupported("Tensor.unfold with a dimension, size or step computed in the model (numbers are lowered)")
+    return windows(bound["input"], dim, size, step)
+
+
 def _pad(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "pad", mode="constant", value=None), node)
     return pad(bound["input"], bound["pad"], bound["mode"], bound["value"])
@@ -598,7 +677,7 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
     torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.repeat_interleave: _repeat_interleave,
     torch.roll: _roll,
-    F.pad: _pad, F.unfold: _unfold, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
+    F.pad: _pad, F.unfold: _unfold, F.fold: _fold, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,
 }  # fmt: skip
@@ -610,5 +689,5 @@ METHODS: dict[str, Handler] = {
     "unsqueeze": _UNSQUEEZE, "squeeze": _SQUEEZE, "unflatten": _UNFLATTEN,
     "expand": _expand, "expand_as": _like("broadcast_to"), "repeat_interleave": _repeat_interleave,
     "repeat": _repeat, "roll": _roll,
-    "chunk": _chunk, "split": _split, "unbind": _unbind,
+    "chunk": _chunk, "split": _split, "unbind": _unbind, "unfold": _windows,
 }  # fmt: skip

@@ -150,7 +150,7 @@ def _only(attrs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in attrs.items() if k in names}
 
 
-# nearest and bilinear, up and down, by size and by scale factor; no output coordinate whose taps differ
+# nearest, bilinear and bicubic, up and down, by size and by scale factor; no output coordinate whose taps differ
 # between float32 and float64 arithmetic (the non-finite suite compares float32 runs with a float64 oracle)
 INTERPOLATE: list[Case] = [
     (((2, 3, 5, 4),), {"scale_factor": 2}),
@@ -164,6 +164,10 @@ INTERPOLATE: list[Case] = [
     (((1, 2, 7, 5),), {"scale_factor": (0.6, 2.5), "mode": "bilinear"}),
     (((2, 3, 8, 6),), {"size": (4, 3), "mode": "bilinear"}),  # halving: each output between two inputs
     (((1, 2, 3, 4),), {"size": (9, 8)}),
+    (((2, 3, 5, 4),), {"scale_factor": 2, "mode": "bicubic"}),  # taps clamped at both borders
+    (((1, 2, 4, 6),), {"size": (7, 9), "mode": "bicubic", "align_corners": True}),
+    (((2, 3, 8, 6),), {"size": (4, 3), "mode": "bicubic"}),
+    (((1, 1, 3, 3),), {"size": (3, 6), "mode": "bicubic"}),  # rows of the same size: weights 0, 1, 0, 0
 ]
 
 # query, key, value, attn_mask: batched heads, masks of both kinds (a (L, 1) bool mask masks whole rows:

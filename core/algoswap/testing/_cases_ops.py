@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ._inputs import Arg, shape_of
 
 Case = tuple[tuple[Any, ...], dict[str, Any]]
@@ -82,6 +84,8 @@ PAD: list[Case] = [
     (((2, 3, 4, 5),), {"pads": ((1, 2), (2, 1)), "mode": "reflect"}),
     (((3, 4),), {"pads": ((2, 1), (0, 3)), "mode": "replicate"}),
     (((3, 4),), {"pads": ((1, 0), (0, 2)), "value": 1.5}),
+    (((1, 2, 3, 4),), {"pads": ((0, 1), (1, 0)), "value": -np.inf}),  # timm's pad_same before a max pool
+    (((3, 4),), {"pads": ((1, 1),), "value": np.nan}),
 ]
 TRANSPOSE: list[Case] = [(((2, 3, 4),), {}), (((2, 3, 4, 5),), {"perm": (0, 2, 3, 1)}), (((3, 4),), {"perm": (1, 0)})]
 

@@ -45,37 +45,44 @@ extern "C" __global__ void conv2d_direct(const S* x, const S* w, const S* b, S* 
 }
 """
 
-# interpolate: each output (plane, i, j) reads input rows rows[2i], rows[2i + 1] and columns cols[2j], cols[2j + 1]
-# with weights of the same layout (algoswap.interpolation_taps, made on the host in torch's arithmetic); nearest
-# reads rows[2i], cols[2j] alone. Bilinear sums as torch does: along the row first, then between the rows.
+# interpolate: each output (plane, i, j) reads input rows rows[kr * i + a] (a < kr) and columns cols[kc * j + b]
+# (b < kc) with weights of the same layout (algoswap.interpolation_taps, made on the host in torch's arithmetic:
+# k is 1 for nearest or a copy, 2 for bilinear, 4 for bicubic); a single tap is read, not multiplied. Sums as
+# torch does: along each row first, then between the rows, each from its first term.
 INTERPOLATE = r"""
+__device__ inline T along_row(const S* line, const int* cols, const T* weights, int kc, int j) {
+    if (kc == 1) return (T)line[cols[j]];
+    T sum = weights[kc * j] * (T)line[cols[kc * j]];
+    for (int b = 1; b < kc; ++b) sum += weights[kc * j + b] * (T)line[cols[kc * j + b]];
+    return sum;
+}
+
 extern "C" __global__ void interpolate(const S* x, S* y, const int* rows, const int* cols, const T* row_weights,
-        const T* col_weights, long long planes, int h, int wd, int oh, int ow, int nearest) {
+        const T* col_weights, long long planes, int h, int wd, int oh, int ow, int kr, int kc) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int j = index % ow, i = (index / ow) % oh;
     const S* plane = x + (index / ((long long)ow * oh)) * h * wd;
-    const S* top = plane + (long long)rows[2 * i] * wd;
-    if (nearest) { y[index] = top[cols[2 * j]]; return; }
-    const S* bottom = plane + (long long)rows[2 * i + 1] * wd;
-    T w0 = col_weights[2 * j], w1 = col_weights[2 * j + 1];
-    T upper = w0 * (T)top[cols[2 * j]] + w1 * (T)top[cols[2 * j + 1]];
-    T lower = w0 * (T)bottom[cols[2 * j]] + w1 * (T)bottom[cols[2 * j + 1]];
-    y[index] = (S)(row_weights[2 * i] * upper + row_weights[2 * i + 1] * lower);
+    if (kr == 1) { y[index] = (S)along_row(plane + (long long)rows[i] * wd, cols, col_weights, kc, j); return; }
+    T sum = row_weights[kr * i] * along_row(plane + (long long)rows[kr * i] * wd, cols, col_weights, kc, j);
+    for (int a = 1; a < kr; ++a)
+        sum += row_weights[kr * i + a] * along_row(plane + (long long)rows[kr * i + a] * wd, cols, col_weights, kc, j);
+    y[index] = (S)sum;
 }
 
-// One thread per grad_output element: its gradient times each tap's weights, added to the input element.
+// One thread per grad_output element: its gradient times each tap's weights (a single tap: 1), added to the input.
 extern "C" __global__ void interpolate_grad(const S* dy, T* dx, const int* rows, const int* cols, const T* row_weights,
-        const T* col_weights, long long planes, int h, int wd, int oh, int ow, int nearest) {
+        const T* col_weights, long long planes, int h, int wd, int oh, int ow, int kr, int kc) {
     long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (index >= planes * oh * ow) return;
     int j = index % ow, i = (index / ow) % oh;
     T* plane = dx + (index / ((long long)ow * oh)) * h * wd;
     const T g = (T)dy[index];
-    if (nearest) { atomicAdd(plane + (long long)rows[2 * i] * wd + cols[2 * j], g); return; }
-    for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 2; ++b)
-            atomicAdd(plane + (long long)rows[2 * i + a] * wd + cols[2 * j + b], row_weights[2 * i + a] * col_weights[2 * j + b] * g);
+    for (int a = 0; a < kr; ++a) {
+        const T row = kr == 1 ? g : g * row_weights[kr * i + a];
+        for (int b = 0; b < kc; ++b)
+            atomicAdd(plane + (long long)rows[kr * i + a] * wd + cols[kc * j + b], kc == 1 ? row : row * col_weights[kc * j + b]);
+    }
 }
 """
 

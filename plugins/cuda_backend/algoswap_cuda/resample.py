@@ -21,27 +21,25 @@ TABLES = declare_cache("cuda_interpolation_taps", 256, "CUDA: interpolate's taps
 _tables: LRUCache[tuple[Any, Any]] = LRUCache(TABLES)
 
 
-def _device_taps(size: int, out: int, factor: float | None, mode: str, align_corners: Any, dtype: Any) -> tuple[Any, Any]:
-    """((out, 2) int32 indices, (out, 2) weights of ``dtype``'s accumulation dtype) on the current GPU."""
-    key = (size, out, factor, mode, align_corners, str(dtype), cp.cuda.runtime.getDevice())
+def _device_taps(size: int, out: int, factor: float | None, mode: str, align_corners: Any, dtype: Any,
+                 gradient: bool) -> tuple[Any, Any]:
+    """((out, k) int32 indices, (out, k) weights of ``dtype``'s accumulation dtype) on the current GPU."""
+    key = (size, out, factor, mode, align_corners, str(dtype), gradient, cp.cuda.runtime.getDevice())
     found = _tables.get(key)
     if found is None:
-        first, second, w0, w1 = interpolation_taps(size, out, factor, mode, align_corners, str(dtype))
-        found = _tables.put(key, (cp.asarray(np.stack([first, second], axis=1).astype(np.int32)),
-                                  cp.asarray(np.stack([w0, w1], axis=1).astype(accumulation(dtype)))))
+        indices, weights = interpolation_taps(size, out, factor, mode, align_corners, str(dtype), gradient)
+        found = _tables.put(key, (cp.asarray(indices.astype(np.int32)), cp.asarray(weights.astype(accumulation(dtype)))))
     return found
 
 
 def _launch(name: str, source: Any, target: Any, extents: Pair, outputs: Pair, scale_factor: Any, mode: str,
             align_corners: Any, count: int) -> None:
     """Run ``name`` over ``count`` outputs of interpolating planes of ``extents`` to ``outputs``."""
-    rows = _device_taps(extents[0], outputs[0], None if scale_factor is None else scale_factor[0], mode, align_corners,
-                        source.dtype)
-    cols = _device_taps(extents[1], outputs[1], None if scale_factor is None else scale_factor[1], mode, align_corners,
-                        source.dtype)
+    rows, cols = (_device_taps(extents[axis], outputs[axis], None if scale_factor is None else scale_factor[axis], mode,
+                               align_corners, source.dtype, name == "interpolate_grad") for axis in range(2))
     planes = int(source.shape[0] * source.shape[1])
     _kernels.launch(_kernels.INTERPOLATE, name, dtype_name(source.dtype), count, (source, target, rows[0], cols[0], rows[1], cols[1]),
-                    planes, *extents, *outputs, mode == "nearest")
+                    planes, *extents, *outputs, rows[0].shape[1], cols[0].shape[1])
 
 
 def interpolate(x: Any, *, size: Pair, scale_factor: Any, mode: str, align_corners: Any, recompute_scale_factor: Any) -> Any:
@@ -53,6 +51,8 @@ def interpolate(x: Any, *, size: Pair, scale_factor: Any, mode: str, align_corne
 
 def interpolate_grad(dy: Any, *, input_size: tuple[int, ...], scale_factor: Any, mode: str, align_corners: Any) -> Any:
     dy = contiguous(dy)
+    if mode == "bicubic" and dy.shape[2:] == tuple(input_size[2:]):
+        return dy.copy()  # torch's bicubic gradient copies planes of the same size (its forward does not)
     dx = cp.zeros(input_size, dtype=accumulation(dy.dtype))
     _launch("interpolate_grad", dy, dx, input_size[2:], dy.shape[2:], scale_factor, mode, align_corners, dy.size)
     return rounded(dx, dy.dtype)

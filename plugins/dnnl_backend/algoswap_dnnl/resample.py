@@ -7,7 +7,7 @@ upscales (and the identity): d = q*k + r lies within 0.5 - 0.5/k of q. Linear ag
 two neighbours with weights strictly between 0 and 1 and oneDNN the same two: not at an upscale's edges
 (PyTorch clamps the coordinate to 0 and still multiplies the next element, by 0: an inf there is NaN),
 nor at integer coordinates, nor where a scale factor other than out / in maps coordinates, nor with
-align_corners. Other geometries are refused, with the reason.
+align_corners. Other geometries are refused, with the reason; so is bicubic (oneDNN has no cubic mode).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def _geometry(call: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _axis_differs(size: int, out: int, factor: float | None, mode: str, align_corners: Any) -> str:
     """Why oneDNN reads other elements than PyTorch along one axis ("" if it reads the same)."""
-    first, second, _, weight = interpolation_taps(size, out, factor, mode, align_corners, "float32")
+    indices, weights = interpolation_taps(size, out, factor, mode, align_corners, "float32")
+    first = indices[:, 0]
     if mode == "nearest":
         if out % size == 0 and (first == np.arange(out) // (out // size)).all():
             return ""
@@ -59,6 +60,7 @@ def _axis_differs(size: int, out: int, factor: float | None, mode: str, align_co
     coordinate = (np.arange(out) + 0.5) * size / out - 0.5
     lower = np.floor(coordinate)
     margin = size * 2.0**-20  # some multiples of float32's rounding of a coordinate up to size
+    second, weight = indices[:, -1], weights[:, -1]  # the same size: one tap of weight 1 and one of 0, refused
     same = (first == lower) & (second == first + 1) & (weight > 0) & (weight < 1) & (coordinate - lower > margin) \
         & (lower + 1 - coordinate > margin)
     if same.all():
@@ -68,6 +70,8 @@ def _axis_differs(size: int, out: int, factor: float | None, mode: str, align_co
 
 
 def supports(call: Any) -> bool | str:
+    if call.attrs["mode"] not in ("nearest", "bilinear"):
+        return f"oneDNN's resampling has no {call.attrs['mode']} mode (only nearest and linear)"
     (_, _, *extents), outputs = _geometry(call)
     factors = call.attrs["scale_factor"] or (None, None)
     for axis in range(2):
