@@ -262,3 +262,15 @@ def test_empty_pieces_of_a_concatenation_are_dropped_under_export(rng: np.random
 
     model = check_lowered(Fn(forward), NCHW, ["mul_scalar", "add_scalar"], rng)
     assert model.tracer == "torch.export" and "concat" not in [row.op for row in model.explain()]
+
+
+def test_windows_and_folds_are_read_back_from_aten(rng: np.random.Generator) -> None:
+    """``aten.unfold`` is Tensor.unfold (HaloNet), ``aten.im2col`` F.unfold and ``aten.col2im`` F.fold (VOLO)."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        x = x * 2 if x.shape[-1] % 2 == 0 else x
+        windows = x.unfold(3, 4, 2).sum(-1)  # (2, 4, 6, 3)
+        columns = F.unfold(x, 2, stride=2)  # (2, 16, 12)
+        return windows.flatten(1) + F.fold(columns, (6, 8), 2, stride=2).flatten(1)[:, :72]
+
+    model = check_lowered(Fn(forward), NCHW, ["slice_grad"], rng, reduction_length=4)
+    assert model.tracer == "torch.export"

@@ -86,6 +86,9 @@ ADAPTED: dict[str, Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]
     "upsample_bicubic2d": _resize("bicubic"),
     "linalg_vector_norm": lambda *args, **kwargs: ("call_function", torch.linalg.vector_norm, args, kwargs),
     "split_with_sizes": lambda *args, **kwargs: ("call_function", torch.split, args, kwargs),
+    "unfold": _method("unfold"),  # Tensor.unfold's windows, not F.unfold (which is ATen's im2col)
+    "im2col": lambda *args, **kwargs: ("call_function", F.unfold, args, kwargs),
+    "col2im": lambda *args, **kwargs: ("call_function", F.fold, args, kwargs),
     "sym_size": _method("size"),
     "sym_numel": _method("numel"),
     "expand": _method("expand", 2),
