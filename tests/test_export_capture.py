@@ -274,3 +274,13 @@ def test_windows_and_folds_are_read_back_from_aten(rng: np.random.Generator) -> 
 
     model = check_lowered(Fn(forward), NCHW, ["slice_grad"], rng, reduction_length=4)
     assert model.tracer == "torch.export"
+
+
+def test_an_attention_bias_gathered_from_a_table_is_a_constant(rng: np.random.Generator) -> None:
+    """TinyViT and EfficientViT (MSRA) index their bias table by a buffer of indices, ``biases[:, idxs]``:
+    ATen's ``index(biases, [None, idxs])``, whose None keeps the dimension whole; folded at conversion."""
+    module = Fn(lambda m, x: (x.flatten(2).transpose(1, 2) @ x.flatten(2) if x.shape[-1] % 2 == 0 else x) + m.table[:, m.idxs],
+                table=nn.Parameter(torch.randn(2, 5), requires_grad=False))
+    module.register_buffer("idxs", torch.randint(0, 5, (48, 48)))
+    model = check_lowered(module.eval(), (2, 2, 6, 8), ["batch_matmul", "add"], rng, other_shape=(2, 2, 6, 8), reduction_length=3)
+    assert model.tracer == "torch.export"

@@ -126,10 +126,10 @@ def swap_backend(
         except SelectorError:
             raise  # the request itself
         except ConversionError as exc:
-            failed = failed or exc
+            failed = exc if failed is None or isinstance(failed, TraceFailed) else failed  # the first that got past tracing
             continue
         except Exception as exc:  # a lowering rule's own failure: the next capture may not meet it
-            failed = failed or _failure(exc)
+            failed = _failure(exc) if failed is None or isinstance(failed, TraceFailed) else failed
             continue
         model.capture = capture
         best = (model, len(graph.unsupported))

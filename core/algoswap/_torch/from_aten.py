@@ -37,7 +37,8 @@ def _select(x: Any, dim: int, index: Any) -> tuple[str, Any, tuple[Any, ...], di
 
 
 def _index(x: Any, indices: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
-    return "call_function", operator.getitem, (x, tuple(indices)), {}
+    """``aten.index(x, [None, idx])``: a None there leaves its dimension whole (in Python's indexing it adds one)."""
+    return "call_function", operator.getitem, (x, tuple(slice(None) if i is None else i for i in indices)), {}
 
 
 def _batch_norm(x: Any, weight: Any, bias: Any, mean: Any, var: Any, training: bool, momentum: float, eps: float,
