@@ -284,3 +284,18 @@ def test_an_attention_bias_gathered_from_a_table_is_a_constant(rng: np.random.Ge
     module.register_buffer("idxs", torch.randint(0, 5, (48, 48)))
     model = check_lowered(module.eval(), (2, 2, 6, 8), ["batch_matmul", "add"], rng, other_shape=(2, 2, 6, 8), reduction_length=3)
     assert model.tracer == "torch.export"
+
+
+def test_writes_into_a_slice_become_functional(rng: np.random.Generator) -> None:
+    """MViTv2 adds its relative positions into ``attn[:, :, 1:, 1:]`` in place: torch.export's functional form
+    (``slice_scatter``) joins the untouched parts with the new values, and a fill is ones times the value."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        y = m.bn(m.conv(x))
+        if y.shape[-1] % 2 == 0:
+            y[:, :, 1:, 2:] = y[:, :, 1:, 2:] * 3 + 1
+            y[:, :1] = 0.5
+        return y.relu()
+
+    module = Fn(forward, conv=nn.Conv2d(4, 4, 1), bn=nn.BatchNorm2d(4)).eval()
+    model = check_lowered(module, NCHW, ["conv2d", "concat"], rng, reduction_length=5)
+    assert model.tracer == "torch.export"

@@ -22,6 +22,7 @@ from .lower_python import check_captured_shape
 aten = torch.ops.aten
 _DROPPED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range"}
 _ALIASES = {"alias", "lift_fresh_copy", "detach_"}  # the same values
+_FIRST_OF_TUPLE = {"_native_batch_norm_legit_no_training"}  # (output, saved statistics...): only the output is read
 
 
 def _full_slice(dim: int) -> tuple[Any, ...]:
@@ -87,14 +88,16 @@ ADAPTED: dict[str, Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]
     "upsample_bicubic2d": _resize("bicubic"),
     "linalg_vector_norm": lambda *args, **kwargs: ("call_function", torch.linalg.vector_norm, args, kwargs),
     "split_with_sizes": lambda *args, **kwargs: ("call_function", torch.split, args, kwargs),
+    "copy": lambda x, src, *rest: ("call_method", "expand_as", (src, x), {}),  # functional copy_: src in x's shape
+    "fill": lambda x, value: ("call_function", torch.full_like, (x, value), {}),  # functional fill_
     "unfold": _method("unfold"),  # Tensor.unfold's windows, not F.unfold (which is ATen's im2col)
     "im2col": lambda *args, **kwargs: ("call_function", F.unfold, args, kwargs),
     "col2im": lambda *args, **kwargs: ("call_function", F.fold, args, kwargs),
     "sym_size": _method("size"),
     "sym_numel": _method("numel"),
     "expand": _method("expand", 2),
-    "view": _method("view"),
-    "_unsafe_view": _method("view"),
+    "view": _method("reshape"),  # the same values; reshape also where torch.export's clones left a layout view refuses
+    "_unsafe_view": _method("reshape"),
     "clone": _method("clone", 1),
     "contiguous": _method("contiguous", 1),
     "to": _method("to", None, ("dtype", "device", "non_blocking", "copy")),
@@ -153,6 +156,11 @@ def _rewrite(graph: fx.Graph, node: fx.Node, functions: dict[Any, Any], methods:
         node.replace_all_uses_with(node.args[0])  # type: ignore[arg-type]
         graph.erase_node(node)
         return
+    if name in _FIRST_OF_TUPLE:  # its twin returns the tensor alone: the readers of item 0 read the node
+        for user in list(node.users):
+            if user.target is operator.getitem and user.args[1] == 0:
+                user.replace_all_uses_with(node)
+                graph.erase_node(user)
     in_place = name.endswith("_") and not name.startswith("_")  # aten.hardswish_: the twin of hardswish, in place
     twin = _twin(name[:-1] if in_place else name, node, functions, methods)
     if twin is not None:

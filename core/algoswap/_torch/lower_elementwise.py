@@ -101,6 +101,19 @@ def _number(lw: Lowerer, value: Any) -> Any:
     return value
 
 
+def _full_like(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.full_like(x, v)`` (torch.export's ``x[:, :1] = v``: a fill of the window): ones_like(x) * v, exactly v."""
+    bound = lw.bind(signature("input", "fill_value", dtype=None, layout=None, device=None, pin_memory=None,
+                              memory_format=None, requires_grad=False), node)
+    value = _number(lw, bound["fill_value"])
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise Unsupported(f"full_like with fill value {value!r} (a finite number is lowered)")
+    if bound["dtype"] not in (None, lw.dtype):
+        raise Unsupported(f"full_like with dtype={bound['dtype']} (the model computes in {lw.dtype})")
+    ones = LoweredOp("ones_like", [bound["input"]], {})
+    return ones if value == 1 else LoweredOp("mul_scalar", [ones], {"value": float(value)})
+
+
 def _clamp(lw: Lowerer, node: fx.Node) -> Lowered:
     """``torch.clamp(x, min, max)`` with numbers: clamp_min, hardtanh with both bounds (NaN stays NaN in both),
     or, with max alone, -clamp_min(-x, -max)."""
@@ -276,7 +289,7 @@ FUNCTIONS: dict[Any, Handler] = {
     operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.divide: _DIV, torch.true_divide: _DIV,
     operator.pow: _pow, torch.pow: _pow,
     operator.neg: _neg, torch.neg: _neg, torch.negative: _neg,
-    torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
+    torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp, torch.full_like: _full_like,
     torch.addcmul: _addcmul(divide=False), torch.addcdiv: _addcmul(divide=True),
     F.dropout: _identity_unless_training, F.dropout1d: _identity_unless_training, F.dropout2d: _identity_unless_training,
     F.dropout3d: _identity_unless_training, F.alpha_dropout: _identity_unless_training, F.feature_alpha_dropout: _identity_unless_training,

@@ -412,6 +412,47 @@ def _cat(axis_name: str) -> Handler:
     return handler
 
 
+def scatter_window(array: Any, dim: int, start: Any, end: Any, part: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(begin, size) of the part of ``array`` before (``part`` "before") or after a ``slice_scatter`` window."""
+    d = _dim(dim, len(array.shape))
+    first, last, _ = slice(start, end).indices(int(array.shape[d]))
+    begin = [0] * len(array.shape)
+    size = [int(n) for n in array.shape]
+    begin[d], size[d] = (0, first) if part == "before" else (max(last, first), int(array.shape[d]) - max(last, first))
+    return tuple(begin), tuple(size)
+
+
+def _window_part(array: Any, dim: int, start: Any, end: Any, part: str, which: int) -> tuple[int, ...]:
+    return scatter_window(array, dim, start, end, part)[which]
+
+
+def _slice_scatter(lw: Lowerer, node: fx.Node) -> Lowered:
+    """``torch.slice_scatter(x, src, dim, start, end)`` (torch.export's functional form of ``x[:, a:b] = src``):
+    the parts of ``x`` before and after the window, joined with ``src`` (with torch.export's fixed sizes, an
+    empty part is left out)."""
+    bound = lw.bind(signature("input", "src", dim=0, start=None, end=None, step=1), node)
+    x, src, dim, start, end = bound["input"], bound["src"], bound["dim"], bound["start"], bound["end"]
+    shape = lw.shape(x)
+    if bound["step"] != 1 or not isinstance(dim, int) or shape is None:
+        raise Unsupported("slice_scatter is lowered with step 1, a literal dim and a known input shape")
+
+    def part(which: str) -> Any:
+        if lw.sizes_fixed and scatter_window(_Sized(shape), dim, start, end, which)[1][dim % len(shape)] == 0:
+            return None
+        window = [Deferred(_window_part, (x, dim, start, end, which, i)) for i in (0, 1)]
+        return LoweredOp("slice", [x], {"begin": window[0], "size": window[1]})
+
+    pieces = [p for p in (part("before"), src, part("after")) if p is not None]
+    return Alias(src) if len(pieces) == 1 else LoweredOp("concat", pieces, {"axis": dim})
+
+
+class _Sized:
+    """A shape as something with ``shape`` (what the size functions read)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
 def _stack(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("tensors", dim=0), node)
     tensors, dim = bound["tensors"], bound["dim"]
@@ -676,7 +717,7 @@ FUNCTIONS: dict[Any, Handler] = {
     torch.unsqueeze: _UNSQUEEZE, torch.squeeze: _SQUEEZE, torch.unflatten: _UNFLATTEN,
     torch.cat: _cat("dim"), torch.concat: _cat("dim"), torch.concatenate: _cat("axis"), torch.stack: _stack,
     torch.chunk: _chunk, torch.split: _split, torch.unbind: _unbind, torch.repeat_interleave: _repeat_interleave,
-    torch.roll: _roll,
+    torch.roll: _roll, torch.slice_scatter: _slice_scatter,
     F.pad: _pad, F.unfold: _unfold, F.fold: _fold, F.channel_shuffle: _channel_shuffle, torch.channel_shuffle: _channel_shuffle,
     torch.native_channel_shuffle: _channel_shuffle,
     operator.getitem: _getitem,

@@ -83,6 +83,8 @@ def export(caller: str, module: nn.Module, sample: torch.Tensor, dynamic_batch: 
         with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             program = torch.export.export(module, (sample,), dynamic_shapes=dims, strict=False)
+            if _writes_into_views(program.graph):
+                program = program.run_decompositions({})  # functional: x[:, a:b] = v becomes slice_scatter
             graph = program.module()
     except Exception as exc:
         raise ConversionError(f"{caller}: torch.export cannot capture {type(module).__name__} at input shape "
@@ -90,6 +92,11 @@ def export(caller: str, module: nn.Module, sample: torch.Tensor, dynamic_batch: 
     to_torch_functions(graph, tuple(sample.shape))
     graph.meta[EXPORTED_FROM] = module  # its layers, by the names export's module stack gives
     return graph
+
+
+def _writes_into_views(graph: fx.Graph) -> bool:
+    """Whether the training IR copies into a tensor in place (``x[:, 1:] = v``: ``aten.copy_`` of a view)."""
+    return any(n.op == "call_function" and getattr(n.target, "_opname", "") == "copy_" for n in graph.nodes)
 
 
 __all__ = ["EXPORT", "EXPORTED_FROM", "FX", "TRACERS", "TraceFailed", "export", "symbolic_trace"]
