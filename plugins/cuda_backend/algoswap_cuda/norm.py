@@ -129,19 +129,39 @@ def group_norm(x: Any, weight: Any, bias: Any, *, num_groups: int, eps: float) -
     return _per_channel_affine(x.reshape(n, c, -1, 1), mean, rstd, weight, bias).reshape(x.shape)
 
 
+def _group_sums(dy: Any, x: Any, num_groups: int, eps: float) -> tuple[Any, ...]:
+    """Per (sample, group) mean and rstd, (N, G); dy and x as (N, C, prod(spatial)); per (sample, channel) sum(dy * x)
+    and sum(dy) over space."""
+    n, c = x.shape[:2]
+    mean, _, rstd = _moments(_grouped(x, num_groups), (2,), eps)
+    dy3, x3 = dy.reshape(n, c, -1), x.reshape(n, c, -1)
+    return mean[:, :, 0], rstd[:, :, 0], dy3, x3, (dy3 * x3).sum(axis=2), dy3.sum(axis=2)
+
+
+def _spread(a: Any, channels: int) -> Any:
+    """(N, G) values repeated for each channel of their group: (N, C, 1)."""
+    return cp.repeat(a, channels // a.shape[1], axis=1)[:, :, None]
+
+
 @in_float32
 def group_norm_grad_input(dy: Any, x: Any, weight: Any, *, num_groups: int, eps: float) -> Any:
-    """The weight varies within a group, so it scales dy first (as layer norm's)."""
-    scaled = dy if weight is None else dy * weight.reshape((-1,) + (1,) * (x.ndim - 2))
-    xhat, rstd = _standardise(_grouped(x, num_groups), (2,), eps)
-    return _standardise_grad(_grouped(scaled, num_groups), xhat, rstd, (2,)).reshape(x.shape)
+    """PyTorch's formula, as the NumPy reference (NaN and inf land where torch's do): c1 * dy + c2 * x + c3."""
+    n, c = x.shape[:2]
+    mean, rstd, dy3, x3, ds, db = _group_sums(dy, x, num_groups, eps)
+    gamma = cp.ones(c, x.dtype) if weight is None else weight
+    ds_group, db_group = ((a * gamma).reshape(n, num_groups, -1).sum(axis=2) for a in (ds, db))
+    s = x.dtype.type(num_groups * n / x.size)  # 1 / the group's size
+    c2 = (db_group * mean - ds_group) * rstd * rstd * rstd * s
+    c3 = -c2 * mean - db_group * rstd * s
+    return (_spread(rstd, c) * gamma[:, None] * dy3 + _spread(c2, c) * x3 + _spread(c3, c)).reshape(x.shape)
 
 
 @in_float32
 def group_norm_grad_weight(dy: Any, x: Any, *, num_groups: int, eps: float) -> Any:
-    n, c = x.shape[:2]
-    xhat = _standardise(_grouped(x, num_groups), (2,), eps)[0]
-    return (dy.reshape(n, c, -1) * xhat.reshape(n, c, -1)).sum(axis=(0, 2))
+    """PyTorch's formula: the sum over N of (sum(dy * x) - sum(dy) * mean) * rstd, each sum over space."""
+    mean, rstd, _, _, ds, db = _group_sums(dy, x, num_groups, eps)
+    c = x.shape[1]
+    return ((ds - db * _spread(mean, c)[:, :, 0]) * _spread(rstd, c)[:, :, 0]).sum(axis=0)
 
 
 def group_norm_grad_bias(dy: Any) -> Any:
