@@ -19,7 +19,8 @@ from torch import fx
 from .lower_in_place import IN_PLACE
 from .lower_python import check_captured_shape
 
-aten = torch.ops.aten
+Twin = tuple[str, Any, tuple[Any, ...], dict[str, Any]]  # an fx node's (op, target, args, kwargs) in torch's terms
+Adapter = Callable[..., Twin]  # an ATen op's arguments -> its twin
 _DROPPED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range"}
 _ALIASES = {"alias", "lift_fresh_copy", "detach_"}  # the same values
 _FIRST_OF_TUPLE = {"_native_batch_norm_legit_no_training"}  # (output, saved statistics...): only the output is read
@@ -29,52 +30,52 @@ def _full_slice(dim: int) -> tuple[Any, ...]:
     return (slice(None),) * dim if dim >= 0 else (Ellipsis,) + (slice(None),) * (-dim - 1)
 
 
-def _slice(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+def _slice(x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Twin:
     return "call_function", operator.getitem, (x, (*_full_slice(dim), slice(start, end, step))), {}
 
 
-def _select(x: Any, dim: int, index: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+def _select(x: Any, dim: int, index: Any) -> Twin:
     return "call_function", operator.getitem, (x, (*_full_slice(dim), index)), {}
 
 
-def _index(x: Any, indices: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+def _index(x: Any, indices: Any) -> Twin:
     """``aten.index(x, [None, idx])``: a None there leaves its dimension whole (in Python's indexing it adds one)."""
     return "call_function", operator.getitem, (x, tuple(slice(None) if i is None else i for i in indices)), {}
 
 
 def _batch_norm(x: Any, weight: Any, bias: Any, mean: Any, var: Any, training: bool, momentum: float, eps: float,
-                *_: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+                *_: Any) -> Twin:
     return "call_function", F.batch_norm, (x, mean, var, weight, bias, training, momentum, eps), {}
 
 
-def _without_last(function: Callable[..., Any], count: int) -> Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+def _without_last(function: Callable[..., Any], count: int) -> Adapter:
     """``function`` with the ATen op's arguments less its ``count``-th and later (``cudnn_enable``)."""
-    def adapt(*args: Any, **kwargs: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    def adapt(*args: Any, **kwargs: Any) -> Twin:
         return "call_function", function, args[:count], {k: v for k, v in kwargs.items() if k != "cudnn_enable"}
     return adapt
 
 
-def _resize(mode: str) -> Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+def _resize(mode: str) -> Adapter:
     """``aten.upsample_<mode>2d.vec(x, output_size, [align_corners,] scale_factors)`` as ``F.interpolate``."""
-    def adapt(x: Any, size: Any, *rest: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    def adapt(x: Any, size: Any, *rest: Any) -> Twin:
         corners, scales = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0] if rest else None)
         given = {"size": size} if size is not None else {"scale_factor": scales}
         return "call_function", F.interpolate, (x,), {**given, "mode": mode, "align_corners": corners}
     return adapt
 
 
-def _constant_pad(x: Any, pad: Any, value: float = 0.0) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+def _constant_pad(x: Any, pad: Any, value: float = 0.0) -> Twin:
     return "call_function", F.pad, (x, pad, "constant", value), {}
 
 
-def _method(name: str, count: int | None = None, keep: tuple[str, ...] = ()) -> Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+def _method(name: str, count: int | None = None, keep: tuple[str, ...] = ()) -> Adapter:
     """``Tensor.<name>`` with the ATen op's first ``count`` arguments (None: all) and its keywords in ``keep``."""
-    def adapt(*args: Any, **kwargs: Any) -> tuple[str, Any, tuple[Any, ...], dict[str, Any]]:
+    def adapt(*args: Any, **kwargs: Any) -> Twin:
         return "call_method", name, args if count is None else args[:count], {k: v for k, v in kwargs.items() if k in keep}
     return adapt
 
 
-ADAPTED: dict[str, Callable[..., tuple[str, Any, tuple[Any, ...], dict[str, Any]]]] = {
+ADAPTED: dict[str, Adapter] = {
     "slice": _slice,
     "select": _select,
     "index": _index,
@@ -168,7 +169,7 @@ def _rewrite(graph: fx.Graph, node: fx.Node, functions: dict[Any, Any], methods:
         node.meta[IN_PLACE] = in_place
 
 
-def _twin(name: str, node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> tuple[str, Any, Any, Any] | None:
+def _twin(name: str, node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> Twin | None:
     if name in ADAPTED:
         return ADAPTED[name](*node.args, **node.kwargs)
     for space in (torch, F):
