@@ -107,8 +107,7 @@ def test_model_saves_and_copies(name: str, rng: np.random.Generator, tmp_path: P
 # ---------------------------------------------------------------------------- every timm family (issue 34)
 
 FAMILIES: dict[str, dict[str, object]] = json.loads(LIST.read_text())
-# Families whose model cannot run in CI here, and why; ALGOSWAP_TEST_ALL_MODELS=1 runs them anyway.
-TOO_LARGE = 200_000_000  # parameters: a model this large takes minutes and gigabytes on CI's two cores
+# Families whose model cannot convert whole here, and why.
 SKIPPED: dict[str, str] = {
     "sequencer": "sequencer2d_s is built of nn.LSTM layers: no registry op runs a recurrent layer (they run in PyTorch "
                  "with fallback='torch'; everything around them converts)",
@@ -120,23 +119,11 @@ def test_the_family_list_is_timms_registry() -> None:
     assert sorted(FAMILIES) == families()
 
 
-def _family_skip(family: str) -> str | None:
-    if os.environ.get("ALGOSWAP_TEST_ALL_MODELS") == "1":
-        return None
-    if family in SKIPPED:
-        return SKIPPED[family]
-    count = int(FAMILIES[family]["parameters"])  # type: ignore[call-overload]
-    if count > TOO_LARGE:
-        return f"{FAMILIES[family]['model']} has {count / 1e6:.0f}M parameters, too many for CI (ALGOSWAP_TEST_ALL_MODELS=1 runs it)"
-    return None
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_timm_family_converts_whole(family: str, rng: np.random.Generator) -> None:
-    reason = _family_skip(family)
-    if reason is not None:
-        pytest.skip(reason)
+    if family in SKIPPED:
+        pytest.skip(SKIPPED[family])
     entry = FAMILIES[family]
     module = zoo.build(f"timm:{entry['model']}")
     side = int(entry["side"])  # type: ignore[call-overload]
