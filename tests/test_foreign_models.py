@@ -107,13 +107,6 @@ def test_model_saves_and_copies(name: str, rng: np.random.Generator, tmp_path: P
 # ---------------------------------------------------------------------------- every timm family (issue 34)
 
 FAMILIES: dict[str, dict[str, object]] = json.loads(LIST.read_text())
-# Families whose model cannot convert whole here, and why.
-SKIPPED: dict[str, str] = {
-    "sequencer": "sequencer2d_s is built of nn.LSTM layers: no registry op runs a recurrent layer (they run in PyTorch "
-                 "with fallback='torch'; everything around them converts)",
-}
-
-
 def test_the_family_list_is_timms_registry() -> None:
     """A timm with new families fails here until ``python tests/timm_families.py`` lists them."""
     assert sorted(FAMILIES) == families()
@@ -122,8 +115,6 @@ def test_the_family_list_is_timms_registry() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_timm_family_converts_whole(family: str, rng: np.random.Generator) -> None:
-    if family in SKIPPED:
-        pytest.skip(SKIPPED[family])
     entry = FAMILIES[family]
     module = zoo.build(f"timm:{entry['model']}")
     side = int(entry["side"])  # type: ignore[call-overload]

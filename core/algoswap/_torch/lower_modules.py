@@ -13,6 +13,7 @@ from .._errors import OpArgumentError
 from .lower_linalg import attention, batch_norm, conv1d, conv_transpose2d, interpolate, layer_norm, pool1d
 from .lower_shapes import channel_shuffle, fold, pad, permutation, reshape, unflattened_shape, unfold
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
+from .lower_recurrent import lstm
 from .modules import binding_for
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ MODULES: dict[type[nn.Module], ModuleRule] = {
 def lower_module(lw: Lowerer, node: fx.Node, module: nn.Module) -> Lowered:
     if isinstance(module, nn.MultiheadAttention):
         return _multihead_attention(lw, node, module)
+    if isinstance(module, nn.LSTM):
+        return lstm(lw, node, module)
     if len(node.args) != 1 or node.kwargs:
         raise Unsupported(f"{type(module).__name__} called with {len(node.args)} arguments and keywords {sorted(node.kwargs)}")
     x = node.args[0]

@@ -185,10 +185,16 @@ class Lowerer:
 
 
 def _ops_in(lowered: Any) -> Iterator[LoweredOp]:
-    """Every ``LoweredOp`` in a lowering (its inputs and deferred attributes included)."""
+    """Every ``LoweredOp`` in a lowering (its inputs and deferred attributes included), each once: the ops of one
+    node share inputs (an unrolled LSTM's cell state feeds two steps' ops), a tree walk would be exponential."""
     stack: list[Any] = [lowered]
+    seen: set[int] = set()
     while stack:
         item = stack.pop()
+        if isinstance(item, (LoweredOp, Deferred)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
         if isinstance(item, LoweredOp):
             yield item
             stack.extend(item.inputs)
