@@ -149,8 +149,8 @@ class ModelBuilder:
         conv = self.lowered.get(source) if isinstance(source, fx.Node) else None
         if not isinstance(conv, LoweredOp) or conv.op != "conv2d" or any(u is not node and not self._reads_shape(u) for u in source.users):
             return
-        weight, bias = conv.inputs[1], conv.inputs[2]
-        mean, var, gamma, beta = (self.lowerer.constants.get(t, t) if isinstance(t, fx.Node) else t for t in bn.inputs[1:])
+        weight, bias, mean, var, gamma, beta = (self.lowerer.constants.get(t, t) if isinstance(t, fx.Node) else t
+                                                for t in (*conv.inputs[1:3], *bn.inputs[1:]))  # torch.export's are get_attr nodes
         if not all(t is None or isinstance(t, torch.Tensor) for t in (weight, bias, mean, var, gamma, beta)) or weight is None:
             return  # weights computed in forward: leave the batch norm as an op
         if source.name in self.in_torch:
