@@ -300,3 +300,18 @@ def test_writes_into_a_slice_become_functional(rng: np.random.Generator) -> None
     module = Fn(forward, conv=nn.Conv2d(4, 4, 1), bn=nn.BatchNorm2d(4)).eval()
     model = check_lowered(module, NCHW, ["conv2d", "concat"], rng, reduction_length=5)
     assert model.tracer == "torch.export" and model.folded_batchnorms  # the weights are get_attr nodes there
+
+
+def test_a_scaled_elu_from_aten_keeps_its_scale(rng: np.random.Generator) -> None:
+    """``aten.elu(x, alpha, scale, input_scale)``: its third argument is F.elu's ``inplace``; read as F.elu's, a
+    scaled ELU lost its scale."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2 if x.shape[-1] % 2 == 0 else x
+        return F.elu(y, 0.5) + y + torch.ops.aten.elu(y, 1.0, 2.0, 1.0)  # scaled: no F.elu twin
+
+    module = Fn(forward).eval()
+    model = swap_backend(module, None, NCHW, fallback="torch")
+    assert model.tracer == "torch.export"
+    x = random_input(rng, NCHW)
+    with torch.no_grad():
+        assert_close(model(x), module(x), layers=4)

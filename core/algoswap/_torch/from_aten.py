@@ -64,6 +64,14 @@ def _resize(mode: str) -> Adapter:
     return adapt
 
 
+def _elu(x: Any, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Twin:
+    """``aten.elu(x, alpha, scale, input_scale)``: F.elu(x, alpha) where both scales are 1 (F.elu's third argument
+    is ``inplace``), else the ATen op itself, left as it is."""
+    if scale == 1 and input_scale == 1:
+        return "call_function", F.elu, (x, alpha), {}
+    return "call_function", torch.ops.aten.elu.default, (x, alpha, scale, input_scale), {}
+
+
 def _constant_pad(x: Any, pad: Any, value: float = 0.0) -> Twin:
     return "call_function", F.pad, (x, pad, "constant", value), {}
 
@@ -91,6 +99,7 @@ ADAPTED: dict[str, Adapter] = {
     "split_with_sizes": lambda *args, **kwargs: ("call_function", torch.split, args, kwargs),
     "copy": lambda x, src, *rest: ("call_method", "expand_as", (src, x), {}),  # functional copy_: src in x's shape
     "fill": lambda x, value: ("call_function", torch.full_like, (x, value), {}),  # functional fill_
+    "elu": _elu,
     "unfold": _method("unfold"),  # Tensor.unfold's windows, not F.unfold (which is ATen's im2col)
     "im2col": lambda *args, **kwargs: ("call_function", F.unfold, args, kwargs),
     "col2im": lambda *args, **kwargs: ("call_function", F.fold, args, kwargs),
