@@ -315,3 +315,20 @@ def test_a_scaled_elu_from_aten_keeps_its_scale(rng: np.random.Generator) -> Non
     x = random_input(rng, NCHW)
     with torch.no_grad():
         assert_close(model(x), module(x), layers=4)
+
+
+@pytest.mark.parametrize("tracer", ["torch.fx", "torch.export"])
+def test_instance_norms_are_lowered_as_torch_orders_their_arguments(tracer: str, rng: np.random.Generator) -> None:
+    """ATen's instance_norm takes (input, weight, bias, running_mean, running_var, ...), F.instance_norm
+    (input, running_mean, running_var, weight, bias, ...)."""
+    module = Fn(lambda m, x: m.affine(x) + m.plain(x) * 2 + F.instance_norm(x, weight=m.w, eps=1e-3),
+                affine=nn.InstanceNorm2d(4, affine=True), plain=nn.InstanceNorm2d(4),
+                w=nn.Parameter(torch.rand(4) + 0.5, requires_grad=False)).eval()
+    with torch.no_grad():
+        module.affine.weight.uniform_(0.5, 1.5)
+        module.affine.bias.uniform_(-1, 1)
+    model = swap_backend(module, None, NCHW, tracer=tracer)
+    assert "instance_norm" in [row.op for row in model.explain()]
+    x = random_input(rng, NCHW)
+    with torch.no_grad():
+        assert_close(model(x), module(x), layers=6, reduction_length=48)

@@ -100,6 +100,8 @@ ADAPTED: dict[str, Adapter] = {
     "copy": lambda x, src, *rest: ("call_method", "expand_as", (src, x), {}),  # functional copy_: src in x's shape
     "fill": lambda x, value: ("call_function", torch.full_like, (x, value), {}),  # functional fill_
     "elu": _elu,
+    "instance_norm": lambda x, w, b, mean, var, use_input_stats, momentum, eps, *_: (
+        "call_function", F.instance_norm, (x, mean, var, w, b, use_input_stats, momentum, eps), {}),
     "unfold": _method("unfold"),  # Tensor.unfold's windows, not F.unfold (which is ATen's im2col)
     "im2col": lambda *args, **kwargs: ("call_function", F.unfold, args, kwargs),
     "col2im": lambda *args, **kwargs: ("call_function", F.fold, args, kwargs),

@@ -88,6 +88,22 @@ def _batch_norm(lw: Lowerer, node: fx.Node) -> Lowered:
                       bound["eps"], shape is None or len(shape) == 4)
 
 
+def instance_norm(lw: Lowerer, x: Any, weight: Any, bias: Any, use_input_stats: bool, eps: float) -> LoweredOp:
+    """``F.instance_norm`` / ``nn.InstanceNorm2d`` with each sample's own statistics: the ``instance_norm`` op (NCHW)."""
+    shape = lw.shape(x)
+    if not use_input_stats:
+        raise Unsupported("instance norm with running statistics (use_input_stats=False) is not lowered")
+    if shape is not None and len(shape) != 4:
+        raise Unsupported(f"instance norm of a {len(shape)}-D input (the instance_norm op takes NCHW)")
+    return LoweredOp("instance_norm", [x, weight, bias], {"eps": eps})
+
+
+def _instance_norm(lw: Lowerer, node: fx.Node) -> Lowered:
+    bound = lw.bind(signature("input", running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                              momentum=0.1, eps=1e-5), node)
+    return instance_norm(lw, bound["input"], bound["weight"], bound["bias"], bound["use_input_stats"], bound["eps"])
+
+
 def euclidean_norm(x: Any, dim: Any, keepdim: bool) -> LoweredOp:
     """sqrt(sum(x * x)) over ``dim`` (every dimension when None), as torch's 2-norm computes it (no rescaling:
     inf where the squares overflow, as torch's float32 does; NaN and inf kept)."""
@@ -522,7 +538,7 @@ FUNCTIONS: dict[Any, Handler] = {
     F.conv1d: _conv1d, torch.conv1d: _conv1d, F.interpolate: _interpolate,
     F.conv_transpose2d: _conv_transpose2d, torch.conv_transpose2d: _conv_transpose2d,
     F.max_pool1d: _max_pool1d, torch.max_pool1d: _max_pool1d, F.avg_pool1d: _avg_pool1d, torch.avg_pool1d: _avg_pool1d,
-    F.layer_norm: _layer_norm, F.normalize: _normalize, F.rms_norm: _rms_norm,
+    F.layer_norm: _layer_norm, F.normalize: _normalize, F.rms_norm: _rms_norm, F.instance_norm: _instance_norm,
     torch.norm: _norm, torch.linalg.vector_norm: _vector_norm, torch.linalg.norm: _linalg_norm,
     torch.mean: _MEAN, torch.sum: _SUM,
     torch.max: _MAX, torch.min: _MIN, torch.amax: _AMAX, torch.amin: _AMIN,

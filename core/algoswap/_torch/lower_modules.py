@@ -10,7 +10,7 @@ import torch
 from torch import fx, nn
 
 from .._errors import OpArgumentError
-from .lower_linalg import attention, batch_norm, conv1d, conv_transpose2d, interpolate, layer_norm, pool1d
+from .lower_linalg import attention, batch_norm, conv1d, conv_transpose2d, instance_norm, interpolate, layer_norm, pool1d
 from .lower_shapes import channel_shuffle, fold, pad, permutation, reshape, unflattened_shape, unfold
 from .lowered import Alias, Deferred, Lowered, LoweredOp, Parts, Unsupported, signature
 from .lower_recurrent import lstm
@@ -72,6 +72,7 @@ MODULES: dict[type[nn.Module], ModuleRule] = {
     nn.Unfold: lambda lw, x, m: unfold(x, m.kernel_size, m.dilation, m.padding, m.stride),
     nn.Fold: lambda lw, x, m: fold(x, m.output_size, m.kernel_size, m.dilation, m.padding, m.stride),
     nn.MaxPool1d: _max_pool1d, nn.ConvTranspose2d: _conv_transpose2d,
+    nn.InstanceNorm2d: lambda lw, x, m: instance_norm(lw, x, m.weight, m.bias, not m.track_running_stats or m.training, m.eps),
     nn.AvgPool1d: lambda lw, x, m: pool1d("avgpool2d", x, m.kernel_size, m.stride, m.padding, ceil_mode=m.ceil_mode,
                                           count_include_pad=m.count_include_pad),
     nn.Conv1d: lambda lw, x, m: conv1d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups, m.padding_mode),
