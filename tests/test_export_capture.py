@@ -332,3 +332,28 @@ def test_instance_norms_are_lowered_as_torch_orders_their_arguments(tracer: str,
     x = random_input(rng, NCHW)
     with torch.no_grad():
         assert_close(model(x), module(x), layers=6, reduction_length=48)
+
+
+def test_a_resize_by_a_scale_per_side_stays_an_aten_op(rng: np.random.Generator) -> None:
+    """``aten.upsample_bilinear2d.default(x, size, align_corners, scales_h, scales_w)`` is no ``.vec`` call: read as
+    one, its align_corners was lost."""
+    def forward(m: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2 if x.shape[-1] % 2 == 0 else x
+        return torch.ops.aten.upsample_bilinear2d.default(y, [9, 11], True) + 1
+
+    module = Fn(forward).eval()
+    model = swap_backend(module, None, NCHW, fallback="torch")
+    assert model.tracer == "torch.export"
+    x = random_input(rng, NCHW)
+    with torch.no_grad():
+        assert_close(model(x), module(x), layers=3, reduction_length=4)
+
+
+def test_rms_norm_without_eps_takes_the_compute_dtypes_epsilon(rng: np.random.Generator) -> None:
+    """torch's default eps is the input dtype's machine epsilon: float64's here, which tiny inputs show."""
+    module = Fn(lambda m, x: F.rms_norm(x, (8,))).eval()
+    model = swap_backend(module, None, NCHW, dtype=torch.float64)
+    x = random_input(rng, NCHW).double() * 1e-5
+    with torch.no_grad():
+        ref = module(x)
+    torch.testing.assert_close(model(x), ref, rtol=1e-12, atol=0)

@@ -265,7 +265,10 @@ class ModelBuilder:
         if root is None or not stack:
             return None, None
         path = str(list(stack.values())[-1][0])
-        layer = root.get_submodule(path)
+        try:
+            layer = root.get_submodule(path)
+        except AttributeError:  # a path export made up (a region it wrapped): no layer of the model
+            return None, None
         return (path, layer) if path and not any(True for _ in layer.children()) else (None, None)
 
     def _python_node(self, value: Deferred) -> Node:

@@ -20,7 +20,7 @@ from .lower_in_place import IN_PLACE
 from .lower_python import check_captured_shape
 
 Twin = tuple[str, Any, tuple[Any, ...], dict[str, Any]]  # an fx node's (op, target, args, kwargs) in torch's terms
-Adapter = Callable[..., Twin]  # an ATen op's arguments -> its twin
+Adapter = Callable[..., "Twin | None"]  # an ATen op's arguments -> its twin (None: the ATen op stays)
 _DROPPED = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range"}
 _ALIASES = {"alias", "lift_fresh_copy", "detach_"}  # the same values
 _FIRST_OF_TUPLE = {"_native_batch_norm_legit_no_training"}  # (output, saved statistics...): only the output is read
@@ -56,20 +56,21 @@ def _without_last(function: Callable[..., Any], count: int) -> Adapter:
 
 
 def _resize(mode: str) -> Adapter:
-    """``aten.upsample_<mode>2d.vec(x, output_size, [align_corners,] scale_factors)`` as ``F.interpolate``."""
-    def adapt(x: Any, size: Any, *rest: Any) -> Twin:
-        corners, scales = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0] if rest else None)
+    """``aten.upsample_<mode>2d.vec(x, output_size, [align_corners,] scale_factors)`` as ``F.interpolate``; the
+    ``.default`` overloads (a scale per side) stay ATen ops."""
+    def adapt(x: Any, size: Any, *rest: Any, **kwargs: Any) -> Twin | None:
+        if kwargs or len(rest) != (1 if mode == "nearest" else 2):
+            return None
+        corners, scales = (None, rest[0]) if mode == "nearest" else (rest[0], rest[1])
         given = {"size": size} if size is not None else {"scale_factor": scales}
         return "call_function", F.interpolate, (x,), {**given, "mode": mode, "align_corners": corners}
     return adapt
 
 
-def _elu(x: Any, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Twin:
+def _elu(x: Any, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Twin | None:
     """``aten.elu(x, alpha, scale, input_scale)``: F.elu(x, alpha) where both scales are 1 (F.elu's third argument
-    is ``inplace``), else the ATen op itself, left as it is."""
-    if scale == 1 and input_scale == 1:
-        return "call_function", F.elu, (x, alpha), {}
-    return "call_function", torch.ops.aten.elu.default, (x, alpha, scale, input_scale), {}
+    is ``inplace``), else the ATen op stays."""
+    return ("call_function", F.elu, (x, alpha), {}) if scale == 1 and input_scale == 1 else None
 
 
 def _constant_pad(x: Any, pad: Any, value: float = 0.0) -> Twin:

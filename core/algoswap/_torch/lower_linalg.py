@@ -41,19 +41,20 @@ def trailing_axes(count: int) -> tuple[int, ...]:
     return tuple(range(-count, 0))
 
 
-def rms_norm(x: Any, normalized_shape: Any, weight: Any, eps: Any) -> Lowered:
+def rms_norm(x: Any, normalized_shape: Any, weight: Any, eps: float) -> Lowered:
     """``F.rms_norm``, as torch computes it: x * rsqrt(mean(x * x over the trailing dimensions) + eps), then the
-    weight; eps None: the float32 machine epsilon (torch's for float32 inputs)."""
+    weight."""
     count = 1 if isinstance(normalized_shape, int) else deferred(len, normalized_shape)
     squares = LoweredOp("reduce_mean", [LoweredOp("mul", [x, x], {})], {"axes": deferred(trailing_axes, count), "keepdims": True})
-    scale = LoweredOp("rsqrt", [LoweredOp("add_scalar", [squares], {"value": float(torch.finfo(torch.float32).eps) if eps is None else eps})], {})
+    scale = LoweredOp("rsqrt", [LoweredOp("add_scalar", [squares], {"value": eps})], {})
     normed = LoweredOp("mul", [x, scale], {})
     return normed if weight is None else LoweredOp("mul", [normed, weight], {})
 
 
 def _rms_norm(lw: Lowerer, node: fx.Node) -> Lowered:
     bound = lw.bind(signature("input", "normalized_shape", weight=None, eps=None), node)
-    return rms_norm(bound["input"], bound["normalized_shape"], bound["weight"], bound["eps"])
+    eps = float(torch.finfo(lw.dtype).eps) if bound["eps"] is None else bound["eps"]  # torch's default: its dtype's
+    return rms_norm(bound["input"], bound["normalized_shape"], bound["weight"], eps)
 
 
 def channels_first_4d(array: Any) -> tuple[int, int, int, int]:

@@ -412,13 +412,18 @@ def _cat(axis_name: str) -> Handler:
     return handler
 
 
+def _part_bounds(size: int, start: Any, end: Any, part: str) -> tuple[int, int]:
+    """(start, length) along the scattered dimension of the part before (``part`` "before") or after the window."""
+    first, last, _ = slice(start, end).indices(size)
+    last = max(last, first)
+    return (0, first) if part == "before" else (last, size - last)
+
+
 def scatter_window(array: Any, dim: int, start: Any, end: Any, part: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(begin, size) of the part of ``array`` before (``part`` "before") or after a ``slice_scatter`` window."""
+    """(begin, size) of the part of ``array`` before or after a ``slice_scatter`` window."""
     d = _dim(dim, len(array.shape))
-    first, last, _ = slice(start, end).indices(int(array.shape[d]))
-    begin = [0] * len(array.shape)
-    size = [int(n) for n in array.shape]
-    begin[d], size[d] = (0, first) if part == "before" else (max(last, first), int(array.shape[d]) - max(last, first))
+    begin, size = [0] * len(array.shape), [int(n) for n in array.shape]
+    begin[d], size[d] = _part_bounds(size[d], start, end, part)
     return tuple(begin), tuple(size)
 
 
@@ -437,20 +442,13 @@ def _slice_scatter(lw: Lowerer, node: fx.Node) -> Lowered:
         raise Unsupported("slice_scatter is lowered with step 1, a literal dim and a known input shape")
 
     def part(which: str) -> Any:
-        if lw.sizes_fixed and scatter_window(_Sized(shape), dim, start, end, which)[1][dim % len(shape)] == 0:
+        if lw.sizes_fixed and _part_bounds(shape[dim % len(shape)], start, end, which)[1] == 0:
             return None
         window = [Deferred(_window_part, (x, dim, start, end, which, i)) for i in (0, 1)]
         return LoweredOp("slice", [x], {"begin": window[0], "size": window[1]})
 
     pieces = [p for p in (part("before"), src, part("after")) if p is not None]
     return Alias(src) if len(pieces) == 1 else LoweredOp("concat", pieces, {"axis": dim})
-
-
-class _Sized:
-    """A shape as something with ``shape`` (what the size functions read)."""
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
 
 
 def _stack(lw: Lowerer, node: fx.Node) -> Lowered:

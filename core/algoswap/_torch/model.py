@@ -63,6 +63,7 @@ class Model:
         self._capture: bool | None = None  # None: follow ALGOSWAP_CAPTURE
         self.tracer = "torch.fx"  # how swap_backend made the graph: "torch.fx" or "torch.export"
         self._executor: Executor | None = None
+        self._outputs_at = 0  # set with the executor
 
     @property
     def executor(self) -> Executor:
@@ -81,14 +82,11 @@ class Model:
         takes), the outputs, then the model's other shape guards; planning checks the guards for every input
         signature (they compute nothing when the model runs)."""
         options = PlanOptions(TorchRunner(), self.fallback, self.chains, outputs_home=False)
-        first, later = self._guards_split()
+        first = [g for g in self.guards if all(n.kind == "placeholder" for n in g.needs)]
+        later = [g for g in self.guards if not any(g is f for f in first)]  # they may read a fused chain's member
+        self._outputs_at = len(first)  # where the outputs' results start
         return Executor({SUBGRAPH: [*first, *(self._outputs or self.inputs[:1]), *later]}, options=options,
                         capture=self._capture)
-
-    def _guards_split(self) -> tuple[list[Node], list[Node]]:
-        """The guards reading only the inputs, and the others (which may read a fused chain's member)."""
-        on_inputs = [g for g in self.guards if all(n.kind == "placeholder" for n in g.needs)]
-        return on_inputs, [g for g in self.guards if not any(g is first for first in on_inputs)]
 
     def retarget(self, algorithm: Selector, *, backends: Sequence[str] | None = None) -> Model:
         """Choose the requests of the op steps again, as ``swap_backend``'s ``algorithm`` and ``backends``
@@ -216,7 +214,7 @@ class Model:
         ``algoswap.benchmark_wish``), as torch would run the model."""
         with following_torch():
             results = self.executor.run(SUBGRAPH, dict(zip(self.inputs, arrays)))
-        values = {id(node): value for node, value in zip(self._outputs, results[len(self._guards_split()[0]):])}
+        values = {id(node): value for node, value in zip(self._outputs, results[self._outputs_at:])}
         return with_values(self.output, values)
 
     def plan(self, *shapes: Sequence[int]) -> Program:
